@@ -1,0 +1,36 @@
+# Calculet: `make run` serves on calsim, `make test` runs the whole suite, `make lint` checks style and types.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+RUN_DIR ?= run
+
+.PHONY: run test lint unit integration protos clean
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m calculet.ops.run_local --dir $(RUN_DIR)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+integration: $(STAMP)
+	$(PY) -m pytest -q tests/integration
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy daemon client gateway ops
+
+protos: $(STAMP)
+	$(PY) -m calculet.ops.protogen
+
+clean:
+	rm -rf $(VENV) build *.egg-info $(RUN_DIR)

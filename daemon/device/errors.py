@@ -1,0 +1,82 @@
+"""Typed device errors. Every device call returns or raises one of these; none aborts.
+
+Each error carries the domain `ErrorKind` the daemon reports if the error reaches a caller
+unchanged (most are handled by the executor and reset controller first).
+"""
+
+from __future__ import annotations
+
+from calculet.daemon.errors import CalculetError, ErrorKind
+
+
+class DeviceError(CalculetError):
+    """Base of all device-contract errors."""
+
+    kind = ErrorKind.UNAVAILABLE
+
+
+class DeviceNotFound(DeviceError):
+    """No driver is registered under the requested name, or the board index does not exist."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class DeviceLost(DeviceError):
+    """The device stopped answering; every later call raises this until the process restarts."""
+
+
+class ConfigurationError(DeviceError):
+    """The package cannot be configured (bad files, unsupported submodel, runtime mismatch)."""
+
+    kind = ErrorKind.FAILED_PRECONDITION
+
+
+class OutOfDeviceMemory(ConfigurationError):
+    """Configuring the package would exceed a chip's DRAM or SRAM."""
+
+
+class TooManyConfigurations(ConfigurationError):
+    """The device already holds its maximum number of configured models."""
+
+
+class InvalidJob(DeviceError):
+    """The job is malformed: unknown submodel/buffer, wrong shape or dtype, bad rows or CSR values.
+    Nothing was submitted."""
+
+    kind = ErrorKind.INVALID_ARGUMENT
+
+
+class EngineBusy(DeviceError):
+    """The requested engine bank (or, for AUTO, every bank) already has a job in flight."""
+
+    kind = ErrorKind.OVERLOADED
+
+
+class BufferInUse(DeviceError):
+    """A host buffer named by the job is still held by an in-flight job."""
+
+    kind = ErrorKind.FAILED_PRECONDITION
+
+
+class LaneBusy(DeviceError):
+    """A KV lane named by the job is already being advanced by an in-flight job."""
+
+    kind = ErrorKind.FAILED_PRECONDITION
+
+
+class SubmitFailed(DeviceError):
+    """The runtime rejected the submission (the `infer()` return code). Nothing runs; the
+    job's buffers and lanes are not held."""
+
+
+class WaitTimeout(DeviceError):
+    """`wait(timeout)` elapsed before the job finished. The job may still run: its buffers stay
+    held until it finishes or the device is reset."""
+
+    kind = ErrorKind.DEADLINE_EXCEEDED
+
+
+class ModelReleased(DeviceError):
+    """The configured model was released or reset; its handle can no longer be used."""
+
+    kind = ErrorKind.FAILED_PRECONDITION

@@ -1,0 +1,408 @@
+"""The model package manifest `calculet-package.json`, schema version 1 (DESIGN.md section 5).
+
+This module owns the in-memory form of a manifest: frozen dataclasses, `from_dict` (strict
+structural parsing, first problem raises `ManifestError`) and `to_dict` (the exact JSON form).
+Semantic checks across fields and files (hashes, roles, memory, compatibility) belong to
+`calculet.daemon.package.validate`, which reports every problem at once. Every field is
+documented in docs/package.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calculet.daemon.errors import FailedPrecondition
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "calculet-package.json"
+KERNELS = ("numeric", "synthetic")
+SUBMODEL_ROLES = ("prefill", "decode")
+DTYPES = ("int32", "uint32", "bf16", "fp16", "fp32", "int8", "uint8")
+
+
+class ManifestError(FailedPrecondition):
+    """The manifest is missing, not JSON, or structurally wrong."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Transformer geometry (seed 001 section 5 for Qwen3-30B-A3B)."""
+
+    family: str
+    layers: int
+    hidden_size: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    experts: int
+    experts_per_token: int
+    expert_intermediate: int
+    vocab_size: int
+    rope_theta: float
+    rms_norm_eps: float
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str = "row-major"
+
+
+@dataclass(frozen=True)
+class SubmodelDecl:
+    """One calbin submodel. `smodel_type` is the vendor's label, kept to catch mislabels."""
+
+    name: str
+    role: str
+    smodel_type: str
+    batch: int
+    max_tokens: int
+    context: int
+    folder: str
+    inputs: tuple[TensorDecl, ...]
+    outputs: tuple[TensorDecl, ...]
+    csr: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KVDecl:
+    """KV cache layout: `lanes` lanes of `lane_context` tokens, `bytes_per_token` per lane-token
+    across the whole board (layers x kv_heads x 2 x head_dim x dtype bytes)."""
+
+    dtype: str
+    layout: str
+    lanes: int
+    lane_context: int
+    bytes_per_token: int
+    split: str  # how KV is divided over chips: "kv_heads"
+
+
+@dataclass(frozen=True)
+class ChipMemoryDecl:
+    chip: int
+    chip_mask: int
+    param_dram_bytes: int
+    param_sram_bytes: int
+    workspace_bytes: int
+
+
+@dataclass(frozen=True)
+class MemoryDecl:
+    """Per-chip memory plan. `device_memory_required_bytes` is the vendor's board-wide figure."""
+
+    chips: tuple[ChipMemoryDecl, ...]
+    device_memory_required_bytes: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    chips: int
+    chip_masks: tuple[int, ...]
+    parallelism: str  # "tensor"
+
+
+@dataclass(frozen=True)
+class Compatibility:
+    """Runtime/driver requirements as `>=A,<B` ranges and the compiler that produced the calbin."""
+
+    runtime: str
+    driver: str
+    compiler: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    size: int
+    sha256: str
+    role: str  # params | command | elf | helper | metadata | tokenizer | weights
+
+
+@dataclass(frozen=True)
+class TokenizerDecl:
+    path: str
+    chat_template: str
+    model_max_length: int
+    eos_token_ids: tuple[int, ...]
+    bos_token_id: int | None = None
+    pad_token_id: int | None = None
+
+
+@dataclass(frozen=True)
+class GoldenDecl:
+    """Expected outputs checked while Warming: greedy continuation of a fixed prompt.
+
+    Attributes:
+        prompt_tokens: prefill input.
+        prefill_top: `[token, logit]` pairs, the top logits after prefill, descending.
+        decode_tokens: greedy tokens produced by prefill then decode steps (first one from prefill).
+        logit_atol: absolute tolerance for the logits in `prefill_top`.
+    """
+
+    prompt_tokens: tuple[int, ...]
+    prefill_top: tuple[tuple[int, float], ...]
+    decode_tokens: tuple[int, ...]
+    logit_atol: float
+
+
+@dataclass(frozen=True)
+class TimingDecl:
+    """calsim timing model; every figure's source is in `sources`.
+
+    decode one token, batch 1, at KV length L: `decode_ms_short + (decode_ms_long - decode_ms_short)
+    * L / long_context`; batch B: times `1 + batch_alpha * (B - 1)`; prefill n tokens after
+    past p: `prefill_fixed_ms + prefill_ms_per_token * n` plus the decode slope over the KV read;
+    copies at `h2d_gbps` / `d2h_gbps`.
+    """
+
+    decode_ms_short: float
+    decode_ms_long: float
+    long_context: int
+    prefill_fixed_ms: float
+    prefill_ms_per_token: float
+    batch_alpha: float
+    h2d_gbps: float
+    d2h_gbps: float
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PackageManifest:
+    schema_version: int
+    name: str
+    model_role: str
+    kernel: str
+    architecture: Architecture
+    quantization: str
+    topology: Topology
+    kv: KVDecl
+    submodels: tuple[SubmodelDecl, ...]
+    memory: MemoryDecl
+    compatibility: Compatibility
+    files: tuple[FileEntry, ...]
+    tokenizer: TokenizerDecl
+    golden: GoldenDecl
+    timing: TimingDecl
+    synthetic_seed: int = 0
+
+    def submodel(self, name: str) -> SubmodelDecl:
+        return next(s for s in self.submodels if s.name == name)
+
+    def submodels_for(self, role: str) -> list[SubmodelDecl]:
+        return sorted((s for s in self.submodels if s.role == role), key=lambda s: (s.batch, s.max_tokens))
+
+    @property
+    def context(self) -> int:
+        """Tokens a sequence may hold: the smallest of lane context and every submodel's context."""
+        return min([self.kv.lane_context, *(s.context for s in self.submodels)])
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> PackageManifest:
+        """Parse a manifest dict.
+
+        Raises:
+            ManifestError: a field is missing, of the wrong type, or the schema version is unknown.
+        """
+        return _parse_manifest(raw)
+
+
+def load_manifest(package_dir: Path) -> PackageManifest:
+    """Read and parse `package_dir/calculet-package.json`.
+
+    Raises:
+        ManifestError: missing file, invalid JSON or wrong structure.
+    """
+    return PackageManifest.from_dict(read_manifest_json(package_dir))
+
+
+def read_manifest_json(package_dir: Path) -> dict[str, Any]:
+    path = Path(package_dir) / MANIFEST_NAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: manifest not found") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read manifest: {exc.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{path}: top level must be a JSON object")
+    return raw
+
+
+def write_manifest(package_dir: Path, manifest: PackageManifest) -> Path:
+    path = Path(package_dir) / MANIFEST_NAME
+    path.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- parsing helpers
+
+
+def _plain(value: Any) -> Any:
+    """Tuples -> lists recursively, so the dict is exactly what JSON holds."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Reader:
+    """Typed field access with error messages naming the JSON path."""
+
+    def __init__(self, raw: Any, where: str) -> None:
+        if not isinstance(raw, Mapping):
+            raise ManifestError(f"{where}: expected an object")
+        self.raw = raw
+        self.where = where
+
+    def _get(self, key: str, default: Any = ...) -> Any:
+        if key not in self.raw:
+            if default is ...:
+                raise ManifestError(f"{self.where}.{key}: missing")
+            return default
+        return self.raw[key]
+
+    def int_(self, key: str, default: Any = ...) -> Any:
+        v = self._get(key, default)
+        if v is default and default is not ...:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ManifestError(f"{self.where}.{key}: expected an integer, got {v!r}")
+        return v
+
+    def float_(self, key: str, default: Any = ...) -> float:
+        v = self._get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ManifestError(f"{self.where}.{key}: expected a number, got {v!r}")
+        return float(v)
+
+    def str_(self, key: str, default: Any = ...) -> str:
+        v = self._get(key, default)
+        if not isinstance(v, str):
+            raise ManifestError(f"{self.where}.{key}: expected a string, got {v!r}")
+        return v
+
+    def list_(self, key: str, default: Any = ...) -> list[Any]:
+        v = self._get(key, default)
+        if not isinstance(v, list):
+            raise ManifestError(f"{self.where}.{key}: expected a list, got {type(v).__name__}")
+        return v
+
+    def ints(self, key: str, default: Any = ...) -> tuple[int, ...]:
+        items = self.list_(key, default)
+        for i, v in enumerate(items):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ManifestError(f"{self.where}.{key}[{i}]: expected an integer, got {v!r}")
+        return tuple(items)
+
+    def strmap(self, key: str) -> dict[str, str]:
+        v = self._get(key, {})
+        if not isinstance(v, Mapping) or not all(isinstance(x, str) for x in v.values()):
+            raise ManifestError(f"{self.where}.{key}: expected an object of strings")
+        return dict(v)
+
+    def sub(self, key: str) -> _Reader:
+        return _Reader(self._get(key), f"{self.where}.{key}")
+
+    def subs(self, key: str) -> list[_Reader]:
+        return [_Reader(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(self.list_(key))]
+
+
+def _tensor(r: _Reader) -> TensorDecl:
+    return TensorDecl(r.str_("name"), r.ints("shape"), r.str_("dtype"), r.str_("layout", "row-major"))
+
+
+def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
+    r = _Reader(raw, "manifest")
+    version = r.int_("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ManifestError(
+            f"manifest.schema_version: {version} is not supported (this build reads {SCHEMA_VERSION})"
+        )
+    a = r.sub("architecture")
+    arch = Architecture(
+        a.str_("family"), a.int_("layers"), a.int_("hidden_size"), a.int_("q_heads"), a.int_("kv_heads"),
+        a.int_("head_dim"), a.int_("experts"), a.int_("experts_per_token"), a.int_("expert_intermediate"),
+        a.int_("vocab_size"), a.float_("rope_theta"), a.float_("rms_norm_eps"),
+    )  # fmt: skip
+    t = r.sub("topology")
+    topo = Topology(t.int_("chips"), t.ints("chip_masks"), t.str_("parallelism"))
+    k = r.sub("kv")
+    kv = KVDecl(
+        k.str_("dtype"), k.str_("layout"), k.int_("lanes"), k.int_("lane_context"),
+        k.int_("bytes_per_token"), k.str_("split"),
+    )  # fmt: skip
+    subs = tuple(
+        SubmodelDecl(
+            s.str_("name"), s.str_("role"), s.str_("smodel_type"), s.int_("batch"), s.int_("max_tokens"),
+            s.int_("context"), s.str_("folder"), tuple(_tensor(x) for x in s.subs("inputs")),
+            tuple(_tensor(x) for x in s.subs("outputs")), s.strmap("csr"),
+        )  # fmt: skip
+        for s in r.subs("submodels")
+    )
+    m = r.sub("memory")
+    memory = MemoryDecl(
+        tuple(
+            ChipMemoryDecl(
+                c.int_("chip"), c.int_("chip_mask"), c.int_("param_dram_bytes"),
+                c.int_("param_sram_bytes"), c.int_("workspace_bytes"),
+            )  # fmt: skip
+            for c in m.subs("chips")
+        ),
+        m.int_("device_memory_required_bytes"),
+    )
+    c = r.sub("compatibility")
+    compat = Compatibility(c.str_("runtime"), c.str_("driver"), c.strmap("compiler"))
+    files = tuple(
+        FileEntry(f.str_("path"), f.int_("size"), f.str_("sha256"), f.str_("role")) for f in r.subs("files")
+    )
+    tk = r.sub("tokenizer")
+    bos = tk.int_("bos_token_id", None)
+    pad = tk.int_("pad_token_id", None)
+    tok = TokenizerDecl(
+        tk.str_("path"), tk.str_("chat_template"), tk.int_("model_max_length"), tk.ints("eos_token_ids"), bos, pad
+    )
+    g = r.sub("golden")
+    top: list[tuple[int, float]] = []
+    for i, pair in enumerate(g.list_("prefill_top")):
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int)):
+            raise ManifestError(f"manifest.golden.prefill_top[{i}]: expected [token, logit]")
+        top.append((pair[0], float(pair[1])))
+    golden = GoldenDecl(g.ints("prompt_tokens"), tuple(top), g.ints("decode_tokens"), g.float_("logit_atol"))
+    tm = r.sub("timing")
+    timing = TimingDecl(
+        tm.float_("decode_ms_short"), tm.float_("decode_ms_long"), tm.int_("long_context"),
+        tm.float_("prefill_fixed_ms"), tm.float_("prefill_ms_per_token"), tm.float_("batch_alpha"),
+        tm.float_("h2d_gbps"), tm.float_("d2h_gbps"), tm.strmap("sources"),
+    )  # fmt: skip
+    return PackageManifest(
+        schema_version=version,
+        name=r.str_("name"),
+        model_role=r.str_("model_role"),
+        kernel=r.str_("kernel"),
+        architecture=arch,
+        quantization=r.str_("quantization"),
+        topology=topo,
+        kv=kv,
+        submodels=subs,
+        memory=memory,
+        compatibility=compat,
+        files=files,
+        tokenizer=tok,
+        golden=golden,
+        timing=timing,
+        synthetic_seed=r.int_("synthetic_seed", 0),
+    )

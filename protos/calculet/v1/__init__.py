@@ -1,0 +1,1 @@
+"""calculet.v1: generated wire protocol."""
