@@ -27,7 +27,10 @@ integration: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy daemon client gateway ops
+	rm -rf .mypy-src && mkdir -p .mypy-src/calculet
+	for d in daemon client gateway ops; do ln -s ../../$$d .mypy-src/calculet/$$d; done
+	ln -s ../../protos/calculet/v1 .mypy-src/calculet/v1
+	$(VENV)/bin/mypy .mypy-src/calculet
 
 protos: $(STAMP)
 	$(PY) -m calculet.ops.protogen

@@ -60,9 +60,7 @@ class Lifecycle(Generic[S]):
             IllegalTransition: the table has no edge from the current state to `target`.
         """
         if not self.can_move(target):
-            raise IllegalTransition(
-                f"{self.name}: illegal transition {self._state.name} -> {target.name}"
-            )
+            raise IllegalTransition(f"{self.name}: illegal transition {self._state.name} -> {target.name}")
         old, self._state = self._state, target
         if self._on_change is not None:
             self._on_change(old, target)

@@ -347,19 +347,29 @@ def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
     )  # fmt: skip
     subs = tuple(
         SubmodelDecl(
-            s.str_("name"), s.str_("role"), s.str_("smodel_type"), s.int_("batch"), s.int_("max_tokens"),
-            s.int_("context"), s.str_("folder"), tuple(_tensor(x) for x in s.subs("inputs")),
-            tuple(_tensor(x) for x in s.subs("outputs")), s.strmap("csr"),
-        )  # fmt: skip
+            s.str_("name"),
+            s.str_("role"),
+            s.str_("smodel_type"),
+            s.int_("batch"),
+            s.int_("max_tokens"),
+            s.int_("context"),
+            s.str_("folder"),
+            tuple(_tensor(x) for x in s.subs("inputs")),
+            tuple(_tensor(x) for x in s.subs("outputs")),
+            s.strmap("csr"),
+        )
         for s in r.subs("submodels")
     )
     m = r.sub("memory")
     memory = MemoryDecl(
         tuple(
             ChipMemoryDecl(
-                c.int_("chip"), c.int_("chip_mask"), c.int_("param_dram_bytes"),
-                c.int_("param_sram_bytes"), c.int_("workspace_bytes"),
-            )  # fmt: skip
+                c.int_("chip"),
+                c.int_("chip_mask"),
+                c.int_("param_dram_bytes"),
+                c.int_("param_sram_bytes"),
+                c.int_("workspace_bytes"),
+            )
             for c in m.subs("chips")
         ),
         m.int_("device_memory_required_bytes"),
@@ -373,7 +383,12 @@ def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
     bos = tk.int_("bos_token_id", None)
     pad = tk.int_("pad_token_id", None)
     tok = TokenizerDecl(
-        tk.str_("path"), tk.str_("chat_template"), tk.int_("model_max_length"), tk.ints("eos_token_ids"), bos, pad
+        tk.str_("path"),
+        tk.str_("chat_template"),
+        tk.int_("model_max_length"),
+        tk.ints("eos_token_ids"),
+        bos,
+        pad,
     )
     g = r.sub("golden")
     top: list[tuple[int, float]] = []

@@ -1,0 +1,1 @@
+"""calsim compute kernels: numeric (tiny Qwen3-MoE in numpy) and synthetic (any geometry)."""
