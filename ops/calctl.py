@@ -1,0 +1,69 @@
+"""`calctl`, the operators' CLI: a thin argparse front over command modules.
+
+Each module in `calculet.ops.commands` that defines `COMMAND` (a tuple of words such as
+("package", "validate")), `HELP`, `add_arguments(parser)` and `run(args) -> int` becomes a
+subcommand; this file only builds the parser tree and maps exit codes. Exit codes: 0 success,
+1 the operation found a problem (invalid package, does not fit, daemon refused), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import calculet.ops.commands as commands_pkg
+from calculet.daemon.errors import CalculetError
+
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+
+
+def _command_modules() -> list[ModuleType]:
+    mods = []
+    for info in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda i: i.name):
+        mod = importlib.import_module(f"{commands_pkg.__name__}.{info.name}")
+        if hasattr(mod, "COMMAND"):
+            mods.append(mod)
+    return mods
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors already; keep that, but print help for bare groups."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="calctl", description="Operate Calculet boards, packages and fleets.")
+    groups: dict[tuple[str, ...], Any] = {(): parser.add_subparsers(dest="command", metavar="COMMAND")}
+    for mod in _command_modules():
+        words: tuple[str, ...] = tuple(mod.COMMAND)
+        for depth in range(1, len(words)):
+            prefix = words[:depth]
+            if prefix not in groups:
+                group = groups[words[: depth - 1]].add_parser(words[depth - 1], help=f"{words[depth - 1]} commands")
+                groups[prefix] = group.add_subparsers(dest=f"sub{depth}", metavar="COMMAND")
+        sub = groups[words[:-1]].add_parser(words[-1], help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(sub)
+        sub.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[argparse.Namespace], int] | None = getattr(args, "_run", None)
+    if run is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run(args)
+    except CalculetError as exc:
+        print(f"calctl: {exc.kind.value}: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+
+
+if __name__ == "__main__":
+    sys.exit(main())
