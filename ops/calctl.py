@@ -31,19 +31,16 @@ def _command_modules() -> list[ModuleType]:
     return mods
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse exits 2 on usage errors already; keep that, but print help for bare groups."""
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="calctl", description="Operate Calculet boards, packages and fleets.")
+    parser = argparse.ArgumentParser(prog="calctl", description="Operate Calculet boards, packages and fleets.")
     groups: dict[tuple[str, ...], Any] = {(): parser.add_subparsers(dest="command", metavar="COMMAND")}
     for mod in _command_modules():
         words: tuple[str, ...] = tuple(mod.COMMAND)
         for depth in range(1, len(words)):
             prefix = words[:depth]
             if prefix not in groups:
-                group = groups[words[: depth - 1]].add_parser(words[depth - 1], help=f"{words[depth - 1]} commands")
+                word = words[depth - 1]
+                group = groups[words[: depth - 1]].add_parser(word, help=f"{word} commands")
                 groups[prefix] = group.add_subparsers(dest=f"sub{depth}", metavar="COMMAND")
         sub = groups[words[:-1]].add_parser(words[-1], help=mod.HELP, description=mod.HELP)
         mod.add_arguments(sub)
