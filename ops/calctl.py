@@ -32,7 +32,7 @@ def _command_modules() -> list[ModuleType]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="calctl", description="Operate Calculet boards, packages and fleets.")
+    parser = argparse.ArgumentParser(prog="calctl", description="Operate Calculet boards and packages.")
     groups: dict[tuple[str, ...], Any] = {(): parser.add_subparsers(dest="command", metavar="COMMAND")}
     for mod in _command_modules():
         words: tuple[str, ...] = tuple(mod.COMMAND)
