@@ -1,0 +1,403 @@
+import datetime
+
+from calculet.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LaneState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LANE_STATE_UNSPECIFIED: _ClassVar[LaneState]
+    LANE_STATE_FREE: _ClassVar[LaneState]
+    LANE_STATE_RESERVED: _ClassVar[LaneState]
+    LANE_STATE_ACTIVE: _ClassVar[LaneState]
+    LANE_STATE_UNKNOWN: _ClassVar[LaneState]
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_QUEUED: _ClassVar[JobState]
+    JOB_STATE_PREFILL: _ClassVar[JobState]
+    JOB_STATE_DECODE: _ClassVar[JobState]
+    JOB_STATE_RECOVERING: _ClassVar[JobState]
+    JOB_STATE_FINISHED: _ClassVar[JobState]
+
+class Policy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POLICY_UNSPECIFIED: _ClassVar[Policy]
+    POLICY_CONTINUOUS: _ClassVar[Policy]
+    POLICY_SERIAL: _ClassVar[Policy]
+LANE_STATE_UNSPECIFIED: LaneState
+LANE_STATE_FREE: LaneState
+LANE_STATE_RESERVED: LaneState
+LANE_STATE_ACTIVE: LaneState
+LANE_STATE_UNKNOWN: LaneState
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_QUEUED: JobState
+JOB_STATE_PREFILL: JobState
+JOB_STATE_DECODE: JobState
+JOB_STATE_RECOVERING: JobState
+JOB_STATE_FINISHED: JobState
+POLICY_UNSPECIFIED: Policy
+POLICY_CONTINUOUS: Policy
+POLICY_SERIAL: Policy
+
+class HealthRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HealthResponse(_message.Message):
+    __slots__ = ("status", "device_healthy", "models", "reset_budget", "reason")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    RESET_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.ServingStatus
+    device_healthy: bool
+    models: _containers.RepeatedCompositeFieldContainer[ModelHealth]
+    reset_budget: ResetBudget
+    reason: str
+    def __init__(self, status: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., device_healthy: _Optional[bool] = ..., models: _Optional[_Iterable[_Union[ModelHealth, _Mapping]]] = ..., reset_budget: _Optional[_Union[ResetBudget, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ModelHealth(_message.Message):
+    __slots__ = ("alias", "status", "state", "generation")
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    status: _common_pb2.ServingStatus
+    state: _common_pb2.ModelState
+    generation: int
+    def __init__(self, alias: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class ResetBudget(_message.Message):
+    __slots__ = ("used", "limit", "window_s", "exhausted")
+    USED_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    used: int
+    limit: int
+    window_s: float
+    exhausted: bool
+    def __init__(self, used: _Optional[int] = ..., limit: _Optional[int] = ..., window_s: _Optional[float] = ..., exhausted: _Optional[bool] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("board", "device", "models", "jobs", "device_counters", "job_counters", "buffer_pool", "resets", "policy", "max_inflight", "inflight_submissions", "draining", "health")
+    BOARD_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    JOB_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_POOL_FIELD_NUMBER: _ClassVar[int]
+    RESETS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_SUBMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    board: BoardInfo
+    device: DeviceInfo
+    models: _containers.RepeatedCompositeFieldContainer[ModelStatus]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobSummary]
+    device_counters: DeviceJobCounters
+    job_counters: JobCounters
+    buffer_pool: BufferPoolStatus
+    resets: ResetSummary
+    policy: Policy
+    max_inflight: int
+    inflight_submissions: int
+    draining: bool
+    health: _common_pb2.ServingStatus
+    def __init__(self, board: _Optional[_Union[BoardInfo, _Mapping]] = ..., device: _Optional[_Union[DeviceInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobSummary, _Mapping]]] = ..., device_counters: _Optional[_Union[DeviceJobCounters, _Mapping]] = ..., job_counters: _Optional[_Union[JobCounters, _Mapping]] = ..., buffer_pool: _Optional[_Union[BufferPoolStatus, _Mapping]] = ..., resets: _Optional[_Union[ResetSummary, _Mapping]] = ..., policy: _Optional[_Union[Policy, str]] = ..., max_inflight: _Optional[int] = ..., inflight_submissions: _Optional[int] = ..., draining: _Optional[bool] = ..., health: _Optional[_Union[_common_pb2.ServingStatus, str]] = ...) -> None: ...
+
+class BoardInfo(_message.Message):
+    __slots__ = ("name", "index", "daemon_version", "started_at", "driver", "fault_injection")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    DAEMON_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    FAULT_INJECTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    index: int
+    daemon_version: str
+    started_at: _timestamp_pb2.Timestamp
+    driver: str
+    fault_injection: bool
+    def __init__(self, name: _Optional[str] = ..., index: _Optional[int] = ..., daemon_version: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., driver: _Optional[str] = ..., fault_injection: _Optional[bool] = ...) -> None: ...
+
+class DeviceInfo(_message.Message):
+    __slots__ = ("name", "board_index", "chips", "runtime_version", "driver_version", "firmware_version", "capabilities")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BOARD_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CHIPS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FIRMWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    board_index: int
+    chips: _containers.RepeatedCompositeFieldContainer[ChipInfo]
+    runtime_version: str
+    driver_version: str
+    firmware_version: str
+    capabilities: DeviceCapabilities
+    def __init__(self, name: _Optional[str] = ..., board_index: _Optional[int] = ..., chips: _Optional[_Iterable[_Union[ChipInfo, _Mapping]]] = ..., runtime_version: _Optional[str] = ..., driver_version: _Optional[str] = ..., firmware_version: _Optional[str] = ..., capabilities: _Optional[_Union[DeviceCapabilities, _Mapping]] = ...) -> None: ...
+
+class ChipInfo(_message.Message):
+    __slots__ = ("index", "dram_total_bytes", "dram_used_bytes", "sram_total_bytes", "sram_used_bytes")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    DRAM_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DRAM_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SRAM_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SRAM_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    dram_total_bytes: int
+    dram_used_bytes: int
+    sram_total_bytes: int
+    sram_used_bytes: int
+    def __init__(self, index: _Optional[int] = ..., dram_total_bytes: _Optional[int] = ..., dram_used_bytes: _Optional[int] = ..., sram_total_bytes: _Optional[int] = ..., sram_used_bytes: _Optional[int] = ...) -> None: ...
+
+class DeviceCapabilities(_message.Message):
+    __slots__ = ("max_inflight", "ping_pong", "max_resident_configurations", "lane_selection")
+    MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    PING_PONG_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESIDENT_CONFIGURATIONS_FIELD_NUMBER: _ClassVar[int]
+    LANE_SELECTION_FIELD_NUMBER: _ClassVar[int]
+    max_inflight: int
+    ping_pong: bool
+    max_resident_configurations: int
+    lane_selection: bool
+    def __init__(self, max_inflight: _Optional[int] = ..., ping_pong: _Optional[bool] = ..., max_resident_configurations: _Optional[int] = ..., lane_selection: _Optional[bool] = ...) -> None: ...
+
+class ModelStatus(_message.Message):
+    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error")
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PACKAGE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PACKAGE_HASH_FIELD_NUMBER: _ClassVar[int]
+    PACKAGE_PATH_FIELD_NUMBER: _ClassVar[int]
+    LANES_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    READY_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    generation: int
+    state: _common_pb2.ModelState
+    package_name: str
+    package_hash: str
+    package_path: str
+    lanes: _containers.RepeatedCompositeFieldContainer[LaneStatus]
+    queues: QueueDepths
+    ready_at: _timestamp_pb2.Timestamp
+    error: _common_pb2.ErrorStatus
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ...) -> None: ...
+
+class LaneStatus(_message.Message):
+    __slots__ = ("index", "state", "job_id", "kv_length")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KV_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    state: LaneState
+    job_id: str
+    kv_length: int
+    def __init__(self, index: _Optional[int] = ..., state: _Optional[_Union[LaneState, str]] = ..., job_id: _Optional[str] = ..., kv_length: _Optional[int] = ...) -> None: ...
+
+class QueueDepths(_message.Message):
+    __slots__ = ("decode_ready", "short_prefill", "long_prefill")
+    DECODE_READY_FIELD_NUMBER: _ClassVar[int]
+    SHORT_PREFILL_FIELD_NUMBER: _ClassVar[int]
+    LONG_PREFILL_FIELD_NUMBER: _ClassVar[int]
+    decode_ready: int
+    short_prefill: int
+    long_prefill: int
+    def __init__(self, decode_ready: _Optional[int] = ..., short_prefill: _Optional[int] = ..., long_prefill: _Optional[int] = ...) -> None: ...
+
+class JobSummary(_message.Message):
+    __slots__ = ("job_id", "model", "generation", "state", "lane", "prompt_tokens", "completion_tokens", "priority", "age_s", "client_request_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    model: str
+    generation: int
+    state: JobState
+    lane: int
+    prompt_tokens: int
+    completion_tokens: int
+    priority: int
+    age_s: float
+    client_request_id: str
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[JobState, str]] = ..., lane: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., priority: _Optional[int] = ..., age_s: _Optional[float] = ..., client_request_id: _Optional[str] = ...) -> None: ...
+
+class DeviceJobCounters(_message.Message):
+    __slots__ = ("submitted", "pending", "running", "finished", "left")
+    SUBMITTED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    submitted: int
+    pending: int
+    running: int
+    finished: int
+    left: int
+    def __init__(self, submitted: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., finished: _Optional[int] = ..., left: _Optional[int] = ...) -> None: ...
+
+class JobCounters(_message.Message):
+    __slots__ = ("accepted", "rejected", "completed", "cancelled", "failed", "recoveries")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    RECOVERIES_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    rejected: int
+    completed: int
+    cancelled: int
+    failed: int
+    recoveries: int
+    def __init__(self, accepted: _Optional[int] = ..., rejected: _Optional[int] = ..., completed: _Optional[int] = ..., cancelled: _Optional[int] = ..., failed: _Optional[int] = ..., recoveries: _Optional[int] = ...) -> None: ...
+
+class BufferPoolStatus(_message.Message):
+    __slots__ = ("in_use", "free", "quarantined", "waits")
+    IN_USE_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    in_use: int
+    free: int
+    quarantined: int
+    waits: int
+    def __init__(self, in_use: _Optional[int] = ..., free: _Optional[int] = ..., quarantined: _Optional[int] = ..., waits: _Optional[int] = ...) -> None: ...
+
+class ResetSummary(_message.Message):
+    __slots__ = ("count", "last_reason", "last_kind", "last_at", "last_ok", "budget")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_KIND_FIELD_NUMBER: _ClassVar[int]
+    LAST_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_OK_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    last_reason: str
+    last_kind: _common_pb2.ResetKind
+    last_at: _timestamp_pb2.Timestamp
+    last_ok: bool
+    budget: ResetBudget
+    def __init__(self, count: _Optional[int] = ..., last_reason: _Optional[str] = ..., last_kind: _Optional[_Union[_common_pb2.ResetKind, str]] = ..., last_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_ok: _Optional[bool] = ..., budget: _Optional[_Union[ResetBudget, _Mapping]] = ...) -> None: ...
+
+class WatchLoadRequest(_message.Message):
+    __slots__ = ("interval_ms",)
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    interval_ms: int
+    def __init__(self, interval_ms: _Optional[int] = ...) -> None: ...
+
+class LoadReport(_message.Message):
+    __slots__ = ("board", "timestamp", "status", "models", "sequence")
+    BOARD_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    board: str
+    timestamp: _timestamp_pb2.Timestamp
+    status: _common_pb2.ServingStatus
+    models: _containers.RepeatedCompositeFieldContainer[ModelLoad]
+    sequence: int
+    def __init__(self, board: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class ModelLoad(_message.Message):
+    __slots__ = ("alias", "generation", "state", "ready", "queue_depth", "running", "free_lanes", "lanes_total")
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    FREE_LANES_FIELD_NUMBER: _ClassVar[int]
+    LANES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    generation: int
+    state: _common_pb2.ModelState
+    ready: bool
+    queue_depth: int
+    running: int
+    free_lanes: int
+    lanes_total: int
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., ready: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., free_lanes: _Optional[int] = ..., lanes_total: _Optional[int] = ...) -> None: ...
+
+class GetModelRequest(_message.Message):
+    __slots__ = ("alias",)
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    def __init__(self, alias: _Optional[str] = ...) -> None: ...
+
+class GetModelResponse(_message.Message):
+    __slots__ = ("model", "tokenizer_json", "chat_template")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_JSON_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    model: ModelSummary
+    tokenizer_json: bytes
+    chat_template: str
+    def __init__(self, model: _Optional[_Union[ModelSummary, _Mapping]] = ..., tokenizer_json: _Optional[bytes] = ..., chat_template: _Optional[str] = ...) -> None: ...
+
+class ModelSummary(_message.Message):
+    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "model_role", "family", "quantization", "vocab_size", "context", "lanes", "eos_token_ids", "bos_token_id", "pad_token_id", "model_max_length")
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PACKAGE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PACKAGE_HASH_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ROLE_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    QUANTIZATION_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    LANES_FIELD_NUMBER: _ClassVar[int]
+    EOS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    BOS_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAD_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    generation: int
+    state: _common_pb2.ModelState
+    package_name: str
+    package_hash: str
+    model_role: str
+    family: str
+    quantization: str
+    vocab_size: int
+    context: int
+    lanes: int
+    eos_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    bos_token_id: int
+    pad_token_id: int
+    model_max_length: int
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., model_role: _Optional[str] = ..., family: _Optional[str] = ..., quantization: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context: _Optional[int] = ..., lanes: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., bos_token_id: _Optional[int] = ..., pad_token_id: _Optional[int] = ..., model_max_length: _Optional[int] = ...) -> None: ...
