@@ -73,6 +73,14 @@ class DeadlineExceeded(CalculetError):
     kind = ErrorKind.DEADLINE_EXCEEDED
 
 
+class PermissionDenied(CalculetError):
+    kind = ErrorKind.PERMISSION_DENIED
+
+
+class Unauthenticated(CalculetError):
+    kind = ErrorKind.UNAUTHENTICATED
+
+
 class FailedPrecondition(CalculetError):
     kind = ErrorKind.FAILED_PRECONDITION
 

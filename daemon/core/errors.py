@@ -1,0 +1,10 @@
+"""Typed errors of the core bookkeeping that callers need to tell apart from other failures."""
+
+from __future__ import annotations
+
+from calculet.daemon.errors import FailedPrecondition
+
+
+class StaleGeneration(FailedPrecondition):
+    """An object of one model generation reached a component of another (generation fencing):
+    a completion from an old generation must never write into the new generation's state."""

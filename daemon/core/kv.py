@@ -1,0 +1,444 @@
+"""KV lanes of one model generation, changed only through transactions (DESIGN.md section 3, seed 000 §7).
+
+The `KVManager` owns the bookkeeping of every KV lane of one configured model generation: which
+sequence owns a lane and how many KV tokens in it are committed (trusted). The device does not
+track lane lengths (it trusts `past_kv_len` in each job's row), so this is the single source of
+truth for what a lane holds.
+
+Data flow for one device job that extends a lane:
+
+    assign(owner)                      FREE -> ACTIVE      (scheduler: a new sequence gets a lane)
+    reserve(lane, owner, target, job)  ACTIVE -> RESERVED  (before submit; the Reservation goes with the job)
+    commit(reservation)                RESERVED -> ACTIVE  (valid completion: length = target)
+    rollback(reservation)              RESERVED -> ACTIVE  (submit error or cancel: length unchanged)
+    mark_unknown(lane)                 RESERVED|ACTIVE -> UNKNOWN (CCU exception, configuration reset)
+    rebuild(lane, owner)               UNKNOWN -> ACTIVE   (same owner, length 0: it re-prefills)
+    release(lane, owner)               ACTIVE|UNKNOWN -> FREE
+
+Ownership: a lane in ACTIVE/RESERVED/UNKNOWN belongs to exactly one sequence; while RESERVED it is
+also held by exactly one in-flight job (the Reservation's `job_id`) and the device may write KV
+positions `past_len .. target_len - 1`. A RESERVED lane cannot be released (the device may still
+write it): a cancelled sequence calls `release_when_idle`, and the lane is freed by the commit,
+rollback or mark_unknown that ends the reservation.
+
+Fault rule: call `mark_unknown` only once the device no longer writes the lane (its job finished,
+e.g. as CCU_EXCEPTION, or the device was reset). After a wait timeout with no reset the whole
+generation is retired instead, and with it this manager.
+
+Generation fencing: a manager belongs to exactly one generation; Reservations and handles carry it,
+and a Reservation of another generation raises `StaleGeneration`. Capacity is a return value:
+`assign` returns None when no lane is free and changes nothing. Thread-safety: one lock per manager;
+every public method is atomic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from enum import Enum
+
+from calculet.daemon.core.errors import StaleGeneration
+from calculet.daemon.core.ids import JobId, SequenceId
+from calculet.daemon.device.types import RowSpec
+from calculet.daemon.errors import FailedPrecondition, IllegalTransition, InvalidArgument
+from calculet.daemon.lifecycle import Lifecycle, table
+
+
+class LaneState(Enum):
+    """State of one KV lane (see the module docstring for the edges)."""
+
+    FREE = "free"  # no owner, length 0
+    ACTIVE = "active"  # owned; `length` committed tokens; no job in flight
+    RESERVED = "reserved"  # owned; one in-flight job extends it from `length` to the reservation target
+    UNKNOWN = "unknown"  # owned; KV untrusted after a fault; never read; reset to 0 before reuse
+
+
+LANE_TRANSITIONS = table(
+    [
+        (LaneState.FREE, [LaneState.ACTIVE]),
+        (LaneState.ACTIVE, [LaneState.RESERVED, LaneState.UNKNOWN, LaneState.FREE]),
+        (LaneState.RESERVED, [LaneState.ACTIVE, LaneState.UNKNOWN]),
+        (LaneState.UNKNOWN, [LaneState.ACTIVE, LaneState.FREE]),
+    ]
+)
+
+
+class LaneNotOwned(FailedPrecondition):
+    """The lane is free or belongs to another sequence."""
+
+
+class OwnerHasLane(FailedPrecondition):
+    """The sequence already owns a lane (a sequence holds at most one)."""
+
+
+class StaleReservation(FailedPrecondition):
+    """The reservation no longer describes the lane: it was already committed or rolled back, or
+    a fault (mark_unknown) ended it. Its job's result must not touch the lane."""
+
+
+@dataclass(frozen=True)
+class LaneHandle:
+    """A lane just given to (or rebuilt for) `owner`, with committed length 0."""
+
+    lane: int
+    owner: SequenceId
+    generation: int
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One in-flight job's right to extend `lane` from `past_len` to `target_len` KV tokens.
+
+    Created by `KVManager.reserve`; the executor keeps it with the job and ends it exactly once
+    with `commit` or `rollback` (or a fault ends it through `mark_unknown`).
+
+    Attributes:
+        token: unique per reservation of a manager; tells a stale copy from the live one.
+    """
+
+    lane: int
+    owner: SequenceId
+    job_id: JobId
+    generation: int
+    past_len: int
+    target_len: int
+    token: int
+
+    @property
+    def new_tokens(self) -> int:
+        """Tokens the job feeds into the lane (`cur_seq_len`)."""
+        return self.target_len - self.past_len
+
+    def row(self) -> RowSpec:
+        """The device row registers for this reservation."""
+        return RowSpec(lane=self.lane, past_kv_len=self.past_len, cur_seq_len=self.new_tokens)
+
+
+@dataclass(frozen=True)
+class LaneSnapshot:
+    """Status view of one lane.
+
+    Attributes:
+        length: committed KV tokens (0 unless ACTIVE or RESERVED).
+        job_id / target_len: the in-flight reservation, when RESERVED.
+        release_pending: the owner cancelled; the lane is freed when its job ends.
+    """
+
+    lane: int
+    state: LaneState
+    owner: SequenceId | None
+    length: int
+    job_id: JobId | None
+    target_len: int | None
+    release_pending: bool
+
+
+class _Lane:
+    """Mutable record of one lane; only `KVManager` touches it, under its lock."""
+
+    def __init__(self, index: int, generation: int) -> None:
+        self.index = index
+        self.life: Lifecycle[LaneState] = Lifecycle(
+            f"KV lane {index} gen {generation}", LaneState.FREE, LANE_TRANSITIONS
+        )
+        self.owner: SequenceId | None = None
+        self.length = 0
+        self.reservation: Reservation | None = None
+        self.release_pending = False
+
+    def snapshot(self) -> LaneSnapshot:
+        r = self.reservation
+        return LaneSnapshot(
+            lane=self.index,
+            state=self.life.state,
+            owner=self.owner,
+            length=self.length,
+            job_id=r.job_id if r else None,
+            target_len=r.target_len if r else None,
+            release_pending=self.release_pending,
+        )
+
+
+class KVManager:
+    """Transactional KV lanes of one model generation.
+
+    Args:
+        lanes: number of KV lanes of the configured model (>= 1).
+        lane_context: maximum KV tokens per lane (>= 1).
+        generation: the model generation this manager belongs to.
+
+    Raises:
+        InvalidArgument: lanes or lane_context < 1.
+    """
+
+    def __init__(self, lanes: int, lane_context: int, generation: int) -> None:
+        if lanes < 1:
+            raise InvalidArgument(f"KV lanes must be >= 1, got {lanes}")
+        if lane_context < 1:
+            raise InvalidArgument(f"KV lane context must be >= 1, got {lane_context}")
+        self.lanes = lanes
+        self.lane_context = lane_context
+        self.generation = generation
+        self._lock = threading.Lock()
+        self._lanes = [_Lane(i, generation) for i in range(lanes)]
+        self._free: set[int] = set(range(lanes))
+        self._by_owner: dict[SequenceId, int] = {}
+        self._tokens = itertools.count(1)
+
+    # ---- queries -------------------------------------------------------------------------
+
+    def free_count(self) -> int:
+        """Lanes in FREE (what admission compares a request's need against)."""
+        with self._lock:
+            return len(self._free)
+
+    def all_idle(self) -> bool:
+        """True when every lane is FREE (leak check: nothing owned, nothing in flight)."""
+        with self._lock:
+            return len(self._free) == self.lanes
+
+    def lane_of(self, owner: SequenceId) -> int | None:
+        """The lane `owner` holds, or None."""
+        with self._lock:
+            return self._by_owner.get(owner)
+
+    def snapshot(self) -> tuple[LaneSnapshot, ...]:
+        """Every lane's state, owner, committed length and in-flight job, in lane order."""
+        with self._lock:
+            return tuple(lane.snapshot() for lane in self._lanes)
+
+    def lane(self, lane: int) -> LaneSnapshot:
+        """One lane's snapshot.
+
+        Raises:
+            InvalidArgument: lane index out of range.
+        """
+        with self._lock:
+            return self._get(lane).snapshot()
+
+    # ---- transactions --------------------------------------------------------------------
+
+    def assign(self, owner: SequenceId) -> LaneHandle | None:
+        """Give the lowest-numbered free lane to `owner` (FREE -> ACTIVE, length 0).
+
+        Returns:
+            The handle, or None when no lane is free (nothing changes).
+
+        Raises:
+            OwnerHasLane: `owner` already holds a lane.
+        """
+        with self._lock:
+            held = self._by_owner.get(owner)
+            if held is not None:
+                raise OwnerHasLane(f"sequence {owner!r} already holds KV lane {held}")
+            if not self._free:
+                return None
+            index = min(self._free)
+            lane = self._lanes[index]
+            lane.life.move(LaneState.ACTIVE)
+            self._free.remove(index)
+            lane.owner, lane.length = owner, 0
+            self._by_owner[owner] = index
+            return LaneHandle(index, owner, self.generation)
+
+    def reserve(self, lane: int, owner: SequenceId, target_len: int, job_id: JobId) -> Reservation:
+        """Reserve `lane` for one job extending it from its committed length to `target_len`.
+
+        Every check runs before anything changes.
+
+        Raises:
+            InvalidArgument: lane out of range; `target_len` beyond `lane_context`, or not
+                greater than the committed length.
+            LaneNotOwned: the lane is free or held by another sequence.
+            FailedPrecondition: the owner cancelled (release pending).
+            IllegalTransition: the lane is not ACTIVE (already RESERVED, or UNKNOWN).
+        """
+        with self._lock:
+            rec = self._owned(lane, owner)
+            if rec.release_pending:
+                raise FailedPrecondition(f"KV lane {lane}: sequence {owner!r} is being released")
+            if not rec.life.can_move(LaneState.RESERVED):
+                raise IllegalTransition(f"KV lane {lane} is {rec.life.state.name}, only an ACTIVE lane can be reserved")
+            if target_len > self.lane_context:
+                raise InvalidArgument(
+                    f"KV lane {lane}: target length {target_len} exceeds lane context {self.lane_context}"
+                )
+            if target_len <= rec.length:
+                raise InvalidArgument(
+                    f"KV lane {lane}: target length {target_len} must exceed committed length {rec.length}"
+                )
+            token = next(self._tokens)
+            res = Reservation(lane, owner, job_id, self.generation, rec.length, target_len, token)
+            rec.life.move(LaneState.RESERVED)
+            rec.reservation = res
+            return res
+
+    def commit(self, reservation: Reservation) -> LaneSnapshot:
+        """The job finished with valid output: its KV positions are trusted (length = target).
+
+        If the owner cancelled meanwhile (`release_when_idle`), the lane is then freed.
+
+        Returns:
+            The lane after the commit (FREE if it was released).
+
+        Raises:
+            StaleGeneration: the reservation belongs to another generation.
+            StaleReservation: it was already ended (commit, rollback or mark_unknown).
+            InvalidArgument: lane out of range.
+        """
+        with self._lock:
+            rec = self._live(reservation)
+            rec.life.move(LaneState.ACTIVE)
+            rec.length = reservation.target_len
+            return self._end_reservation(rec)
+
+    def rollback(self, reservation: Reservation) -> LaneSnapshot:
+        """The job did not run or its result is discarded and its KV writes (if any) lie beyond
+        the committed length, where nothing reads them: length stays as before the reserve.
+
+        Returns:
+            The lane after the rollback (FREE if it was released).
+
+        Raises:
+            StaleGeneration: the reservation belongs to another generation.
+            StaleReservation: it was already ended.
+            InvalidArgument: lane out of range.
+        """
+        with self._lock:
+            rec = self._live(reservation)
+            rec.life.move(LaneState.ACTIVE)
+            return self._end_reservation(rec)
+
+    def mark_unknown(self, lane: int) -> LaneSnapshot:
+        """A fault left the lane's KV untrusted (ACTIVE or RESERVED -> UNKNOWN, length 0).
+
+        Any reservation on the lane becomes stale. Call only once the device no longer writes the
+        lane. If the owner cancelled, the lane is freed at once.
+
+        Returns:
+            The lane afterwards (UNKNOWN, or FREE if it was released).
+
+        Raises:
+            InvalidArgument: lane out of range.
+            IllegalTransition: the lane is FREE or already UNKNOWN.
+        """
+        with self._lock:
+            return self._mark_unknown(self._get(lane))
+
+    def mark_all_unknown(self) -> list[int]:
+        """Mark every ACTIVE or RESERVED lane UNKNOWN (e.g. after `reset_configuration`, which
+        clears all lanes). Returns the lanes marked."""
+        with self._lock:
+            hit = [
+                rec
+                for rec in self._lanes
+                if rec.life.state in (LaneState.ACTIVE, LaneState.RESERVED)  # FREE/UNKNOWN: nothing to lose
+            ]
+            for rec in hit:
+                self._mark_unknown(rec)
+            return [rec.index for rec in hit]
+
+    def rebuild(self, lane: int, owner: SequenceId) -> LaneHandle:
+        """Give an UNKNOWN lane back to its owner empty (UNKNOWN -> ACTIVE, length 0); the owner
+        re-prefills its prompt and generated tokens.
+
+        Raises:
+            InvalidArgument: lane out of range.
+            LaneNotOwned: the lane is free or held by another sequence.
+            IllegalTransition: the lane is not UNKNOWN.
+        """
+        with self._lock:
+            rec = self._owned(lane, owner)
+            if rec.life.state is not LaneState.UNKNOWN:
+                # RESERVED -> ACTIVE is a legal edge (commit/rollback) but not a rebuild.
+                raise IllegalTransition(f"KV lane {lane} is {rec.life.state.name}, only UNKNOWN is rebuilt")
+            rec.life.move(LaneState.ACTIVE)
+            rec.length = 0
+            return LaneHandle(lane, owner, self.generation)
+
+    def release(self, lane: int, owner: SequenceId) -> None:
+        """Free an ACTIVE or UNKNOWN lane (-> FREE, length 0).
+
+        Raises:
+            InvalidArgument: lane out of range.
+            LaneNotOwned: the lane is free or held by another sequence.
+            IllegalTransition: the lane is RESERVED (the device may still write it; use
+                `release_when_idle`).
+        """
+        with self._lock:
+            rec = self._owned(lane, owner)
+            if rec.life.state is LaneState.RESERVED:
+                raise IllegalTransition(
+                    f"KV lane {lane} is RESERVED by job {rec.reservation and rec.reservation.job_id}: "
+                    "it cannot be released while the device may write it (use release_when_idle)"
+                )
+            self._free_lane(rec)
+
+    def release_when_idle(self, lane: int, owner: SequenceId) -> bool:
+        """Release now if no job is in flight on the lane; otherwise mark it so the commit,
+        rollback or mark_unknown that ends the reservation frees it (cancel path).
+
+        Returns:
+            True if the lane was freed now, False if the release is pending.
+
+        Raises:
+            InvalidArgument: lane out of range.
+            LaneNotOwned: the lane is free or held by another sequence.
+        """
+        with self._lock:
+            rec = self._owned(lane, owner)
+            if rec.life.state is LaneState.RESERVED:
+                rec.release_pending = True
+                return False
+            self._free_lane(rec)
+            return True
+
+    # ---- internals (lock held) -----------------------------------------------------------
+
+    def _get(self, lane: int) -> _Lane:
+        if not 0 <= lane < self.lanes:
+            raise InvalidArgument(f"KV lane {lane} out of range 0..{self.lanes - 1}")
+        return self._lanes[lane]
+
+    def _owned(self, lane: int, owner: SequenceId) -> _Lane:
+        rec = self._get(lane)
+        if rec.owner != owner:
+            held = "free" if rec.owner is None else f"held by {rec.owner!r}"
+            raise LaneNotOwned(f"KV lane {lane} is {held}, not by {owner!r}")
+        return rec
+
+    def _live(self, reservation: Reservation) -> _Lane:
+        if reservation.generation != self.generation:
+            raise StaleGeneration(
+                f"reservation of job {reservation.job_id} is for generation {reservation.generation}, "
+                f"KV manager is generation {self.generation}"
+            )
+        rec = self._get(reservation.lane)
+        if rec.reservation != reservation:
+            raise StaleReservation(
+                f"KV lane {reservation.lane}: reservation of job {reservation.job_id} was already ended "
+                f"(lane is {rec.life.state.name})"
+            )
+        return rec
+
+    def _end_reservation(self, rec: _Lane) -> LaneSnapshot:
+        rec.reservation = None
+        if rec.release_pending:
+            self._free_lane(rec)
+        return rec.snapshot()
+
+    def _mark_unknown(self, rec: _Lane) -> LaneSnapshot:
+        rec.life.move(LaneState.UNKNOWN)
+        rec.length = 0  # nothing in the lane is trusted; rebuild starts from 0
+        rec.reservation = None
+        if rec.release_pending:
+            self._free_lane(rec)
+        return rec.snapshot()
+
+    def _free_lane(self, rec: _Lane) -> None:
+        rec.life.move(LaneState.FREE)
+        assert rec.owner is not None  # every non-FREE lane has an owner
+        del self._by_owner[rec.owner]
+        rec.owner, rec.length, rec.reservation, rec.release_pending = None, 0, None, False
+        self._free.add(rec.index)

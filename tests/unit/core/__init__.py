@@ -1,0 +1,1 @@
+"""Unit tests of calculet.daemon.core (KV lanes, admission, job buffer pool)."""
