@@ -1,0 +1,156 @@
+"""One chip of the numeric kernel: its tensor-parallel weight block and its share of the KV cache.
+
+Data flow per layer (driven by numeric.py): the kernel hands every chip the same normed
+activations; each chip computes q/k/v for ITS heads, writes k/v into ITS cache, attends, and
+returns a partial o-projection; each chip runs every routed expert over ITS slice of the
+intermediate dimension and returns a partial MoE output; each chip returns logits for ITS half of
+the vocab. The kernel sums partials (all-reduce) and concatenates vocab halves (gather).
+
+Ownership: a `ChipShard` owns its weight arrays (read-only after load) and its KV arrays
+`k_cache` / `v_cache` [lanes, layers, kv_heads_on_chip, lane_context, head_dim] (emulated device
+memory). Which request a lane belongs to is the daemon's business; the shard writes the
+(lane, slot) pairs it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from calculet.daemon.calsim.kernels.ops import causal_attention, moe_experts, rms_norm, rope
+from calculet.daemon.calsim.kernels.weights import CHIPS
+from calculet.daemon.package.manifest import Architecture
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive tokens of one call that go to one lane: rows `first..first+count-1` of the
+    activations are written at slots `start..start+count-1` of `lane` and attend to slots
+    0..(own slot) of that lane."""
+
+    lane: int
+    start: int
+    first: int
+    count: int
+
+
+@dataclass(frozen=True)
+class _Layer:
+    w_qkv: np.ndarray  # [H, (q + 2 kv) * D]: this chip's wq | wk | wv columns, fused at load
+    q_norm: np.ndarray
+    k_norm: np.ndarray
+    wo: np.ndarray  # [q * D, H]
+    w_gate_up: np.ndarray  # [E, H, 2 * I/2]: this chip's gate | up slices, fused at load
+    w_down: np.ndarray  # [E, I/2, H]
+
+
+class ChipShard:
+    """One chip: weights from its param block, KV for its kv heads.
+
+    Args:
+        chip: 0 or 1 (chip mask 1 << chip).
+        block: the chip's tensors, already checked against `weights.chip_shapes(arch, chip)`.
+        arch: full geometry.
+        lanes, lane_context: KV lanes and slots per lane.
+        kv_dtype: numpy dtype of the cache (float32 or bfloat16).
+    """
+
+    def __init__(
+        self,
+        chip: int,
+        block: Mapping[str, np.ndarray],
+        arch: Architecture,
+        lanes: int,
+        lane_context: int,
+        kv_dtype: np.dtype,
+    ) -> None:
+        self.chip = chip
+        self.arch = arch
+        self.q_heads = arch.q_heads // CHIPS
+        self.kv_heads = arch.kv_heads // CHIPS
+        self.embed = block.get("embed")  # chip 0 only
+        self.lm_head = block["lm_head"]  # [V/2, H]
+        self.layers = [self._layer(block, f"layers.{i}.") for i in range(arch.layers)]
+        shape = (lanes, arch.layers, self.kv_heads, lane_context, arch.head_dim)
+        self.k_cache = np.zeros(shape, dtype=kv_dtype)
+        self.v_cache = np.zeros(shape, dtype=kv_dtype)
+
+    @staticmethod
+    def _layer(block: Mapping[str, np.ndarray], p: str) -> _Layer:
+        return _Layer(
+            w_qkv=np.concatenate([block[p + "wq"], block[p + "wk"], block[p + "wv"]], axis=1),
+            q_norm=block[p + "q_norm"],
+            k_norm=block[p + "k_norm"],
+            wo=block[p + "wo"],
+            w_gate_up=np.concatenate([block[p + "w_gate"], block[p + "w_up"]], axis=2),
+            w_down=block[p + "w_down"],
+        )
+
+    def attention(
+        self, layer: int, h: np.ndarray, positions: np.ndarray, slots: np.ndarray, segments: Sequence[Segment]
+    ) -> np.ndarray:
+        """This chip's partial attention output for normed activations `h`.
+
+        Writes k/v of every row into this chip's cache first (row i at `slots[i]` of its segment's
+        lane), then attends each segment over its lane.
+
+        Args:
+            layer: layer index.
+            h: float32 [T, H], attn-normed residual stream.
+            positions: int64 [T] RoPE positions.
+            slots: int64 [T] KV slot of each row.
+            segments: how rows map to lanes; rows of one segment are consecutive slots.
+
+        Returns:
+            float32 [T, H], to be summed over chips.
+        """
+        w = self.layers[layer]
+        t, d, eps = h.shape[0], self.arch.head_dim, self.arch.rms_norm_eps
+        qkv = h @ w.w_qkv
+        nq, nkv = self.q_heads * d, self.kv_heads * d
+        q = qkv[:, :nq].reshape(t, self.q_heads, d)
+        k = qkv[:, nq : nq + nkv].reshape(t, self.kv_heads, d)
+        v = qkv[:, nq + nkv :].reshape(t, self.kv_heads, d)
+        q = rope(rms_norm(q, w.q_norm, eps), positions, self.arch.rope_theta)
+        k = rope(rms_norm(k, w.k_norm, eps), positions, self.arch.rope_theta)
+        lanes = np.concatenate([np.full(s.count, s.lane, dtype=np.int64) for s in segments])
+        # Advanced indices around a slice put the row axis first: target shape [T, kv_heads, D].
+        self.k_cache[lanes, layer, :, slots] = k
+        self.v_cache[lanes, layer, :, slots] = v
+        out = np.empty((t, self.q_heads, d), dtype=np.float32)
+        for s in segments:
+            end = s.start + s.count
+            kc = self.k_cache[s.lane, layer, :, :end].astype(np.float32, copy=False)
+            vc = self.v_cache[s.lane, layer, :, :end].astype(np.float32, copy=False)
+            rows = slice(s.first, s.first + s.count)
+            out[rows] = causal_attention(q[rows], kc, vc, slots[rows])
+        return out.reshape(t, nq) @ w.wo
+
+    def moe(self, layer: int, h: np.ndarray, experts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """This chip's partial MoE output over its slice of every expert's intermediate dim.
+
+        Returns:
+            float32 [T, H], to be summed over chips.
+        """
+        w = self.layers[layer]
+        return moe_experts(h, experts, weights, w.w_gate_up, w.w_down)
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """Logits for this chip's vocab rows: float32 [T, V/2], to be concatenated in chip order."""
+        out: np.ndarray = x @ self.lm_head.T
+        return out
+
+    def clear_lane(self, lane: int) -> None:
+        self.k_cache[lane] = 0
+        self.v_cache[lane] = 0
+
+    def corrupt_lane(self, lane: int, rng: np.random.Generator) -> None:
+        shape = self.k_cache[lane].shape
+        self.k_cache[lane] = rng.standard_normal(shape, dtype=np.float32).astype(self.k_cache.dtype)
+        self.v_cache[lane] = rng.standard_normal(shape, dtype=np.float32).astype(self.v_cache.dtype)
+
+    @property
+    def kv_bytes(self) -> int:
+        return int(self.k_cache.nbytes + self.v_cache.nbytes)

@@ -1,0 +1,1 @@
+"""Tests of the calsim compute kernels (numeric and synthetic)."""
