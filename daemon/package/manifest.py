@@ -329,9 +329,7 @@ def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
     r = _Reader(raw, "manifest")
     version = r.int_("schema_version")
     if version != SCHEMA_VERSION:
-        raise ManifestError(
-            f"manifest.schema_version: {version} is not supported (this build reads {SCHEMA_VERSION})"
-        )
+        raise ManifestError(f"manifest.schema_version: {version} is not supported (this build reads {SCHEMA_VERSION})")
     a = r.sub("architecture")
     arch = Architecture(
         a.str_("family"), a.int_("layers"), a.int_("hidden_size"), a.int_("q_heads"), a.int_("kv_heads"),
@@ -376,9 +374,7 @@ def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
     )
     c = r.sub("compatibility")
     compat = Compatibility(c.str_("runtime"), c.str_("driver"), c.strmap("compiler"))
-    files = tuple(
-        FileEntry(f.str_("path"), f.int_("size"), f.str_("sha256"), f.str_("role")) for f in r.subs("files")
-    )
+    files = tuple(FileEntry(f.str_("path"), f.int_("size"), f.str_("sha256"), f.str_("role")) for f in r.subs("files"))
     tk = r.sub("tokenizer")
     bos = tk.int_("bos_token_id", None)
     pad = tk.int_("pad_token_id", None)

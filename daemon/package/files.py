@@ -1,0 +1,136 @@
+"""File-level checks of a package directory against the manifest's file list.
+
+This module owns everything about bytes on disk: that every listed path stays inside the
+package (no `..`, no absolute path, no symlink leading out), is listed once, exists as a regular
+file, has the declared size and SHA-256 (streamed in chunks, never read whole), and that the
+directory holds nothing unlisted besides the manifest. It reads the package, never writes it.
+Findings go to the caller's `Findings` as `file.*` codes. A file whose size is wrong is not
+hashed: its digest would differ anyway, and one defect gets one message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from calculet.daemon.package.manifest import MANIFEST_NAME, FileEntry
+from calculet.daemon.package.report import Findings
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+HASH_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path, chunk: int = HASH_CHUNK) -> str:
+    """Hex SHA-256 of a file, read `chunk` bytes at a time."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def normalize(rel: str) -> str | None:
+    """Package-relative posix path in canonical form, or None when it is absolute or climbs out."""
+    if not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel or re.match(r"^[A-Za-z]:", rel):
+        return None
+    norm = posixpath.normpath(rel)
+    if norm == ".." or norm.startswith("../") or norm == ".":
+        return None
+    return norm
+
+
+def resolve_inside(root: Path, rel: str) -> Path | None:
+    """`root / rel` with symlinks resolved, or None when it resolves outside `root` (or loops)."""
+    try:
+        real = (root / rel).resolve()
+    except (OSError, RuntimeError, ValueError):  # symlink loop: RuntimeError before 3.13, OSError after
+        return None
+    return real if real.is_relative_to(root) else None
+
+
+class FileChecker:
+    """Checks one package directory's files.
+
+    Args:
+        root: the package directory, already resolved (symlinks in it followed).
+        findings: collector owned by the caller.
+        verify_hashes: hash every file (the default); False skips SHA-256 for quick checks.
+    """
+
+    def __init__(self, root: Path, findings: Findings, verify_hashes: bool = True) -> None:
+        self.root = root
+        self.findings = findings
+        self.verify_hashes = verify_hashes
+
+    def check(self, entries: Sequence[FileEntry]) -> None:
+        listed: set[str] = set()
+        for i, entry in enumerate(entries):
+            where = f"manifest.files[{i}]"
+            norm = normalize(entry.path)
+            if norm is None:
+                self.findings.add(
+                    "file.path_escape", where, f"{entry.path!r} is not package-relative (absolute, '..' or invalid)"
+                )
+                continue
+            if norm in listed:
+                self.findings.add("file.duplicate", where, f"{norm} is listed more than once")
+                continue
+            listed.add(norm)
+            try:
+                self._entry(entry, norm, where)
+            except OSError as exc:  # permissions, I/O error: the file is there but we cannot judge it
+                self.findings.add("file.unreadable", where, f"{norm} cannot be read: {exc.strerror or exc}")
+        self._extras(listed)
+
+    def _entry(self, entry: FileEntry, norm: str, where: str) -> None:
+        """Path kind, then size, then (if the size is right) SHA-256.
+
+        Raises:
+            OSError: the file or its folder cannot be stat'ed or read.
+        """
+        if not _SHA256.match(entry.sha256):
+            self.findings.add("file.hash", where, f"{norm}: sha256 {entry.sha256!r} is not 64 lowercase hex digits")
+        path = self.root / norm
+        if not path.exists() and not path.is_symlink():
+            self.findings.add("file.missing", where, f"{norm} is listed but not in the package")
+            return
+        real = resolve_inside(self.root, norm)
+        if real is None:
+            self.findings.add("file.path_escape", where, f"{norm} is a symlink that resolves outside the package")
+            return
+        if not real.is_file():
+            what = "missing (dangling symlink)" if not real.exists() else "not a regular file"
+            code = "file.missing" if not real.exists() else "file.not_regular"
+            self.findings.add(code, where, f"{norm} is {what}")
+            return
+        size = real.stat().st_size
+        if size != entry.size:
+            delta = size - entry.size
+            kind = f"oversized by {delta:,} B" if delta > 0 else f"short by {-delta:,} B"
+            self.findings.add("file.size", where, f"{norm} is {size:,} B, manifest says {entry.size:,} B ({kind})")
+            return
+        if self.verify_hashes and _SHA256.match(entry.sha256):
+            digest = sha256_file(real)
+            if digest != entry.sha256:
+                self.findings.add("file.hash", where, f"{norm}: sha256 is {digest}, manifest says {entry.sha256}")
+
+    def _extras(self, listed: set[str]) -> None:
+        """Report every file or symlink under the root that the manifest does not list."""
+
+        def unlistable(exc: OSError) -> None:
+            rel = Path(exc.filename or self.root).relative_to(self.root).as_posix()
+            self.findings.add("file.unreadable", rel, f"folder {rel} cannot be listed: {exc.strerror or exc}")
+
+        for dirpath, dirnames, filenames in os.walk(self.root, onerror=unlistable):
+            base = Path(dirpath)
+            # Symlinked directories are not descended into (os.walk default) but are entries too.
+            links = [d for d in dirnames if (base / d).is_symlink()]
+            for name in sorted([*filenames, *links]):
+                rel = (base / name).relative_to(self.root).as_posix()
+                if rel == MANIFEST_NAME or rel in listed:
+                    continue
+                self.findings.add("file.extra", rel, f"{rel} is in the package but not listed in the manifest")

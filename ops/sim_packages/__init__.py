@@ -1,0 +1,12 @@
+"""calsim model packages: `calctl package build-sim` and the Python API behind it.
+
+`build_sim_package(preset, out_dir, ...)` writes a vendor-shaped package directory (param
+blocks, prefill/decode stand-in folders, tokenizer folder, `calculet-package.json`) for one of
+`PRESETS`: `tiny` (numeric kernel, real tiny weights, tokenizer trained at build time) or
+`qwen3-30b-a3b` (synthetic kernel, real geometry, memory and timing, stand-in weights).
+See build.py for the data flow.
+"""
+
+from calculet.ops.sim_packages.build import PRESETS, build_sim_package
+
+__all__ = ["PRESETS", "build_sim_package"]

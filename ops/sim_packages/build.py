@@ -1,0 +1,249 @@
+"""`build_sim_package`: orchestrates one calsim package build from a preset.
+
+Data flow: resolve options (decode batches, lanes, lane context) -> train the tokenizer -> the
+preset's geometry and parameter plan (in memory) -> capacity check (refuse before writing) ->
+in a staging directory: param blocks, one stand-in folder per submodel, tokenizer folder ->
+file list (sizes, SHA-256, roles) -> manifest -> golden from the package's own kernel ->
+`calculet-package.json` -> swap the staging directory into OUT. Nothing is written into OUT
+unless the whole build succeeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.package.capacity import MemoryModel, kv_bytes_per_token
+from calculet.daemon.package.manifest import (
+    SCHEMA_VERSION,
+    Architecture,
+    GoldenDecl,
+    KVDecl,
+    MemoryDecl,
+    PackageManifest,
+    SubmodelDecl,
+    TokenizerDecl,
+    write_manifest,
+)
+from calculet.ops.sim_packages import capacity
+from calculet.ops.sim_packages.capacity import KV_SPLIT
+from calculet.ops.sim_packages.chat_template import load_chat_template, render_chat
+from calculet.ops.sim_packages.golden import GOLDEN_DECODE_STEPS, GOLDEN_MESSAGES, compute_golden
+from calculet.ops.sim_packages.output import StagedOutput
+from calculet.ops.sim_packages.preset import ParamBlocks, SimPreset
+from calculet.ops.sim_packages.qwen import QwenPreset
+from calculet.ops.sim_packages.standins import write_submodel_folder
+from calculet.ops.sim_packages.submodels import MAX_DECODE_BATCH, all_submodels
+from calculet.ops.sim_packages.timing import sim_timing
+from calculet.ops.sim_packages.tiny import TinyPreset
+from calculet.ops.sim_packages.tokenizer import (
+    TrainedTokenizer,
+    tokenizer_config,
+    tokenizer_json,
+    train_tokenizer,
+)
+from calculet.ops.sim_packages.writer import PackageWriter
+
+PRESETS: Mapping[str, SimPreset] = {p.name: p for p in (TinyPreset(), QwenPreset())}
+MODEL_ROLE = "llm"
+KV_DTYPE = "bf16"
+KV_LAYOUT = "lane-major"
+TOKENIZER_DIR = "tokenizer"
+_NO_GOLDEN = GoldenDecl(prompt_tokens=(), prefill_top=(), decode_tokens=(), logit_atol=0.0)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything a build decided before writing a byte.
+
+    Attributes:
+        memory: the capacity planner's view of the package (per-chip figures, KV bytes per token,
+            calbin context, the chosen lanes and lane context), already checked to fit.
+
+    Ownership: the plan owns `params` (tensors or stand-in bytes) until they are written.
+    """
+
+    preset: SimPreset
+    tokenizer: TrainedTokenizer
+    golden_prompt: list[int]
+    arch: Architecture
+    params: ParamBlocks
+    decode_batches: tuple[int, ...]
+    lanes: int
+    lane_context: int
+    memory: MemoryModel
+
+
+def check_decode_batches(batches: Sequence[int]) -> tuple[int, ...]:
+    """Validate decode batch sizes; returns them ascending.
+
+    Raises:
+        InvalidArgument: empty, a value outside 1..MAX_DECODE_BATCH, or a duplicate.
+    """
+    if not batches:
+        raise InvalidArgument("decode batches: at least one is needed")
+    for b in batches:
+        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_DECODE_BATCH:
+            raise InvalidArgument(f"decode batch {b!r}: must be an integer in 1..{MAX_DECODE_BATCH}")
+    dupes = sorted({b for b in batches if list(batches).count(b) > 1})
+    if dupes:
+        raise InvalidArgument(f"decode batches: {', '.join(map(str, dupes))} given more than once")
+    return tuple(sorted(batches))
+
+
+def get_preset(name: str) -> SimPreset:
+    """Raises InvalidArgument for an unknown preset name."""
+    if name not in PRESETS:
+        raise InvalidArgument(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    return PRESETS[name]
+
+
+def _check_lanes(
+    preset: SimPreset, batches: Sequence[int], lanes: int | None, lane_context: int | None, prompt_len: int
+) -> None:
+    """Raises InvalidArgument for explicit lanes / lane context the package could not use."""
+    if lanes is not None and lanes < max(batches):
+        raise InvalidArgument(
+            f"lanes {lanes} < largest decode batch {max(batches)}: that submodel could never be filled"
+        )
+    if lane_context is None:
+        return
+    if not 1 <= lane_context <= preset.context:
+        raise InvalidArgument(f"lane context {lane_context}: must be in 1..{preset.context} (the calbin context)")
+    # The validator counts every golden token (prompt + all greedy tokens) against the context.
+    golden_len = prompt_len + GOLDEN_DECODE_STEPS + 1
+    if lane_context < golden_len:
+        raise InvalidArgument(
+            f"lane context {lane_context}: the golden run needs {golden_len} tokens "
+            f"({prompt_len} prompt + {GOLDEN_DECODE_STEPS + 1} greedy)"
+        )
+
+
+def plan_build(
+    preset_name: str,
+    decode_batches: Sequence[int] | None = None,
+    lanes: int | None = None,
+    lane_context: int | None = None,
+) -> BuildPlan:
+    """Decide the whole package (tokenizer trained, params planned, capacity checked), write nothing.
+
+    Raises:
+        InvalidArgument: bad preset, batches, lanes or lane context.
+        FailedPrecondition: params + workspace + KV do not fit a chip's DRAM.
+    """
+    preset = get_preset(preset_name)
+    batches = check_decode_batches(preset.default_decode_batches if decode_batches is None else decode_batches)
+    tokenizer = train_tokenizer()
+    prompt = golden_prompt_tokens(tokenizer)
+    _check_lanes(preset, batches, lanes, lane_context, len(prompt))
+    arch = preset.architecture(tokenizer.vocab_size + tokenizer.vocab_size % 2)
+    params = preset.params(arch)
+    bpt = kv_bytes_per_token(arch, KV_DTYPE)
+    n_lanes = preset.default_lanes(batches) if lanes is None else lanes
+    # Sized first against the calbin context, then narrowed to the lane context chosen.
+    model = capacity.memory_model(preset.package_name, params.memory, bpt, preset.context, n_lanes, preset.context)
+    if lane_context is None:
+        lane_context = capacity.max_lane_context(model, n_lanes, preset.device)
+    capacity.check_fits(model, n_lanes, lane_context, preset.device)
+    model = dataclasses.replace(model, lane_context=lane_context)
+    return BuildPlan(preset, tokenizer, prompt, arch, params, batches, n_lanes, lane_context, model)
+
+
+def write_tokenizer_folder(writer: PackageWriter, tokenizer: TrainedTokenizer, model_max_length: int) -> TokenizerDecl:
+    """Write `tokenizer/` (tokenizer.json, tokenizer_config.json, chat_template.jinja); returns its
+    manifest entry."""
+    tok_path, tpl_path = f"{TOKENIZER_DIR}/tokenizer.json", f"{TOKENIZER_DIR}/chat_template.jinja"
+    writer.write_text(tok_path, tokenizer_json(tokenizer), "tokenizer")
+    writer.write_json(
+        f"{TOKENIZER_DIR}/tokenizer_config.json", tokenizer_config(tokenizer, model_max_length), "tokenizer"
+    )
+    writer.write_text(tpl_path, load_chat_template(), "tokenizer")
+    return TokenizerDecl(
+        path=tok_path,
+        chat_template=tpl_path,
+        model_max_length=model_max_length,
+        eos_token_ids=tokenizer.eos_token_ids,
+        bos_token_id=None,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def golden_prompt_tokens(tokenizer: TrainedTokenizer) -> list[int]:
+    """The fixed golden prompt: `GOLDEN_MESSAGES` through the chat template, generation prompt on."""
+    return tokenizer.encode(render_chat(load_chat_template(), GOLDEN_MESSAGES, add_generation_prompt=True))
+
+
+def assemble_manifest(
+    plan: BuildPlan,
+    submodels: tuple[SubmodelDecl, ...],
+    memory: MemoryDecl,
+    writer: PackageWriter,
+    tokenizer: TokenizerDecl,
+) -> PackageManifest:
+    """The manifest with its final file list and a placeholder golden (filled in afterwards)."""
+    p = plan.preset
+    return PackageManifest(
+        schema_version=SCHEMA_VERSION,
+        name=p.package_name,
+        model_role=MODEL_ROLE,
+        kernel=p.kernel,
+        architecture=plan.arch,
+        quantization=p.quantization,
+        topology=p.topology,
+        kv=KVDecl(KV_DTYPE, KV_LAYOUT, plan.lanes, plan.lane_context, plan.memory.kv_bytes_per_token, KV_SPLIT),
+        submodels=submodels,
+        memory=memory,
+        compatibility=p.compatibility(),
+        files=writer.entries(),
+        tokenizer=tokenizer,
+        golden=_NO_GOLDEN,
+        timing=sim_timing(),
+        synthetic_seed=p.seed,
+    )
+
+
+def build_sim_package(
+    preset: str,
+    out_dir: Path | str,
+    decode_batches: Sequence[int] | None = None,
+    lanes: int | None = None,
+    lane_context: int | None = None,
+    *,
+    force: bool = False,
+) -> Path:
+    """Write a complete calsim package directory.
+
+    Args:
+        preset: "tiny" or "qwen3-30b-a3b".
+        out_dir: the package directory; must be absent or empty unless `force`.
+        decode_batches: decode submodel batches (default: the preset's).
+        lanes: KV lanes (default: max(preset minimum, largest decode batch)).
+        lane_context: tokens per lane (default: the largest multiple of 256, at most the calbin
+            context, whose KV fits each chip's DRAM beside params and workspace).
+        force: replace a non-empty `out_dir`.
+
+    Returns:
+        The absolute package directory.
+
+    Raises:
+        InvalidArgument: unknown preset, bad decode batches, lanes or lane context.
+        FailedPrecondition: OUT is not empty (without force) or not a directory; the KV does not fit.
+    """
+    target = StagedOutput(Path(out_dir), force)
+    plan = plan_build(preset, decode_batches, lanes, lane_context)
+    with target as root:
+        writer = PackageWriter(root)
+        plan.params.write(writer)
+        context = plan.preset.context
+        submodels = all_submodels(plan.preset.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches)
+        for sub in submodels:
+            write_submodel_folder(writer, sub, plan.preset.topology)
+        tok_decl = write_tokenizer_folder(writer, plan.tokenizer, plan.preset.model_max_length)
+        memory = capacity.memory_decl(plan.memory, plan.lanes, plan.lane_context)
+        manifest = assemble_manifest(plan, submodels, memory, writer, tok_decl)
+        golden = compute_golden(manifest, root, plan.golden_prompt)
+        write_manifest(root, dataclasses.replace(manifest, golden=golden))
+    return target.out

@@ -1,0 +1,51 @@
+"""The ChatML chat template shipped in every calsim package, and a renderer for it.
+
+Owns `chat_template.j2` (beside this file; the `.j2` suffix is what the distribution's package
+data ships) which the builder copies verbatim to `tokenizer/chat_template.jinja`. Rendering
+follows Hugging Face's convention (sandboxed Jinja2, `trim_blocks` and `lstrip_blocks`,
+variables `messages` = list of {role, content} and `add_generation_prompt`), so the gateway's
+renderer and this one agree on the text. The builder uses `render_chat` for the golden prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from importlib import resources
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from calculet.daemon.errors import InvalidArgument
+
+TEMPLATE_RESOURCE = "chat_template.j2"
+
+
+def load_chat_template() -> str:
+    """The template's source text, exactly as packages ship it."""
+    return resources.files(__package__).joinpath(TEMPLATE_RESOURCE).read_text(encoding="utf-8")
+
+
+def render_chat(template: str, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:
+    """Render `messages` through `template`.
+
+    Args:
+        template: Jinja2 source (e.g. from `load_chat_template()`).
+        messages: each with string `role` and `content`.
+        add_generation_prompt: append the assistant header so the model continues as assistant.
+
+    Returns:
+        The prompt text, special tokens included as text.
+
+    Raises:
+        InvalidArgument: a message lacks `role` or `content`, or the template fails to render.
+    """
+    for i, m in enumerate(messages):
+        if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise InvalidArgument(f"messages[{i}]: needs string 'role' and 'content'")
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    try:
+        return env.from_string(template).render(
+            messages=[dict(m) for m in messages], add_generation_prompt=add_generation_prompt
+        )
+    except TemplateError as exc:
+        raise InvalidArgument(f"chat template failed to render: {exc}") from exc

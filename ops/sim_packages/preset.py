@@ -1,0 +1,100 @@
+"""What a calsim package preset must say, as ABCs: geometry, params, compatibility, defaults.
+
+A preset (`tiny.py`, `qwen.py`) owns everything that differs between packages; `build.py` owns
+everything they share (tokenizer, submodels, stand-ins, capacity check, golden, manifest).
+Data flow: build asks the preset for its `Architecture` (given the trained tokenizer's vocab),
+then for its `ParamBlocks` (planned in memory, so the memory figures are known and checked
+before anything is written), then tells the blocks to write themselves into the package.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits
+from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, Compatibility, Topology
+from calculet.ops.sim_packages.writer import PackageWriter
+
+# Both presets emulate today's board: 2 chiplets, tensor parallel (seed 001 sections 1 and 6).
+BOARD_TOPOLOGY = Topology(chips=2, chip_masks=(1, 2), parallelism="tensor")
+
+
+class ParamBlocks(ABC):
+    """The per-chip parameter blocks of one package, planned in memory before anything is written.
+
+    Ownership: the blocks own their data (tensors or stand-in bytes) until `write` hands the
+    files to the package writer; they are written once.
+    """
+
+    @property
+    @abstractmethod
+    def memory(self) -> tuple[ChipMemoryDecl, ...]:
+        """Per-chip memory figures (params DRAM/SRAM and workspace), one entry per chip in chip order."""
+
+    @property
+    @abstractmethod
+    def file_role(self) -> str:
+        """The manifest role of the `param_blk*.bin` files."""
+
+    @abstractmethod
+    def write(self, writer: PackageWriter) -> None:
+        """Write `param_blk{i}.bin` for every chip through `writer`, registered with `file_role`.
+
+        Raises:
+            OSError: the files cannot be written.
+        """
+
+
+class SimPreset(ABC):
+    """One `calctl package build-sim --preset` choice.
+
+    Attributes:
+        name: the `--preset` word.
+        package_name: the manifest's `name`.
+        kernel: calsim kernel ("numeric" or "synthetic").
+        quantization: the manifest's quantization label.
+        context: the emulated calbin's context (tokens a submodel accepts), the lane context cap.
+        prefill_bucket: tokens per prefill job (the prefill submodel's input width).
+        default_decode_batches: decode submodel batches when `--decode-batch` is not given.
+        min_lanes: default lanes = max(min_lanes, largest decode batch).
+        model_max_length: the value written into `tokenizer_config.json`.
+        seed: weights seed (numeric) / `synthetic_seed` (synthetic).
+        topology: chips, masks, parallelism.
+        device: the board the default lane context is sized for and the fit is checked against.
+    """
+
+    name: str
+    package_name: str
+    kernel: str
+    quantization: str
+    context: int
+    prefill_bucket: int
+    default_decode_batches: tuple[int, ...]
+    min_lanes: int
+    model_max_length: int
+    seed: int
+    topology: Topology = BOARD_TOPOLOGY
+    # The board packages are planned for: calsim's default (2 chips x 16 GiB DRAM, 18 MiB SRAM).
+    device: DeviceLimits = CALSIM_BOARD
+
+    @abstractmethod
+    def architecture(self, vocab_size: int) -> Architecture:
+        """The model geometry.
+
+        Args:
+            vocab_size: the trained tokenizer's vocab rounded up to even (presets with a fixed real
+                vocab ignore it).
+        """
+
+    @abstractmethod
+    def params(self, arch: Architecture) -> ParamBlocks:
+        """Plan the parameter blocks for `arch` (in memory; nothing is written yet)."""
+
+    @abstractmethod
+    def compatibility(self) -> Compatibility:
+        """Runtime/driver ranges and the compiler that (nominally) produced the calbin."""
+
+    def default_lanes(self, decode_batches: Sequence[int]) -> int:
+        """Enough lanes to fill the largest decode batch, at least `min_lanes`."""
+        return max(self.min_lanes, *decode_batches)

@@ -1,0 +1,74 @@
+"""Submodel declarations of the calsim packages: one prefill bucket and one decode per batch.
+
+Owns the I/O contract the emulated calbin declares (seed 003 section 5): prefill takes tokens
+and positions as int32 `[1, bucket]` and returns the last token's bf16 logits `[1, vocab]`;
+decode batch B takes int32 `[B, 1]` and returns bf16 `[B, vocab]`. Names are exact (`prefill`,
+`decode_b{B}`) and `smodel_type` is correct for the role (the vendor's prefill was mislabelled
+`llm_decode`, seed 001 section 9). CSR registers follow the seed's offsets, one uint32 per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from calculet.daemon.package.manifest import SubmodelDecl, TensorDecl
+
+CSR_CUR_SEQ_LEN = 0x1104  # seed 003 section 5
+CSR_PAST_KV_CUR_SEQ_LEN = 0x1144
+CSR_ROW_STRIDE = 4
+# cur_seq_len[i] registers sit between 0x1104 and 0x1144: room for 16 rows.
+MAX_DECODE_BATCH = (CSR_PAST_KV_CUR_SEQ_LEN - CSR_CUR_SEQ_LEN) // CSR_ROW_STRIDE
+
+
+def decode_name(batch: int) -> str:
+    return f"decode_b{batch}"
+
+
+def _csr(rows: int) -> dict[str, str]:
+    csr: dict[str, str] = {}
+    for i in range(rows):
+        csr[f"cur_seq_len[{i}]"] = hex(CSR_CUR_SEQ_LEN + CSR_ROW_STRIDE * i)
+    for i in range(rows):
+        csr[f"past_kv_cur_seq_len[{i}]"] = hex(CSR_PAST_KV_CUR_SEQ_LEN + CSR_ROW_STRIDE * i)
+    return csr
+
+
+def prefill_submodel(bucket: int, context: int, vocab_size: int) -> SubmodelDecl:
+    """The prefill submodel: up to `bucket` tokens of one sequence per job."""
+    return SubmodelDecl(
+        name="prefill",
+        role="prefill",
+        smodel_type="llm_prefill",
+        batch=1,
+        max_tokens=bucket,
+        context=context,
+        folder="prefill",
+        inputs=(TensorDecl("tokens", (1, bucket), "int32"), TensorDecl("positions", (1, bucket), "int32")),
+        outputs=(TensorDecl("logits", (1, vocab_size), "bf16"),),
+        csr=_csr(1),
+    )
+
+
+def decode_submodel(batch: int, context: int, vocab_size: int) -> SubmodelDecl:
+    """A decode submodel: one token for each of `batch` rows (distinct lanes) per job."""
+    name = decode_name(batch)
+    return SubmodelDecl(
+        name=name,
+        role="decode",
+        smodel_type="llm_decode",
+        batch=batch,
+        max_tokens=1,
+        context=context,
+        folder=name,
+        inputs=(TensorDecl("tokens", (batch, 1), "int32"), TensorDecl("positions", (batch, 1), "int32")),
+        outputs=(TensorDecl("logits", (batch, vocab_size), "bf16"),),
+        csr=_csr(batch),
+    )
+
+
+def all_submodels(
+    bucket: int, context: int, vocab_size: int, decode_batches: Sequence[int]
+) -> tuple[SubmodelDecl, ...]:
+    """Prefill first, then decode submodels by ascending batch."""
+    decodes = tuple(decode_submodel(b, context, vocab_size) for b in sorted(decode_batches))
+    return (prefill_submodel(bucket, context, vocab_size), *decodes)

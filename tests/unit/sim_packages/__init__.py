@@ -1,0 +1,1 @@
+"""Tests of `calctl package build-sim` and `calculet.ops.sim_packages`."""
