@@ -1,0 +1,321 @@
+"""calsim's implementation of the device contract: `CalsimDriver` -> `CalsimDevice`, with
+`CalsimModel` (configured packages) and `CalsimSubmission` (job handles), defined in `handles.py`.
+
+Data flow: `CalsimDriver.open` parses the options and opens a `CalsimDevice`, which owns the one
+lock + condition of the board, the `MemoryMap`, the registered host buffers, the configured
+models (each with its `Kernel`, which owns the model's KV lanes), the `FaultPlan` and the
+`Engine` (banks, clock, worker thread). `submit` numbers the attempt, asks the fault plan, checks
+the job completely (`job_check`) and only then holds bank, buffers and lanes in the engine.
+Ownership of host buffers: the caller owns them; between an accepted submit and the job's
+finish the engine holds them (reads inputs at H2D, writes outputs at D2H) and refuses them to
+other jobs (BufferInUse) and to `unregister_buffer`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calculet.daemon.calsim.engine import Engine
+from calculet.daemon.calsim.faults import Fault, FaultKind, FaultPlan
+from calculet.daemon.calsim.handles import CalsimModel, CalsimSubmission, ModelState
+from calculet.daemon.calsim.job_check import resolve_job
+from calculet.daemon.calsim.kernel import Kernel
+from calculet.daemon.calsim.memory import MemoryMap, chip_needs
+from calculet.daemon.calsim.model_check import build_submodels, check_timing
+from calculet.daemon.calsim.options import CalsimOptions, parse_options
+from calculet.daemon.calsim.timing import job_durations
+from calculet.daemon.device.api import ConfiguredModel, DeviceDriver, HostBuffer, VirtualDevice
+from calculet.daemon.device.errors import (
+    BufferInUse,
+    ConfigurationError,
+    DeviceNotFound,
+    InvalidJob,
+    ModelReleased,
+    SubmitFailed,
+    TooManyConfigurations,
+)
+from calculet.daemon.device.types import (
+    ChipInfo,
+    DeviceCapabilities,
+    DeviceInfo,
+    EngineSlot,
+    JobCounters,
+    JobSpec,
+    MemoryUsage,
+)
+from calculet.daemon.package.manifest import PackageManifest
+
+RUNTIME_VERSION = "0.7.6-calsim"
+DRIVER_VERSION = "0.7.6-calsim"
+FIRMWARE_VERSION = "calsim-1"
+
+
+class CalsimDevice(VirtualDevice):
+    """One emulated board (2 chips, ping/pong banks, one compute unit). Thread-safe.
+
+    Args:
+        board: board index.
+        options: parsed driver options.
+    """
+
+    def __init__(self, board: int, options: CalsimOptions) -> None:
+        self._cond = threading.Condition()
+        self._options = options
+        self._plan: FaultPlan = options.fault_plan
+        self._memory = MemoryMap(options.chips, options.dram_bytes, options.sram_bytes)
+        self._models: dict[int, CalsimModel] = {}
+        self._configuring: set[int] = set()  # config ids reserved while their kernel is built
+        self._buffers: dict[int, HostBuffer] = {}
+        self._config_ids = itertools.count(1)
+        self._buffer_ids = itertools.count(1)
+        self._closed = False
+        self._attempts = 0  # every submit call, 0-based: the fault plan's job index
+        chips = tuple(ChipInfo(c, options.dram_bytes, options.sram_bytes) for c in range(options.chips))
+        caps = DeviceCapabilities(
+            max_inflight=2,
+            ping_pong=True,
+            max_resident_configurations=options.max_resident_configurations,
+            lane_selection=True,
+        )
+        self._info = DeviceInfo("calsim", board, chips, RUNTIME_VERSION, DRIVER_VERSION, FIRMWARE_VERSION, caps)
+        self._engine = Engine(self._cond, options.time_scale, self._plan.seed, f"calsim-board{board}")
+        self._engine.start()
+
+    # ------------------------------------------------------------------ identity
+
+    def info(self) -> DeviceInfo:
+        with self._cond:
+            self._engine.ensure_alive()
+            return self._info
+
+    def healthy(self) -> bool:
+        with self._cond:
+            return self._engine.gone is None
+
+    # ------------------------------------------------------------------ models
+
+    def configure(self, package_dir: Path, manifest: PackageManifest) -> CalsimModel:
+        """See `VirtualDevice.configure`. Checks, in order: device alive, the package can run here
+        (ConfigurationError), resident limit, memory per chip; then builds the kernel with the
+        memory already reserved, so a concurrent configure cannot take it."""
+        submodels = build_submodels(manifest)
+        check_timing(manifest)
+        with self._cond:
+            self._engine.ensure_alive()
+            needs = chip_needs(manifest, self._options.chips)
+            limit = self._options.max_resident_configurations
+            if len(self._models) + len(self._configuring) >= limit:
+                raise TooManyConfigurations(
+                    f"board holds {len(self._models)} configured model(s) (+{len(self._configuring)} "
+                    f"configuring); the limit is {limit}"
+                )
+            config_id = next(self._config_ids)
+            self._memory.reserve(config_id, needs, f"package {manifest.name!r}")
+            self._configuring.add(config_id)
+        try:
+            kernel = self._build_kernel(manifest, Path(package_dir))
+        except BaseException:
+            with self._cond:
+                self._configuring.discard(config_id)
+                self._memory.release(config_id)
+            raise
+        with self._cond:
+            self._configuring.discard(config_id)
+            if self._engine.gone is not None:
+                self._memory.release(config_id)
+                self._engine.ensure_alive()
+            model = CalsimModel(self, config_id, manifest, Path(package_dir), submodels, kernel, needs)
+            self._models[config_id] = model
+            return model
+
+    def _build_kernel(self, manifest: PackageManifest, package_dir: Path) -> Kernel:
+        kv = manifest.kv
+        try:
+            kernel = self._options.kernel_factory(manifest, package_dir, kv.lanes, kv.lane_context)
+        except (ValueError, OSError) as exc:
+            raise ConfigurationError(f"package {manifest.name!r}: calsim kernel: {exc}") from exc
+        if not isinstance(kernel, Kernel):
+            raise ConfigurationError(f"package {manifest.name!r}: kernel factory returned {type(kernel).__name__}")
+        if kernel.vocab_size != manifest.architecture.vocab_size:
+            raise ConfigurationError(
+                f"package {manifest.name!r}: kernel vocab {kernel.vocab_size} != "
+                f"manifest vocab {manifest.architecture.vocab_size}"
+            )
+        return kernel
+
+    def _own(self, model: ConfiguredModel) -> CalsimModel:
+        """Raises:
+        ModelReleased: not a live model of this device."""
+        if (
+            not isinstance(model, CalsimModel)
+            or model.owner is not self
+            or self._models.get(model.config_id) is not model
+        ):
+            raise ModelReleased(f"{model!r} is not configured on this calsim board (released or foreign)")
+        return model
+
+    def release(self, model: ConfiguredModel) -> None:
+        with self._cond:
+            self._engine.ensure_alive()
+            m = self._own(model)
+            busy = self._engine.holds_model(m.config_id)
+            if busy:
+                raise BufferInUse(f"model {m.name!r} has job(s) {[j.job_id for j in busy]} in flight")
+            m.state.move(ModelState.RELEASED)
+            del self._models[m.config_id]
+            self._memory.release(m.config_id)
+
+    def memory_usage(self) -> MemoryUsage:
+        with self._cond:
+            self._engine.ensure_alive()
+            return self._memory.usage()
+
+    # ------------------------------------------------------------------ buffers
+
+    def register_buffer(self, array: np.ndarray) -> HostBuffer:
+        if not isinstance(array, np.ndarray):
+            raise InvalidJob(f"register_buffer needs a numpy array, got {type(array).__name__}")
+        if not array.flags.c_contiguous:
+            raise InvalidJob(f"register_buffer needs a C-contiguous array (shape {array.shape}, {array.dtype})")
+        with self._cond:
+            self._engine.ensure_alive()
+            buf = HostBuffer(next(self._buffer_ids), array)
+            self._buffers[buf.buffer_id] = buf
+            return buf
+
+    def unregister_buffer(self, buffer: HostBuffer) -> None:
+        """See `VirtualDevice.unregister_buffer`; also raises InvalidJob for a buffer that is not
+        registered here."""
+        with self._cond:
+            self._engine.ensure_alive()
+            if not isinstance(buffer, HostBuffer) or self._buffers.get(buffer.buffer_id) is not buffer:
+                raise InvalidJob(f"{buffer!r} is not registered on this device")
+            holder = self._engine.buffer_holder(buffer.buffer_id)
+            if holder is not None:
+                raise BufferInUse(f"buffer {buffer.buffer_id} is held by in-flight job {holder.job_id}")
+            del self._buffers[buffer.buffer_id]
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit(self, model: ConfiguredModel, job: JobSpec, engine: EngineSlot = EngineSlot.AUTO) -> CalsimSubmission:
+        """See `VirtualDevice.submit`. Order of checks: device alive; the attempt gets its index
+        and fault (device_lost fires here); model handle (ModelReleased); the job (InvalidJob);
+        bank (EngineBusy); buffers (BufferInUse); lanes (LaneBusy); injected submit_error
+        (SubmitFailed). Only then is anything held."""
+        with self._cond:
+            self._engine.ensure_alive()
+            index = self._attempts
+            self._attempts += 1
+            fault = self._plan.select(index)
+            if fault is not None and fault.kind is FaultKind.DEVICE_LOST:
+                self._engine.lose(f"calsim board lost (injected device_lost at submit attempt {index})")
+                self._engine.ensure_alive()
+            m = self._own(model)
+            if not isinstance(job, JobSpec):
+                raise InvalidJob(f"submit needs a JobSpec, got {type(job).__name__}")
+            if not isinstance(engine, EngineSlot):
+                raise InvalidJob(f"engine must be an EngineSlot, got {engine!r}")
+            resolved = resolve_job(job, m.geometry, self._buffers)
+            bank = self._engine.pick_bank(engine)
+            self._engine.check_free(m.config_id, resolved)
+            if fault is not None and fault.kind is FaultKind.SUBMIT_ERROR:
+                raise SubmitFailed(f"runtime refused submit attempt {index} (injected submit_error)")
+            sub = resolved.submodel
+            durations = job_durations(
+                m.manifest.timing, sub.task_type, sub.batch, resolved.rows, resolved.input_bytes, resolved.output_bytes
+            )
+            accepted = self._engine.accept(index, m, m.kernel, job, resolved, bank, fault, durations)
+            return CalsimSubmission(self._engine, accepted)
+
+    def counters(self) -> JobCounters:
+        with self._cond:
+            self._engine.ensure_alive()
+            return self._engine.counters()
+
+    # ------------------------------------------------------------------ faults and resets
+
+    def inject(self, fault: Fault) -> Fault:
+        """Add a fault at run time (the InjectFault ops RPC). A fault with neither `job` nor
+        `probability` fires at the next submit attempt.
+
+        Returns:
+            The planned fault, its `job` index filled in.
+
+        Raises:
+            InvalidJob: the index is past or taken, or probabilities would exceed 1.
+            DeviceLost: the device was lost or closed.
+        """
+        with self._cond:
+            self._engine.ensure_alive()
+            return self._plan.inject(fault, self._attempts)
+
+    def clear_faults(self) -> None:
+        """Remove every planned fault (the InjectFault RPC's clear_existing).
+
+        Raises:
+            DeviceLost: the device was lost or closed.
+        """
+        with self._cond:
+            self._engine.ensure_alive()
+            self._plan.clear()
+
+    def next_job_index(self) -> int:
+        """The index the next submit attempt gets (counts refused attempts too, unlike
+        `counters().submitted`)."""
+        with self._cond:
+            return self._attempts
+
+    def fault_plan(self) -> dict[str, Any]:
+        """The current plan in its JSON form (calsim only)."""
+        with self._cond:
+            return self._plan.to_dict()
+
+    def reset_ccu(self) -> None:
+        with self._cond:
+            self._engine.ensure_alive()
+            self._engine.reset_ccu()
+
+    def reset_configuration(self, model: ConfiguredModel) -> None:
+        with self._cond:
+            self._engine.ensure_alive()
+            self._own(model)
+            self._engine.wait_kernel_idle()
+            m = self._own(model)  # it may have been released while we waited
+            self._engine.reset_model(m.config_id, m.kernel, m.lanes)
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._engine.shutdown(self._engine.gone or f"calsim board {self._info.board_index} is closed")
+            for m in list(self._models.values()):
+                m.state.move(ModelState.RELEASED)
+                self._memory.release(m.config_id)
+            self._models.clear()
+            self._buffers.clear()
+        self._engine.join()
+
+
+class CalsimDriver(DeviceDriver):
+    """Entry point `calsim` of group `calculet.devices`. Every board index >= 0 exists: each open
+    creates an independent emulated board."""
+
+    name = "calsim"
+
+    def open(self, board: int, options: Mapping[str, Any]) -> CalsimDevice:
+        """See `DeviceDriver.open`; options are listed in `calculet.daemon.calsim.options`."""
+        if isinstance(board, bool) or not isinstance(board, int) or board < 0:
+            raise DeviceNotFound(f"calsim has no board {board!r} (board indexes are integers >= 0)")
+        if not isinstance(options, Mapping):
+            raise InvalidJob(f"calsim options must be a mapping, got {type(options).__name__}")
+        return CalsimDevice(board, parse_options(options))
+
+
+__all__ = ["CalsimDevice", "CalsimDriver", "CalsimModel", "CalsimSubmission"]

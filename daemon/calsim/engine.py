@@ -1,0 +1,342 @@
+"""calsim engine: two engine banks (ping, pong), one compute unit, the modelled clock, the worker.
+
+Data flow: `CalsimDevice.submit` validates a job, then `pick_bank` / `check_free` / `accept`
+queue it here: the clock places its phases on the device timeline and the job occupies its bank,
+buffers and lanes. The worker thread performs each job's steps in device-time order, waiting on
+the condition until each step is due under `time_scale`: at H2D it copies the active input rows
+out of the host buffers (a refill before H2D changes the result, as on hardware), at COMPUTE it
+runs the kernel, at FINISH (D2H end) it writes the bf16 logits rows into the host output buffer,
+ends the job DONE or CCU_EXCEPTION, frees bank, buffers and lanes, and sets the job's event.
+
+Locking: ONE lock + condition, owned by the device and shared here. Every method is called with
+it held, except `start` and `join`. The worker releases it only around the kernel call, during
+which it holds the *kernel token* (`_kernel_user`); anyone else who touches kernel lanes (resets,
+close) first waits on the condition until the token is free. No polling anywhere: the worker
+sleeps on the condition until notified (submit, reset, close, loss) or a step falls due.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+
+import numpy as np
+
+from calculet.daemon.calsim.clock import DeviceClock, Pacer
+from calculet.daemon.calsim.compute import ComputeFailed, compute_logits
+from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.calsim.job import Job, Step
+from calculet.daemon.calsim.job_check import ResolvedJob
+from calculet.daemon.calsim.kernel import Kernel
+from calculet.daemon.calsim.timing import JobDurations
+from calculet.daemon.device.api import ConfiguredModel
+from calculet.daemon.device.errors import BufferInUse, DeviceLost, EngineBusy, LaneBusy
+from calculet.daemon.device.types import EngineSlot, JobCounters, JobSpec, JobStatus
+
+logger = logging.getLogger(__name__)
+
+BANKS = (EngineSlot.PING, EngineSlot.PONG)
+
+
+class Engine:
+    """Banks, in-flight jobs, holds, modelled clock and worker of one calsim board.
+
+    Args:
+        cond: the device's condition (its lock is the one lock of the device).
+        time_scale: wall seconds per modelled second; 0 never waits.
+        seed: seeds the garbage written into corrupted lanes.
+        name: worker thread name.
+    """
+
+    def __init__(self, cond: threading.Condition, time_scale: float, seed: int, name: str) -> None:
+        self._cond = cond
+        self.clock = DeviceClock()
+        self.pacer = Pacer(time_scale)
+        self._seed = seed
+        self._banks: dict[EngineSlot, Job | None] = dict.fromkeys(BANKS)
+        self._buffer_holder: dict[int, Job] = {}
+        self._lane_holder: dict[tuple[int, int], Job] = {}
+        self._submitted = 0
+        self._finished = 0
+        self._kernel_user: Job | None = None
+        self._stopping = False
+        self.gone: str | None = None  # why every call now raises DeviceLost (lost or closed)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    # ------------------------------------------------------------------ worker thread control
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait for the worker to exit (call without the lock, after `shutdown` or `lose`)."""
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def cond(self) -> threading.Condition:
+        """The device's one lock + condition."""
+        return self._cond
+
+    def ensure_alive(self) -> None:
+        """Raises:
+        DeviceLost: the device was lost or closed."""
+        if self.gone is not None:
+            raise DeviceLost(self.gone)
+
+    def inflight(self) -> list[Job]:
+        """Jobs holding a bank (not finished), oldest first."""
+        return sorted((j for j in self._banks.values() if j is not None), key=lambda j: j.job_id)
+
+    def holds_model(self, config_id: int) -> list[Job]:
+        return [j for j in self.inflight() if j.model.config_id == config_id]
+
+    def buffer_holder(self, buffer_id: int) -> Job | None:
+        return self._buffer_holder.get(buffer_id)
+
+    def counters(self) -> JobCounters:
+        states = [j.status.state for j in self.inflight()]
+        return JobCounters(
+            submitted=self._submitted,
+            pending=states.count(JobStatus.PENDING),
+            running=states.count(JobStatus.RUNNING),
+            finished=self._finished,
+            left=self._submitted - self._finished,
+        )
+
+    # ------------------------------------------------------------------ submit
+
+    def pick_bank(self, requested: EngineSlot) -> EngineSlot:
+        """The bank a new job goes to. AUTO takes the free bank that has been free longest on the
+        device clock (ping on a tie), so the choice does not depend on thread timing.
+
+        Raises:
+            EngineBusy: the requested bank, or for AUTO both banks, hold a job in flight.
+        """
+        if requested is EngineSlot.AUTO:
+            free = [b for b in BANKS if self._banks[b] is None]
+            if not free:
+                raise EngineBusy("both engine banks (ping, pong) have a job in flight")
+            return min(free, key=lambda b: (self.clock.bank_free[b], BANKS.index(b)))
+        holder = self._banks[requested]
+        if holder is not None:
+            raise EngineBusy(f"engine bank {requested.value} has job {holder.job_id} in flight")
+        return requested
+
+    def check_free(self, config_id: int, resolved: ResolvedJob) -> None:
+        """Raises:
+        BufferInUse: a buffer of the job is held by an in-flight job.
+        LaneBusy: a lane of the job is being advanced by an in-flight job."""
+        for buffer_id in resolved.buffer_ids:
+            holder = self._buffer_holder.get(buffer_id)
+            if holder is not None:
+                raise BufferInUse(f"buffer {buffer_id} is held by in-flight job {holder.job_id}")
+        for lane in resolved.lanes:
+            holder = self._lane_holder.get((config_id, lane))
+            if holder is not None:
+                raise LaneBusy(f"lane {lane} is being advanced by in-flight job {holder.job_id}")
+
+    def accept(
+        self,
+        job_id: int,
+        model: ConfiguredModel,
+        kernel: Kernel,
+        spec: JobSpec,
+        resolved: ResolvedJob,
+        bank: EngineSlot,
+        fault: Fault | None,
+        durations: JobDurations,
+    ) -> Job:
+        """Queue a validated job on `bank` (already checked free); it now holds bank, buffers, lanes."""
+        if fault is not None and fault.kind is FaultKind.CCU_EXCEPTION:
+            durations = dataclasses.replace(durations, d2h=0.0)  # nothing is copied back
+        delay = fault.delay_ms / 1000.0 if fault is not None and fault.kind is FaultKind.SLOW_JOB else 0.0
+        hang = fault is not None and fault.kind is FaultKind.HANG
+        idle = not self.inflight()
+        schedule = self.clock.place(bank, durations, delay, hang)
+        if idle:
+            self.pacer.anchor(schedule.queued)
+        job = Job(job_id, model, kernel, spec, resolved, bank, fault, durations, schedule)
+        self._banks[bank] = job
+        for buffer_id in resolved.buffer_ids:
+            self._buffer_holder[buffer_id] = job
+        for lane in resolved.lanes:
+            self._lane_holder[(model.config_id, lane)] = job
+        self._submitted += 1
+        self._cond.notify_all()
+        return job
+
+    def observe_finished(self, job: Job) -> None:
+        """The host waited `job` to completion: it has seen the device reach its D2H end."""
+        self.clock.observe(job.schedule.d2h_end)
+
+    # ------------------------------------------------------------------ resets, loss, close
+
+    def wait_kernel_idle(self) -> None:
+        """Block (on the condition) until the worker is not inside a kernel call.
+
+        Raises:
+            DeviceLost: the device was lost or closed meanwhile.
+        """
+        self._cond.wait_for(lambda: self._kernel_user is None or self.gone is not None)
+        self.ensure_alive()
+
+    def reset_ccu(self) -> None:
+        """Every in-flight job ends CCU_EXCEPTION; every lane it named is corrupted.
+
+        Raises:
+            DeviceLost: the device was lost or closed while waiting for the kernel.
+        """
+        self.wait_kernel_idle()
+        aborted = self.inflight()
+        self.clock.settle_reset(aborted, [], self.clock.reset_time(aborted))
+        for job in aborted:
+            self._corrupt(job)
+            self._end(job, JobStatus.CCU_EXCEPTION)
+
+    def reset_model(self, config_id: int, kernel: Kernel, lanes: int) -> None:
+        """The model's in-flight jobs end CCU_EXCEPTION and all its lanes are cleared; other
+        models' jobs continue (re-planned if they waited behind one of its hung jobs).
+
+        Raises:
+            DeviceLost: the device was lost or closed while waiting for the kernel.
+        """
+        self.wait_kernel_idle()
+        aborted = self.holds_model(config_id)
+        survivors = [j for j in self.inflight() if j not in aborted]
+        self.clock.settle_reset(aborted, survivors, self.clock.reset_time(aborted))
+        for job in aborted:
+            self._end(job, JobStatus.CCU_EXCEPTION)
+        for lane in range(lanes):
+            kernel.clear_lane(lane)
+        self._cond.notify_all()
+
+    def lose(self, reason: str) -> None:
+        """The device stops answering: waiters wake and every later call raises DeviceLost."""
+        if self.gone is None:
+            self.gone = reason
+        for job in self.inflight():
+            job.done.set()
+        self._cond.notify_all()
+
+    def shutdown(self, reason: str) -> None:
+        """Close: in-flight jobs end CCU_EXCEPTION (after any running kernel call returns), the
+        worker is told to exit, and later calls raise DeviceLost(`reason`). Call `join` after
+        releasing the lock."""
+        self._cond.wait_for(lambda: self._kernel_user is None)
+        aborted = self.inflight()
+        self.clock.settle_reset(aborted, [], self.clock.reset_time(aborted))
+        for job in aborted:
+            self._end(job, JobStatus.CCU_EXCEPTION)
+        self._stopping = True
+        self.lose(reason)
+
+    # ------------------------------------------------------------------ worker
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:
+            # A bug in calsim or a kernel: surface it as a lost device rather than hang waiters.
+            logger.exception("calsim worker failed; the device is lost")
+            with self._cond:
+                self._kernel_user = None  # the failed call is over
+                self.lose(f"calsim worker failed: {exc!r}")
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                job = self._next_due()
+                if job is None:
+                    return
+                needs_kernel = self._perform(job)
+            if needs_kernel:
+                logits, failure = self._compute(job)
+                with self._cond:
+                    self._kernel_done(job, logits, failure)
+
+    def _next_due(self) -> Job | None:
+        """Block until some job's next step is due; None when the worker must exit."""
+        while True:
+            if self._stopping or self.gone is not None:
+                return None
+            due = [(ev, j) for j in self.inflight() if (ev := j.next_event()) is not None]
+            if not due:
+                self._cond.wait()
+                continue
+            event, job = min(due, key=lambda pair: pair[0])
+            delay = self.pacer.delay(event[0])
+            if delay > 0:
+                self._cond.wait(delay)  # woken early by submit/reset/close; re-evaluate then
+                continue
+            return job
+
+    def _perform(self, job: Job) -> bool:
+        """Do `job`'s due step under the lock; True if the kernel must run next (token taken)."""
+        step = job.step.state
+        if step is Step.H2D:
+            n = len(job.resolved.rows)
+            job.staged = {name: np.array(b.array[:n], copy=True) for name, b in job.resolved.inputs.items()}
+            job.step.move(Step.COMPUTE)
+            return False
+        if step is Step.COMPUTE:
+            job.status.move(JobStatus.RUNNING)
+            job.step.move(Step.FINISH)
+            if job.hangs:
+                return False  # FINISH is at d2h_end = inf: only a reset ends this job
+            if job.has_fault(FaultKind.CCU_EXCEPTION):
+                job.failure = "injected ccu_exception"
+                return False
+            self._kernel_user = job
+            return True
+        self._finish(job)
+        return False
+
+    def _compute(self, job: Job) -> tuple[np.ndarray | None, str | None]:
+        """Outside the lock, holding the kernel token."""
+        try:
+            sub = job.resolved.submodel
+            return compute_logits(job.kernel, sub.task_type, job.resolved.rows, job.staged), None
+        except ComputeFailed as exc:
+            return None, str(exc)
+
+    def _kernel_done(self, job: Job, logits: np.ndarray | None, failure: str | None) -> None:
+        self._kernel_user = None
+        self._cond.notify_all()
+        if not job.finished:
+            job.logits = logits
+            job.failure = failure
+
+    def _finish(self, job: Job) -> None:
+        if job.failure is not None or job.logits is None:
+            self._corrupt(job)
+            self._end(job, JobStatus.CCU_EXCEPTION)
+            return
+        logits = job.logits
+        if job.has_fault(FaultKind.NAN_LOGITS):
+            logits = np.full_like(logits, np.nan)
+        job.resolved.outputs["logits"].array[: len(job.resolved.rows)] = logits
+        self._end(job, JobStatus.DONE)
+
+    def _corrupt(self, job: Job) -> None:
+        """What a CCU exception mid-write leaves: garbage in every lane the job named."""
+        for lane in job.resolved.lanes:
+            job.kernel.corrupt_lane(lane, np.random.default_rng([self._seed, job.job_id, lane]))
+
+    def _end(self, job: Job, status: JobStatus) -> None:
+        job.status.move(status)
+        job.step.move(Step.ENDED)
+        self._banks[job.bank] = None
+        self.clock.release_bank(job.bank, job.schedule.d2h_end)
+        for buffer_id in job.resolved.buffer_ids:
+            self._buffer_holder.pop(buffer_id, None)
+        for lane in job.resolved.lanes:
+            self._lane_holder.pop((job.model.config_id, lane), None)
+        self._finished += 1
+        job.staged = {}
+        job.logits = None
+        job.done.set()
+        self._cond.notify_all()

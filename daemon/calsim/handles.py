@@ -1,0 +1,120 @@
+"""Handles calsim gives out: `CalsimModel` (a configured package) and `CalsimSubmission` (a job).
+
+Data flow: `CalsimDevice.configure` wraps the package's submodels, geometry and kernel in a
+`CalsimModel`; `CalsimDevice.submit` wraps the accepted `Job` in a `CalsimSubmission`, whose
+calls take the device's one lock (through the engine) to read the job's status and timestamps,
+and whose `wait` blocks on the job's event outside the lock. Ownership: the model owns its
+kernel (and so its KV lanes) until released; a submission only observes its job.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from types import MappingProxyType
+
+from calculet.daemon.calsim.engine import Engine
+from calculet.daemon.calsim.faults import Fault
+from calculet.daemon.calsim.job import Job
+from calculet.daemon.calsim.job_check import ModelGeometry
+from calculet.daemon.calsim.kernel import Kernel
+from calculet.daemon.calsim.memory import ChipNeed
+from calculet.daemon.device.api import ConfiguredModel, Submission
+from calculet.daemon.device.errors import InvalidJob, WaitTimeout
+from calculet.daemon.device.types import JobStatus, JobTimestamps, SubmodelInfo
+from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.daemon.package.manifest import PackageManifest
+
+
+class ModelState(Enum):
+    CONFIGURED = "configured"
+    RELEASED = "released"
+
+
+MODEL_EDGES = table([(ModelState.CONFIGURED, [ModelState.RELEASED])])
+
+
+class CalsimModel(ConfiguredModel):
+    """A package configured on a calsim board. Owns its kernel (and so its KV lanes) until released.
+
+    Attributes (beyond `ConfiguredModel`): owner (the device that configured it), manifest,
+    package_dir, kernel, needs (bytes per chip), geometry (what job validation needs), state
+    (CONFIGURED -> RELEASED).
+    """
+
+    def __init__(
+        self,
+        owner: object,
+        config_id: int,
+        manifest: PackageManifest,
+        package_dir: Path,
+        submodels: dict[str, SubmodelInfo],
+        kernel: Kernel,
+        needs: tuple[ChipNeed, ...],
+    ) -> None:
+        self.owner = owner
+        self.config_id = config_id
+        self.name = manifest.name
+        self.submodels = MappingProxyType(submodels)
+        self.lanes = manifest.kv.lanes
+        self.lane_context = manifest.kv.lane_context
+        self.vocab_size = manifest.architecture.vocab_size
+        self.manifest = manifest
+        self.package_dir = package_dir
+        self.kernel = kernel
+        self.needs = needs
+        contexts = {d.name: min(self.lane_context, d.context) for d in manifest.submodels}
+        self.geometry = ModelGeometry(self.submodels, self.lanes, contexts)
+        self.state: Lifecycle[ModelState] = Lifecycle(
+            f"calsim model {self.name} #{config_id}", ModelState.CONFIGURED, MODEL_EDGES
+        )
+
+    def __repr__(self) -> str:
+        return f"CalsimModel({self.name!r}, config_id={self.config_id}, {self.state.state.name})"
+
+
+class CalsimSubmission(Submission):
+    """Handle of one accepted calsim job. `history()` and `fault` (calsim only) show the statuses
+    it went through and the fault it carries, for tests and traces."""
+
+    def __init__(self, engine: Engine, job: Job) -> None:
+        self._engine = engine
+        self._job = job
+        self.job_id = job.job_id
+        self.engine = job.bank
+        self.spec = job.spec
+
+    @property
+    def fault(self) -> Fault | None:
+        return self._job.fault
+
+    def status(self) -> JobStatus:
+        with self._engine.cond:
+            self._engine.ensure_alive()
+            return self._job.status.state
+
+    def wait(self, timeout: float | None = None) -> JobStatus:
+        """See `Submission.wait`. Also raises InvalidJob for a negative or NaN timeout."""
+        if timeout is not None and not timeout >= 0:
+            raise InvalidJob(f"wait timeout must be >= 0 seconds or None, got {timeout!r}")
+        with self._engine.cond:
+            self._engine.ensure_alive()
+        self._job.done.wait(timeout)
+        with self._engine.cond:
+            self._engine.ensure_alive()
+            if not self._job.finished:
+                raise WaitTimeout(f"job {self.job_id} not finished after {timeout} s; its buffers stay held")
+            self._engine.observe_finished(self._job)
+            return self._job.status.state
+
+    def timestamps(self) -> JobTimestamps | None:
+        with self._engine.cond:
+            self._engine.ensure_alive()
+            return self._job.schedule.frozen() if self._job.finished else None
+
+    def history(self) -> tuple[JobStatus, ...]:
+        with self._engine.cond:
+            return tuple(self._job.history)
+
+    def __repr__(self) -> str:
+        return f"CalsimSubmission(job={self.job_id}, engine={self.engine.value})"

@@ -1,0 +1,1 @@
+"""Unit tests of calsim's device implementation (engine, clock, faults, memory)."""
