@@ -173,9 +173,7 @@ class VirtualDevice(ABC):
         """
 
     @abstractmethod
-    def submit(
-        self, model: ConfiguredModel, job: JobSpec, engine: EngineSlot = EngineSlot.AUTO
-    ) -> Submission:
+    def submit(self, model: ConfiguredModel, job: JobSpec, engine: EngineSlot = EngineSlot.AUTO) -> Submission:
         """Queue a job without blocking (CalRT infer() / SubmitJob()).
 
         Returns:

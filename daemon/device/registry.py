@@ -22,9 +22,7 @@ def load_driver(name: str) -> DeviceDriver:
     """
     matches = [ep for ep in entry_points(group=GROUP) if ep.name == name]
     if not matches:
-        raise DeviceNotFound(
-            f"no device driver named {name!r}; available: {', '.join(available_drivers()) or 'none'}"
-        )
+        raise DeviceNotFound(f"no device driver named {name!r}; available: {', '.join(available_drivers()) or 'none'}")
     driver_cls = matches[0].load()
     driver = driver_cls()
     if not isinstance(driver, DeviceDriver):

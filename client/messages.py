@@ -1,0 +1,286 @@
+"""Request messages the clients send and the small results they return, built in one place.
+
+Owns the client-side argument checks that protobuf itself would turn into untyped ValueErrors
+(negative or oversized integers, unknown enum names, both fault triggers) and raises
+`InvalidArgument` for them, naming the field; everything the daemon can judge better (vocab,
+context, ranges the protocol documents) is left to the daemon. Data flow: client method
+arguments -> these builders (domain objects through `calculet.daemon.wire`) -> protobuf request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from calculet.daemon.core.request import GenerationRequest, StoppingParams
+from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.daemon.sampling.params import SamplingParams
+from calculet.daemon.wire import error_from_status, submit_request_to_pb
+from calculet.v1 import common_pb2, inference_pb2, observe_pb2, operate_pb2
+
+UINT32_MAX = 2**32 - 1
+UINT64_MAX = 2**64 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# The protocol's longest drain window (operate.proto); calls that may wait that long get it
+# added to the client's deadline when the caller leaves the window to the daemon's default.
+MAX_DRAIN_WINDOW_S = 3600.0
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """Submit's answer.
+
+    Attributes:
+        job_id: the daemon's id for the job (needed for Wait and Cancel).
+        deduplicated: the client_request_id matched a job the daemon already had.
+        seed: the seed the job samples with (resend it when resuming elsewhere).
+        generation: model generation the job was admitted on.
+    """
+
+    job_id: str
+    deduplicated: bool
+    seed: int
+    generation: int
+
+    @classmethod
+    def from_pb(cls, pb: inference_pb2.SubmitResponse) -> SubmitResult:
+        return cls(pb.job_id, pb.deduplicated, pb.seed, pb.generation)
+
+
+def submit_request(req: GenerationRequest) -> inference_pb2.SubmitRequest:
+    """The wire form of a domain request (seed and max_tokens sent as given).
+
+    Raises:
+        InvalidArgument: a field protobuf cannot carry (see `check_request`).
+    """
+    check_request(req)
+    return submit_request_to_pb(req)
+
+
+def generate_request(
+    model: str,
+    prompt_tokens: Sequence[int],
+    *,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    seed: int | None,
+    stop_token_ids: Sequence[int],
+    ignore_eos: bool,
+    logprobs: int | None,
+    priority: int,
+    client_request_id: str,
+    resume_tokens: Sequence[int],
+    sampling: SamplingParams | None,
+    deadline_s: float | None,
+    session_id: str,
+) -> inference_pb2.SubmitRequest:
+    """The Submit message for `generate` (arguments as documented there).
+
+    Unset temperature/top_p/top_k mean the daemon's defaults; an unset seed is left for the daemon
+    to pick and an unset max_tokens lets the job run until EOS or a full context. `priority`
+    follows the wire convention (lower is served first).
+
+    Raises:
+        InvalidArgument: both `sampling` and individual sampling fields given, a sampling field
+            out of range (SamplingParams), or a field protobuf cannot carry.
+    """
+    individual = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "logprobs": logprobs}
+    if sampling is not None:
+        given = sorted(name for name, value in individual.items() if value is not None)
+        if given:
+            raise InvalidArgument(f"sampling: give either `sampling` or {', '.join(given)}, not both")
+        params = sampling
+    else:
+        params = SamplingParams(
+            seed=0 if seed is None else seed,
+            temperature=1.0 if temperature is None else temperature,
+            top_k=0 if top_k is None else top_k,
+            top_p=1.0 if top_p is None else top_p,
+            logprobs=logprobs,
+        )
+    _integer("priority", priority, INT32_MIN, INT32_MAX)
+    req = GenerationRequest(
+        model=model,
+        prompt_tokens=tuple(prompt_tokens),
+        sampling=params,
+        stopping=StoppingParams(
+            max_tokens=0 if max_tokens is None else max_tokens,
+            stop_token_ids=tuple(stop_token_ids),
+            ignore_eos=ignore_eos,
+        ),
+        client_request_id=client_request_id,
+        resume_tokens=tuple(resume_tokens),
+        priority=-priority,  # the domain serves larger first; wire.request_to_pb flips it back
+        deadline_s=deadline_s,
+        session_id=session_id,
+    )
+    check_request(req, max_tokens_set=max_tokens is not None)
+    return submit_request_to_pb(
+        req, seed_from_daemon=sampling is None and seed is None, max_tokens_from_daemon=max_tokens is None
+    )
+
+
+def check_request(req: GenerationRequest, *, max_tokens_set: bool = True) -> None:
+    """Check that every field of `req` fits its wire type.
+
+    Raises:
+        InvalidArgument: a token id outside uint32, max_tokens outside uint32, priority outside
+            int32, a deadline that is not a positive finite number of seconds, a non-string id.
+    """
+    for name in ("model", "client_request_id", "session_id"):
+        if not isinstance(getattr(req, name), str):
+            raise InvalidArgument(f"{name}: must be a string, got {getattr(req, name)!r}")
+    _token_ids("prompt_tokens", req.prompt_tokens)
+    _token_ids("resume_tokens", req.resume_tokens)
+    _token_ids("stop_token_ids", req.stopping.stop_token_ids)
+    if max_tokens_set:
+        _integer("max_tokens", req.stopping.max_tokens, 0, UINT32_MAX)
+    _integer("priority", req.priority, -INT32_MAX, -INT32_MIN)
+    if not isinstance(req.stopping.ignore_eos, bool):
+        raise InvalidArgument(f"ignore_eos: must be a bool, got {req.stopping.ignore_eos!r}")
+    if req.deadline_s is not None:
+        d = req.deadline_s
+        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
+            raise InvalidArgument(f"deadline_s: must be a positive number of seconds, got {d!r}")
+        if d * 1000 > UINT32_MAX:
+            raise InvalidArgument(f"deadline_s: at most {UINT32_MAX // 1000} seconds, got {d}")
+
+
+def wait_request(job_id: str, from_index: int) -> inference_pb2.WaitRequest:
+    """Raises: InvalidArgument: from_index not an integer in uint64 range."""
+    return inference_pb2.WaitRequest(job_id=job_id, from_event_index=_integer("from_index", from_index, 0, UINT64_MAX))
+
+
+def watch_load_request(interval_ms: int) -> observe_pb2.WatchLoadRequest:
+    """Raises: InvalidArgument: interval_ms not a uint32 (the daemon checks its range)."""
+    return observe_pb2.WatchLoadRequest(interval_ms=_integer("interval_ms", interval_ms, 0, UINT32_MAX))
+
+
+def load_request(
+    alias: str, package: str, *, replace: bool, drain_timeout_ms: int | None, lanes: int | None
+) -> operate_pb2.LoadRequest:
+    """Raises: InvalidArgument: drain_timeout_ms or lanes not a uint32."""
+    options = operate_pb2.LoadOptions(replace=replace)
+    if drain_timeout_ms is not None:
+        options.drain_timeout_ms = _integer("drain_timeout_ms", drain_timeout_ms, 0, UINT32_MAX)
+    if lanes is not None:
+        options.lanes = _integer("lanes", lanes, 0, UINT32_MAX)
+    return operate_pb2.LoadRequest(alias=alias, package=package, options=options)
+
+
+def unload_request(alias: str, drain_timeout_ms: int | None) -> operate_pb2.UnloadRequest:
+    """Raises: InvalidArgument: drain_timeout_ms not a uint32."""
+    pb = operate_pb2.UnloadRequest(alias=alias)
+    if drain_timeout_ms is not None:
+        pb.drain_timeout_ms = _integer("drain_timeout_ms", drain_timeout_ms, 0, UINT32_MAX)
+    return pb
+
+
+def drain_request(timeout_ms: int | None, interrupt_remaining: bool) -> operate_pb2.DrainRequest:
+    """Raises: InvalidArgument: timeout_ms not a uint32."""
+    pb = operate_pb2.DrainRequest(interrupt_remaining=interrupt_remaining)
+    if timeout_ms is not None:
+        pb.timeout_ms = _integer("timeout_ms", timeout_ms, 0, UINT32_MAX)
+    return pb
+
+
+def reset_request(kind: str, reason: str, model: str) -> operate_pb2.ResetRequest:
+    """`kind` is "ccu", "configuration" or "device" (case-insensitive).
+
+    Raises:
+        InvalidArgument: unknown kind.
+    """
+    value = _enum_by_name("kind", common_pb2.ResetKind, "RESET_KIND_", kind)
+    return operate_pb2.ResetRequest(kind=value, reason=reason, model=model)  # type: ignore[arg-type]
+
+
+def inject_fault_request(
+    kind: str | None,
+    *,
+    job_index: int | None,
+    probability: float | None,
+    seed: int,
+    delay_ms: int,
+    clear_existing: bool,
+) -> operate_pb2.InjectFaultRequest:
+    """`kind` is a FaultKind name such as "ccu_exception" or "slow_job"; None plans nothing.
+
+    Raises:
+        InvalidArgument: unknown kind; not exactly one of job_index/probability with a kind; a
+            trigger without a kind; integers protobuf cannot carry.
+    """
+    pb = operate_pb2.InjectFaultRequest(clear_existing=clear_existing)
+    if kind is None:
+        if job_index is not None or probability is not None:
+            raise InvalidArgument("kind: a fault trigger was given without a fault kind")
+        return pb
+    if (job_index is None) == (probability is None):
+        raise InvalidArgument("trigger: give exactly one of job_index and probability")
+    fault = operate_pb2.FaultSpec(
+        kind=_enum_by_name("kind", operate_pb2.FaultKind, "FAULT_KIND_", kind),  # type: ignore[arg-type]
+        seed=_integer("seed", seed, 0, UINT64_MAX),
+        delay_ms=_integer("delay_ms", delay_ms, 0, UINT32_MAX),
+    )
+    if job_index is not None:
+        fault.job_index = _integer("job_index", job_index, 0, UINT64_MAX)
+    else:
+        assert probability is not None  # the exactly-one check above
+        if isinstance(probability, bool) or not isinstance(probability, int | float):
+            raise InvalidArgument(f"probability: must be a number, got {probability!r}")
+        fault.probability = float(probability)
+    pb.fault.CopyFrom(fault)
+    return pb
+
+
+def load_outcome(last: operate_pb2.LoadProgress | None, alias: str) -> operate_pb2.LoadProgress:
+    """The final progress of a Load stream, or its typed error.
+
+    Args:
+        last: the last message received (None if the stream sent none).
+        alias: for the message.
+
+    Raises:
+        CalculetError: the load FAILED (the typed error of its ErrorStatus, e.g.
+            FailedPrecondition for an invalid package), or INTERNAL when the stream ended
+            without its `done` message.
+    """
+    if last is None or not last.done:
+        raise CalculetError(f"Load stream of {alias!r} ended before its last progress", kind=ErrorKind.INTERNAL)
+    if last.state == common_pb2.MODEL_STATE_FAILED or last.HasField("error"):
+        raise error_from_status(last.error)
+    return last
+
+
+def operation_timeout(base_s: float, window_ms: int | None) -> float:
+    """Client deadline for a call that may wait a drain window: `base_s` plus the window."""
+    window_s = MAX_DRAIN_WINDOW_S if window_ms is None else window_ms / 1000.0
+    return base_s + window_s
+
+
+def _token_ids(name: str, ids: Sequence[int]) -> None:
+    for i, tok in enumerate(ids):
+        _integer(f"{name}[{i}]", tok, 0, UINT32_MAX)
+
+
+def _integer(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name}: must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{name}: must be in [{low}, {high}], got {value}")
+    return value
+
+
+def _enum_by_name(field: str, enum: object, prefix: str, name: str) -> int:
+    """Value of `prefix + NAME` in a generated enum wrapper (`-` and case are forgiven)."""
+    values: dict[str, int] = {
+        key.removeprefix(prefix).lower(): int(value)
+        for key, value in enum.items()  # type: ignore[attr-defined]
+        if not key.endswith("_UNSPECIFIED")
+    }
+    key = name.lower().replace("-", "_") if isinstance(name, str) else ""
+    if key not in values:
+        raise InvalidArgument(f"{field}: {name!r} is not one of {', '.join(sorted(values))}")
+    return values[key]

@@ -1,0 +1,434 @@
+"""`DeviceCore`: the daemon's domain API, one object per board, no transport (DEVELOPERS.md rule 1).
+
+It opens the device through the driver registry, owns the `Engine` (scheduling, execution,
+completion) and the `ModelManager` (lifecycle), and answers the three planes of DESIGN.md
+section 6 with domain objects. The gRPC servicer converts protobuf to these calls and back, nothing
+more. Thread-safe: methods may be called from any thread; long operations (load, unload, drain)
+block the caller, never the engine threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calculet.daemon.core.engine import Engine, EngineConfig
+from calculet.daemon.core.events import EventLog
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
+from calculet.daemon.core.request import GenerationRequest
+from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.core.scheduler import SchedulingPolicy
+from calculet.daemon.core.sequence import SeqState
+from calculet.daemon.core.status import (
+    HealthView,
+    JobView,
+    LoadView,
+    ModelHealthView,
+    ModelInfoView,
+    ModelLoadView,
+    ModelView,
+    PoolView,
+    QueueView,
+    StatusView,
+)
+from calculet.daemon.device.api import VirtualDevice
+from calculet.daemon.device.errors import DeviceLost
+from calculet.daemon.device.registry import load_driver
+from calculet.daemon.device.types import DeviceCapabilities, DeviceInfo, JobCounters, MemoryUsage
+from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+
+log = logging.getLogger(__name__)
+
+POLICIES = ("continuous", "serial")
+_LOST_INFO = DeviceInfo("lost", 0, (), "", "", "", DeviceCapabilities(0, False, 0, False))
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything the daemon is started with (flags and config file, already merged).
+
+    Attributes:
+        board: board index on this host.
+        device: driver name in the `calculet.devices` entry point group.
+        device_options: driver options (calsim: time_scale, fault_plan, ...).
+        models_root: package paths given to Load must resolve inside it.
+        models: startup models as (alias, path relative to models_root or absolute inside it).
+        policy: "continuous" (batching, ping/pong) or "serial" (today's product, for comparison).
+        max_inflight: 1 or 2 (capped by the device's capability).
+        job_timeout_s: wall-clock wait for one device job before the device is reset.
+        fault_injection: allow the InjectFault RPC (calsim only).
+        drain_timeout_s: default drain/unload timeout.
+    """
+
+    board: int = 0
+    device: str = "calsim"
+    device_options: dict[str, Any] = field(default_factory=dict)
+    models_root: Path = Path(".")
+    models: tuple[tuple[str, str], ...] = ()
+    policy: str = "continuous"
+    max_inflight: int = 2
+    job_timeout_s: float = 30.0
+    fault_injection: bool = False
+    drain_timeout_s: float = 30.0
+    queue_depth: int = 1024
+    admission_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise InvalidArgument(f"policy: must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if self.max_inflight not in (1, 2):
+            raise InvalidArgument(f"max_inflight: must be 1 or 2, got {self.max_inflight}")
+        if self.job_timeout_s <= 0:
+            raise InvalidArgument(f"job_timeout_s: must be positive, got {self.job_timeout_s}")
+
+    def engine_config(self) -> EngineConfig:
+        serial = self.policy == "serial"
+        policy = SchedulingPolicy(
+            max_active=1 if serial else 1 << 30,
+            queue_depth=self.queue_depth,
+            admission_timeout_s=self.admission_timeout_s,
+        )
+        return EngineConfig(
+            policy=policy,
+            max_inflight=1 if serial else self.max_inflight,
+            synchronous=serial,
+            job_timeout_s=self.job_timeout_s,
+        )
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    job_id: str
+    deduplicated: bool
+    seed: int
+    generation: int
+
+
+class DeviceCore:
+    """One board: device, engine, models."""
+
+    def __init__(self, config: DaemonConfig, device: VirtualDevice | None = None) -> None:
+        self.config = config
+        self.device = device or load_driver(config.device).open(config.board, config.device_options)
+        self.engine = Engine(self.device, config.engine_config())
+        self.models = ModelManager(self.engine, self.device, config.models_root)
+        self.started_at = time.time()
+        self._last_info: DeviceInfo | None = self.device.info()
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self, progress: ProgressFn | None = None) -> None:
+        """Start the engine and load the startup models (raises if one fails)."""
+        self.engine.start()
+        for alias, path in self.config.models:
+            self.models.load(alias, path, progress)
+
+    def close(self) -> None:
+        """Stop serving: cancel what is queued, let in-flight jobs finish, release the device."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self.engine.cond:
+            self.engine.admitting = False
+        for rt in reversed(self.models.all()):
+            try:
+                if rt.state is ModelState.READY:
+                    self.models.retire(rt, timeout=0.0)
+            except Exception:  # keep closing the rest; the process is exiting
+                log.exception("closing model %s generation %s", rt.alias, rt.generation)
+        self.engine.stop()
+        self.device.close()
+
+    # ---- inference plane --------------------------------------------------------------------
+
+    def submit(self, req: GenerationRequest) -> SubmitResult:
+        job_id, dedup = self.engine.submit(req)
+        seq = self.engine.sequence(job_id)
+        assert seq is not None
+        return SubmitResult(job_id, dedup, seq.request.sampling.seed, seq.generation)
+
+    def default_max_tokens(self, alias: str) -> int:
+        """The room left by a prompt is computed per request; this is the model's context."""
+        rt = self.models.serving(alias)
+        return rt.limits.context if rt is not None and rt.model is not None else 1
+
+    def event_log(self, job_id: str, *, for_wait: bool = True) -> EventLog:
+        return self.engine.event_log(job_id, for_wait=for_wait)
+
+    def job_generation(self, job_id: str) -> tuple[int, int]:
+        seq = self.engine.sequence(job_id)
+        return (seq.generation, seq.recoveries) if seq is not None else (0, 0)
+
+    def cancel(self, job_id: str) -> bool:
+        return self.engine.cancel(job_id)
+
+    # ---- operations plane ---------------------------------------------------------------------
+
+    def load(self, alias: str, path: str, progress: ProgressFn | None = None, replace: bool = False) -> ModelRuntime:
+        return self.models.load(alias, path, progress, replace=replace)
+
+    def unload(self, alias: str, timeout_s: float | None = None) -> int:
+        return self.models.unload(alias, self.config.drain_timeout_s if timeout_s is None else timeout_s)
+
+    def drain(self, timeout_s: float | None = None, interrupt: bool = False) -> tuple[bool, int, int]:
+        """Stop admitting and wait for running work. Returns (drained, remaining, interrupted)."""
+        self.stop_admitting()
+        return self.wait_drained(timeout_s, interrupt)
+
+    def stop_admitting(self) -> None:
+        with self.engine.cond:
+            self.engine.admitting = False
+            self.engine.cond.notify_all()
+
+    def wait_drained(self, timeout_s: float | None = None, interrupt: bool = False) -> tuple[bool, int, int]:
+        """Wait until no job is left; optionally cancel what remains after the timeout."""
+        timeout = self.config.drain_timeout_s if timeout_s is None else timeout_s
+        engine = self.engine
+        with engine.cond:
+            deadline = time.monotonic() + timeout
+            while engine.sequences and (left := deadline - time.monotonic()) > 0:
+                engine.cond.wait(left)
+            remaining = len(engine.sequences)
+        interrupted = 0
+        if remaining and interrupt:
+            for rt in self.models.all():
+                interrupted += engine.cancel_generation(rt.generation, "board drained")
+        return remaining == 0, remaining, interrupted
+
+    def resume(self) -> bool:
+        """Admit again after a drain. Returns whether the board was draining."""
+        with self.engine.cond:
+            was = not self.engine.admitting
+            self.engine.admitting = not self.engine.device_lost
+            self.engine.cond.notify_all()
+            return was
+
+    def reset(self, kind: str, reason: str) -> tuple[bool, str]:
+        """Operator reset. kind: "ccu" (in-flight jobs end as CCU exceptions; their sequences
+        re-prefill) or "configuration" (every model's KV is cleared; every sequence re-prefills)."""
+        if kind not in ("ccu", "configuration"):
+            raise InvalidArgument(f"reset kind must be ccu or configuration, got {kind!r}")
+        engine = self.engine
+        with engine.cond:
+            engine.counters.resets += 1
+            engine.counters.last_reset_reason = f"operator {kind} reset: {reason}"
+        if kind == "ccu":
+            self.device.reset_ccu()
+            return True, "compute units reset"
+        with engine.cond:
+            for rt in self.models.all():
+                if rt.model is None or rt.kv is None:
+                    continue
+                self.device.reset_configuration(rt.model)
+                for seq in [s for s in engine.scheduler.ready.values() if s.generation == rt.generation]:
+                    engine.scheduler.forget(seq)
+                    assert seq.lane is not None
+                    rt.kv.mark_unknown(seq.lane)
+                    engine._applier.fail_or_recover(rt, seq, "configuration reset", lane_lost=True)
+            engine.cond.notify_all()
+        return True, "configurations reset; sequences re-prefill"
+
+    def inject_fault(self, fault: Any) -> Any:
+        """Add a fault to calsim's plan (only when the daemon was started with fault injection)."""
+        if not self.config.fault_injection:
+            raise FailedPrecondition("fault injection is disabled (start the daemon with --fault-injection)")
+        inject = getattr(self.device, "inject", None)
+        if inject is None:
+            raise FailedPrecondition(f"device {self.config.device!r} does not support fault injection")
+        return inject(fault)
+
+    # ---- observation plane ------------------------------------------------------------------
+
+    def health(self) -> HealthView:
+        engine = self.engine
+        healthy = self.device.healthy() and not engine.device_lost
+        with engine.cond:
+            draining = not engine.admitting
+            models = tuple(ModelHealthView(rt.alias, rt.generation, rt.state) for rt in engine.aliases.values())
+        reason = "" if healthy else "device lost"
+        if healthy and draining:
+            reason = "draining"
+        return HealthView(healthy and not draining, draining, healthy, models, reason)
+
+    def model_health(self, alias: str) -> bool:
+        rt = self.models.serving(alias)
+        return rt is not None and rt.state.serving and self.health().serving
+
+    def status(self) -> StatusView:
+        engine = self.engine
+        health = self.health()
+        info, memory, counters = self._device_facts()
+        runtimes = self.models.all()
+        with engine.cond:
+            published = {rt.generation for rt in engine.aliases.values()}
+            models = tuple(self._model_view(rt, rt.generation in published) for rt in runtimes)
+            now = time.monotonic()
+            jobs = tuple(
+                JobView(
+                    s.job_id,
+                    s.request.model,
+                    s.generation,
+                    s.state.name,
+                    s.lane,
+                    len(s.request.prompt_tokens),
+                    len(s.generated),
+                    s.request.priority,
+                    now - s.t_submit,
+                    s.request.client_request_id,
+                )
+                for s in engine.sequences.values()
+            )
+            c = engine.counters
+            pool = self._pool_view(runtimes)
+            return StatusView(
+                board=self.config.board,
+                driver=self.config.device,
+                started_at=self.started_at,
+                fault_injection=self.config.fault_injection,
+                device=info,
+                memory=memory,
+                models=models,
+                jobs=jobs,
+                device_counters=counters,
+                accepted=c.submitted,
+                rejected=c.rejected,
+                completed=c.completed,
+                cancelled=c.cancelled,
+                failed=c.failed,
+                recoveries=c.recoveries,
+                pool=pool,
+                resets=c.resets,
+                last_reset_reason=c.last_reset_reason,
+                policy=self.config.policy,
+                max_inflight=engine.executor.limit,
+                inflight=len(engine.executor.inflight),
+                draining=not engine.admitting,
+                health=health,
+                degraded_reason=engine.executor.degraded_reason,
+                anomalies=engine.executor.anomalies,
+            )
+
+    def _device_facts(self) -> tuple[DeviceInfo, MemoryUsage, JobCounters]:
+        """Device identity and counters; after a device loss, the last known identity and zeros."""
+        try:
+            facts = (self.device.info(), self.device.memory_usage(), self.device.counters())
+        except DeviceLost:
+            info = self._last_info
+            return (
+                DeviceInfo(info.name, info.board_index, info.chips, info.runtime_version, info.driver_version,
+                           info.firmware_version, info.capabilities) if info else _LOST_INFO,
+                MemoryUsage(),
+                JobCounters(0, 0, 0, 0, 0),
+            )  # fmt: skip
+        self._last_info = facts[0]
+        return facts
+
+    def _model_view(self, rt: ModelRuntime, published: bool) -> ModelView:
+        sched = self.engine.scheduler
+        gen = rt.generation
+        queues = QueueView(
+            decode_ready=sum(1 for s in sched.ready.values() if s.generation == gen),
+            short_prefill=sum(
+                1
+                for s in self.engine.sequences.values()
+                if s.generation == gen
+                and s.state is SeqState.WAITING
+                and len(s.prefill_tokens) <= sched.policy.short_prefill_tokens
+            ),
+            long_prefill=sum(
+                1
+                for s in self.engine.sequences.values()
+                if s.generation == gen
+                and s.state is SeqState.WAITING
+                and len(s.prefill_tokens) > sched.policy.short_prefill_tokens
+            ),
+        )
+        lanes = rt.kv.snapshot() if rt.kv is not None else ()
+        return ModelView(
+            rt.alias,
+            gen,
+            rt.state,
+            published,
+            rt.manifest.name,
+            self.models.relative(rt.package_dir),
+            lanes,
+            queues,
+            rt.message,
+        )
+
+    @staticmethod
+    def _pool_view(runtimes: list[ModelRuntime]) -> PoolView:
+        in_use = free = quarantined = waits = 0
+        for rt in runtimes:
+            if rt.pool is None:
+                continue
+            st = rt.pool.stats()
+            in_use += st.in_use
+            quarantined += st.quarantined
+            waits += st.acquire_misses
+            free += sum(k.free for k in st.per_key.values())
+        return PoolView(in_use, free, quarantined, waits)
+
+    def load_report(self) -> LoadView:
+        engine = self.engine
+        health = self.health()
+        with engine.cond:
+            models = []
+            for rt in engine.aliases.values():
+                gen = rt.generation
+                seqs = [s for s in engine.sequences.values() if s.generation == gen]
+                waiting = sum(1 for s in seqs if s.state is SeqState.WAITING)
+                models.append(
+                    ModelLoadView(
+                        rt.alias,
+                        gen,
+                        rt.state,
+                        rt.state.serving,
+                        waiting,
+                        len(seqs) - waiting,
+                        rt.kv.free_count() if rt.kv is not None else 0,
+                        rt.kv.lanes if rt.kv is not None else 0,
+                    )
+                )
+        return LoadView(f"board{self.config.board}", health.serving, health.draining, tuple(models))
+
+    def get_model(self, alias: str) -> ModelInfoView:
+        rt = self.models.serving(alias)
+        if rt is None or rt.model is None:
+            raise NotFound(f"unknown model {alias!r}")
+        m = rt.manifest
+        try:
+            tokenizer = (rt.package_dir / m.tokenizer.path).read_bytes()
+            template = (rt.package_dir / m.tokenizer.chat_template).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise Unavailable(f"model {alias!r}: cannot read tokenizer files: {exc.strerror}") from None
+        limits = rt.limits
+        return ModelInfoView(
+            alias=alias,
+            generation=rt.generation,
+            state=rt.state,
+            package_name=m.name,
+            model_role=m.model_role,
+            family=m.architecture.family,
+            quantization=m.quantization,
+            vocab_size=limits.vocab_size,
+            context=limits.context,
+            lanes=rt.model.lanes,
+            eos_token_ids=m.tokenizer.eos_token_ids,
+            bos_token_id=m.tokenizer.bos_token_id,
+            pad_token_id=m.tokenizer.pad_token_id,
+            model_max_length=min(m.tokenizer.model_max_length, limits.context),
+            tokenizer_json=tokenizer,
+            chat_template=template,
+        )
+
+
+__all__ = ["DaemonConfig", "DeviceCore", "LoadProgress", "SubmitResult"]

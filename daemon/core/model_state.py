@@ -1,0 +1,41 @@
+"""The model lifecycle (DESIGN.md section 3, seed 000 section 10) as one transition table.
+
+Unloaded -> Validating -> Configuring -> Warming -> Ready -> Draining -> Unloading -> Unloaded;
+Validating, Configuring and Warming may fail (-> Failed -> Unloaded after cleanup). A load that
+is refused before Validating never creates a generation.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from calculet.daemon.lifecycle import table
+
+
+class ModelState(Enum):
+    UNLOADED = "unloaded"
+    VALIDATING = "validating"
+    CONFIGURING = "configuring"
+    WARMING = "warming"
+    READY = "ready"
+    DRAINING = "draining"
+    UNLOADING = "unloading"
+    FAILED = "failed"
+
+    @property
+    def serving(self) -> bool:
+        return self is ModelState.READY
+
+
+MODEL_TRANSITIONS = table(
+    [
+        (ModelState.UNLOADED, [ModelState.VALIDATING]),
+        (ModelState.VALIDATING, [ModelState.CONFIGURING, ModelState.FAILED]),
+        (ModelState.CONFIGURING, [ModelState.WARMING, ModelState.FAILED]),
+        (ModelState.WARMING, [ModelState.READY, ModelState.FAILED]),
+        (ModelState.READY, [ModelState.DRAINING]),
+        (ModelState.DRAINING, [ModelState.UNLOADING]),
+        (ModelState.UNLOADING, [ModelState.UNLOADED]),
+        (ModelState.FAILED, [ModelState.UNLOADED]),
+    ]
+)

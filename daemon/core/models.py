@@ -1,0 +1,310 @@
+"""Model lifecycle per alias: load, warm, publish, drain, unload (DESIGN.md section 3, seed 000 §10).
+
+`ModelManager` drives each generation through the table in `model_state.py`:
+Validating (package validator, on the caller's thread, never the device threads) -> Configuring
+(device.configure, host buffer pools) -> Warming (the package's golden prefill/decode through the
+real engine path) -> Ready (the alias is switched to the new generation in one step). Where the
+device can hold two configurations, a reload loads beside the old generation and then drains it;
+where it cannot, the old generation is drained and unloaded first. A second Load of an alias that is
+loading is refused. Unload drains with a timeout, then cancels what is left and waits for the
+device to finish with every buffer before releasing the configuration.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from calculet.daemon.core.engine import Engine
+from calculet.daemon.core.events import EventLog, FinishReason
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.request import GenerationRequest, StoppingParams
+from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.device.api import VirtualDevice
+from calculet.daemon.errors import (
+    CalculetError,
+    ErrorKind,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
+from calculet.daemon.package.capacity import DeviceLimits
+from calculet.daemon.package.validate import validate_package
+from calculet.daemon.sampling.params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """One step of a load, streamed to the operator."""
+
+    alias: str
+    generation: int
+    state: ModelState
+    message: str
+    done: bool = False
+    error_kind: ErrorKind | None = None
+
+
+ProgressFn = Callable[[LoadProgress], None]
+
+
+class ModelManager:
+    """Aliases, their generations and the operations that change them.
+
+    Args:
+        engine: the board's engine (runs warm-up probes and serves published generations).
+        device: the opened board.
+        models_root: every package path must resolve inside this directory.
+        warm_timeout_s: how long the golden check may take.
+    """
+
+    def __init__(self, engine: Engine, device: VirtualDevice, models_root: Path, warm_timeout_s: float = 120.0):
+        self.engine = engine
+        self.device = device
+        self.models_root = models_root.resolve()
+        self.warm_timeout_s = warm_timeout_s
+        self._lock = threading.Lock()
+        self._loading: set[str] = set()
+        self._generations = itertools.count(1)
+        self.runtimes: dict[int, ModelRuntime] = {}  # every generation not yet unloaded
+        info = device.info()
+        self.max_resident = info.capabilities.max_resident_configurations
+        self.limits = DeviceLimits.from_device_info(info)
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def serving(self, alias: str) -> ModelRuntime | None:
+        with self.engine.cond:
+            return self.engine.aliases.get(alias)
+
+    def all(self) -> list[ModelRuntime]:
+        with self._lock:
+            return sorted(self.runtimes.values(), key=lambda rt: rt.generation)
+
+    def resolve_package(self, path: str) -> Path:
+        """Confine a package path to the models root.
+
+        Raises:
+            InvalidArgument: empty path.
+            PermissionDenied: the path resolves outside the models root.
+            NotFound: no such directory.
+        """
+        if not path:
+            raise InvalidArgument("package path: must not be empty")
+        candidate = (self.models_root / path).resolve()
+        if not candidate.is_relative_to(self.models_root):
+            raise PermissionDenied(f"package path {path!r} is outside the models root {self.models_root}")
+        if not candidate.is_dir():
+            raise NotFound(f"package {path!r} not found under the models root")
+        return candidate
+
+    # ---- load -----------------------------------------------------------------------------
+
+    def relative(self, package_dir: Path) -> str:
+        """A package directory as operators name it: relative to the models root."""
+        return (
+            str(package_dir.relative_to(self.models_root))
+            if package_dir.is_relative_to(self.models_root)
+            else str(package_dir)
+        )
+
+    def load(self, alias: str, path: str, progress: ProgressFn | None = None, *, replace: bool = False) -> ModelRuntime:
+        """Load a package under `alias` and publish it when Ready.
+
+        Args:
+            replace: the alias may already serve; the new generation takes over when Ready.
+
+        Returns:
+            The Ready runtime.
+
+        Raises:
+            InvalidArgument: bad alias. PermissionDenied / NotFound: bad path.
+            FailedPrecondition: the alias is already loading, or already serving without `replace`,
+                the package is invalid, it cannot be configured next to what is loaded, or its golden
+                check failed.
+        """
+        if not ALIAS_RE.match(alias):
+            raise InvalidArgument(f"alias {alias!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        package_dir = self.resolve_package(path)
+        if not replace and self.serving(alias) is not None:
+            raise FailedPrecondition(f"model {alias!r} is already loaded (use replace to reload it)")
+        with self._lock:
+            if alias in self._loading:
+                raise FailedPrecondition(f"model {alias!r} is already loading")
+            self._loading.add(alias)
+        try:
+            return self._load(alias, package_dir, progress or (lambda _p: None))
+        finally:
+            with self._lock:
+                self._loading.discard(alias)
+
+    def _load(self, alias: str, package_dir: Path, progress: ProgressFn) -> ModelRuntime:
+        report = validate_package(package_dir, self.limits)
+        generation = next(self._generations)
+        if report.manifest is None or not report.ok:
+            problems = "; ".join(p.message for p in report.errors) or "manifest unreadable"
+            progress(LoadProgress(alias, generation, ModelState.FAILED, problems, True, ErrorKind.FAILED_PRECONDITION))
+            raise FailedPrecondition(f"package {package_dir.name} is invalid: {problems}")
+        rt = ModelRuntime(alias, generation, report.manifest, package_dir)
+        step = _Stepper(rt, progress)
+        step.move(ModelState.VALIDATING, f"validated {package_dir.name} ({len(report.warnings)} warnings)")
+        with self._lock:
+            self.runtimes[generation] = rt
+        try:
+            step.move(ModelState.CONFIGURING, "configuring on the device")
+            self._make_room(alias)
+            model = self.device.configure(package_dir, report.manifest)
+            rt.attach(self.device, model, self.engine.executor.engine_slots, self.engine.config.synchronous)
+            step.move(ModelState.WARMING, "running the golden prefill/decode check")
+            self.engine.add_runtime(rt)
+            self._golden_check(rt)
+        except CalculetError as exc:
+            step.fail(exc)
+            self.engine.cancel_generation(generation, f"load of {alias} failed")
+            self.engine.wait_generation_idle(generation, self.engine.config.job_timeout_s * 2)
+            self._discard(rt)
+            raise FailedPrecondition(f"load of {alias!r} failed: {exc}") from exc
+        step.move(ModelState.READY, f"generation {generation} serving", done=False)
+        old = self.engine.publish(rt)
+        if old is not None:
+            self.retire(old, timeout=self.warm_timeout_s)
+        progress(LoadProgress(alias, generation, ModelState.READY, "ready", True))
+        return rt
+
+    def _make_room(self, alias: str) -> None:
+        """Where the device cannot hold one more configuration, drain and unload the alias's old
+        generation first (CalRT 0.7.6 holds one calbin)."""
+        with self._lock:
+            configured = [r for r in self.runtimes.values() if r.model is not None]
+        if len(configured) < self.max_resident:
+            return
+        old = self.serving(alias)
+        if old is None:
+            raise FailedPrecondition(
+                f"device holds {len(configured)} configured models (its maximum); unload one first"
+            )
+        self.retire(old, timeout=self.warm_timeout_s)
+
+    def _golden_check(self, rt: ModelRuntime) -> None:
+        golden = rt.manifest.golden
+        req = GenerationRequest(
+            model=rt.alias,
+            prompt_tokens=golden.prompt_tokens,
+            sampling=SamplingParams(temperature=0.0),
+            stopping=StoppingParams(max_tokens=len(golden.decode_tokens), ignore_eos=True),
+        )
+        job_id, _ = self.engine.submit(req, runtime=rt, capture_logits=True)
+        seq = self.engine.sequence(job_id)
+        assert seq is not None
+        if not wait_finished(seq.log, self.warm_timeout_s):
+            self.engine.cancel(job_id)
+            raise FailedPrecondition(f"golden check did not finish within {self.warm_timeout_s}s")
+        final = seq.log.read(0)[-1]
+        if getattr(final, "reason", None) not in (FinishReason.LENGTH, FinishReason.STOP):
+            raise FailedPrecondition(f"golden check failed: {getattr(final, 'error_message', final)}")
+        if tuple(seq.generated) != golden.decode_tokens:
+            raise FailedPrecondition(
+                f"golden decode mismatch: expected {list(golden.decode_tokens)}, got {seq.generated}"
+            )
+        _check_top_logits(seq.first_logits, golden.prefill_top, golden.logit_atol)
+
+    # ---- unload ---------------------------------------------------------------------------
+
+    def unload(self, alias: str, timeout: float) -> int:
+        """Drain the alias's serving generation, then release it. Returns the generation.
+
+        Raises:
+            NotFound: the alias is not loaded.
+        """
+        rt = self.serving(alias)
+        if rt is None:
+            raise NotFound(f"model {alias!r} is not loaded")
+        self.retire(rt, timeout)
+        return rt.generation
+
+    def retire(self, rt: ModelRuntime, timeout: float) -> None:
+        """Ready -> Draining -> Unloading -> Unloaded: finish or cancel its work, then release.
+
+        While it drains, the alias (unless a newer generation took it over) answers UNAVAILABLE.
+        """
+        with self.engine.cond:
+            rt.lifecycle.move(ModelState.DRAINING)
+        if not self.engine.wait_generation_idle(rt.generation, timeout):
+            cancelled = self.engine.cancel_generation(rt.generation, f"model {rt.alias} unloaded")
+            log.warning("unload %s gen %s: cancelled %d jobs after %.1fs", rt.alias, rt.generation, cancelled, timeout)
+            # Cancel only stops delivery; the device still owns in-flight buffers until it is done.
+            self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
+        self.engine.unpublish(rt.alias, rt.generation)
+        rt.lifecycle.move(ModelState.UNLOADING)
+        self._discard(rt)
+        rt.lifecycle.move(ModelState.UNLOADED)
+
+    def _discard(self, rt: ModelRuntime) -> None:
+        """Remove a generation from the engine and give its device resources back."""
+        self.engine.remove_runtime(rt.generation)
+        if rt.pool is not None:
+            rt.pool.close()
+        if rt.model is not None:
+            self.device.release(rt.model)
+            rt.model = None
+        with self._lock:
+            self.runtimes.pop(rt.generation, None)
+
+
+class _Stepper:
+    """Moves a runtime through its lifecycle and reports each step."""
+
+    def __init__(self, rt: ModelRuntime, progress: ProgressFn) -> None:
+        self.rt = rt
+        self.progress = progress
+
+    def move(self, state: ModelState, message: str, done: bool = False) -> None:
+        self.rt.lifecycle.move(state)
+        self.rt.message = message
+        self.progress(LoadProgress(self.rt.alias, self.rt.generation, state, message, done))
+
+    def fail(self, exc: CalculetError) -> None:
+        self.rt.lifecycle.move(ModelState.FAILED)
+        self.rt.message = str(exc)
+        self.progress(LoadProgress(self.rt.alias, self.rt.generation, ModelState.FAILED, str(exc), True, exc.kind))
+        self.rt.lifecycle.move(ModelState.UNLOADED)
+
+
+def _check_top_logits(logits: np.ndarray | None, expected: tuple[tuple[int, float], ...], atol: float) -> None:
+    if logits is None:
+        raise FailedPrecondition("golden check: prefill logits were not captured")
+    order = np.lexsort((np.arange(logits.size), -logits))[: len(expected)]
+    got = [(int(i), float(logits[i])) for i in order]
+    for (etok, eval_), (gtok, gval) in zip(expected, got, strict=True):
+        if etok != gtok or abs(eval_ - gval) > atol:
+            raise FailedPrecondition(f"golden prefill mismatch: expected top {list(expected)}, got {got}")
+
+
+def wait_finished(log: EventLog, timeout: float) -> bool:
+    """Block until the log has its final event or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    changed = threading.Event()
+    unsubscribe = log.subscribe(changed.set)
+    try:
+        while not log.finished:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            changed.wait(remaining)
+            changed.clear()
+        return True
+    finally:
+        unsubscribe()

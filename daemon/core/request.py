@@ -1,0 +1,105 @@
+"""What a caller asks the daemon to generate, and the checks it must pass before admission.
+
+`GenerationRequest` is the domain form of a `Submit` (the wire module converts protobuf to it).
+`validate_request` checks it against the serving model's limits and raises `InvalidArgument`
+with a message naming the field; nothing is queued or reserved for a request that fails here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.sampling.params import SamplingParams
+
+MAX_STOP_TOKEN_IDS = 64
+MAX_CLIENT_REQUEST_ID = 128
+
+
+@dataclass(frozen=True)
+class StoppingParams:
+    """When generation ends. `max_tokens` counts every completion token, resumed ones included."""
+
+    max_tokens: int
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation job.
+
+    Attributes:
+        model: model alias.
+        prompt_tokens: prompt token ids (non-empty).
+        sampling / stopping: how to draw tokens and when to stop.
+        client_request_id: idempotency key; a second Submit with the same key returns the first job.
+        resume_tokens: completion tokens an earlier attempt already produced (failover/retry); the
+            daemon re-prefills them and continues, so the output equals an undisturbed run.
+        priority: higher runs first among waiting requests.
+        deadline_s: seconds from submit after which a still-queued request is refused (None = none).
+        session_id: routing hint for prefix reuse; carried, not interpreted by the daemon.
+    """
+
+    model: str
+    prompt_tokens: tuple[int, ...]
+    sampling: SamplingParams
+    stopping: StoppingParams
+    client_request_id: str = ""
+    resume_tokens: tuple[int, ...] = ()
+    priority: int = 0
+    deadline_s: float | None = None
+    session_id: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """The serving model's limits that requests are checked against."""
+
+    vocab_size: int
+    context: int  # tokens a sequence may hold (prompt + completion)
+    prefill_tokens: int  # largest prefill bucket
+
+
+def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
+    """Raise `InvalidArgument` naming the first offending field; return when the request is servable."""
+    if not req.prompt_tokens:
+        raise InvalidArgument("prompt_tokens: must not be empty")
+    _check_ids("prompt_tokens", req.prompt_tokens, limits.vocab_size)
+    _check_ids("resume_tokens", req.resume_tokens, limits.vocab_size)
+    _check_ids("stop_token_ids", req.stopping.stop_token_ids, limits.vocab_size)
+    if len(req.stopping.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+        raise InvalidArgument(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids")
+    if len(req.client_request_id) > MAX_CLIENT_REQUEST_ID:
+        raise InvalidArgument(f"client_request_id: at most {MAX_CLIENT_REQUEST_ID} characters")
+    max_tokens = req.stopping.max_tokens
+    if max_tokens < 1:
+        raise InvalidArgument(f"max_tokens: must be at least 1, got {max_tokens}")
+    if max_tokens > limits.context:
+        raise InvalidArgument(f"max_tokens: {max_tokens} exceeds the model context of {limits.context} tokens")
+    if len(req.resume_tokens) >= max_tokens:
+        raise InvalidArgument(
+            f"resume_tokens: {len(req.resume_tokens)} already generated leaves nothing of max_tokens={max_tokens}"
+        )
+    prefill_len = len(req.prompt_tokens) + len(req.resume_tokens)
+    if prefill_len > limits.prefill_tokens:
+        raise InvalidArgument(
+            f"prompt_tokens: {prefill_len} tokens (with resumed ones) exceed the prefill limit of "
+            f"{limits.prefill_tokens}"
+        )
+    if len(req.prompt_tokens) + max_tokens > limits.context:
+        raise InvalidArgument(
+            f"prompt_tokens + max_tokens: {len(req.prompt_tokens)} + {max_tokens} exceeds the model context "
+            f"of {limits.context} tokens"
+        )
+    if req.deadline_s is not None and (math.isnan(req.deadline_s) or req.deadline_s <= 0):
+        raise InvalidArgument(f"deadline: must be positive, got {req.deadline_s}")
+    req.sampling.validate(limits.vocab_size)
+
+
+def _check_ids(name: str, ids: tuple[int, ...], vocab_size: int) -> None:
+    for i, tok in enumerate(ids):
+        if tok < 0 or tok >= vocab_size:
+            raise InvalidArgument(f"{name}[{i}]: token id {tok} outside the vocabulary [0, {vocab_size})")

@@ -1,0 +1,210 @@
+"""Continuous batching: which job the device runs next (DESIGN.md section 3, seed 000 sections 5-6).
+
+The scheduler owns the waiting and ready sets of every sequence that is not in flight and turns
+them into `JobPlan`s; it never touches the device. Order of preference for each free in-flight slot:
+
+1. RECOVER sequences (lost KV) re-prefill first: they already hold a lane and a client waits.
+2. decode-ready sequences, up to the largest decode batch, highest priority then least recently
+   served; the model whose ready sequence has waited longest goes first;
+3. a new prefill into a free lane — short prompts before long ones, but a long prompt is served once
+   `long_prefill_budget` short-prompt tokens have passed it (token budget), and any prefill is served
+   before decode once `max_prefill_defer` decode jobs have passed it while it was admissible
+   (bounded wait), so neither queue starves.
+
+With two in-flight slots a prefill naturally runs beside a decode job on other lanes: the decode job
+holds every ready lane, so the other slot takes the prefill. Callers hold the engine lock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from calculet.daemon.core.admission import AdmissionQueue
+from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.core.sequence import SeqState, Sequence
+from calculet.daemon.device.types import SubmodelInfo, TaskType
+
+
+@dataclass(frozen=True)
+class SchedulingPolicy:
+    """Knobs of the scheduler.
+
+    Attributes:
+        max_active: sequences holding lanes at once per model (1 for the serial policy).
+        short_prefill_tokens: prompts up to this length use the short-prefill queue.
+        long_prefill_budget: short-prefill tokens that may pass a waiting long prompt.
+        max_prefill_defer: decode jobs that may pass an admissible waiting prefill.
+        queue_depth: waiting requests per queue before Submit is refused (RESOURCE_EXHAUSTED).
+        admission_timeout_s: how long a request may wait for a lane before it is refused.
+        priority_aging_s: waiting time that raises a request's priority by one.
+    """
+
+    max_active: int = 1 << 30
+    short_prefill_tokens: int = 512
+    long_prefill_budget: int = 4096
+    max_prefill_defer: int = 2
+    queue_depth: int = 1024
+    admission_timeout_s: float = 30.0
+    priority_aging_s: float | None = 5.0
+
+
+@dataclass
+class JobPlan:
+    """One device job to build: a prefill of one sequence or a decode step of several."""
+
+    runtime: ModelRuntime
+    task: TaskType
+    submodel: SubmodelInfo
+    seqs: list[Sequence]
+
+
+class Scheduler:
+    """Waiting, recovering and ready sequences of every model, and the choice of the next job."""
+
+    def __init__(self, policy: SchedulingPolicy) -> None:
+        self.policy = policy
+        aging = policy.priority_aging_s
+        self.short: AdmissionQueue[Sequence] = AdmissionQueue(policy.queue_depth, aging_s=aging)
+        self.long: AdmissionQueue[Sequence] = AdmissionQueue(policy.queue_depth, aging_s=aging)
+        self.ready: OrderedDict[str, Sequence] = OrderedDict()  # least recently served first
+        self.recover: deque[Sequence] = deque()
+        self._short_tokens_passed_long = 0
+        self._decodes_passed_prefill = 0
+        self._active: dict[int, int] = {}  # generation -> sequences holding lanes
+
+    # ---- bookkeeping --------------------------------------------------------------------
+
+    def enqueue(self, seq: Sequence) -> None:
+        """Queue a new sequence for admission.
+
+        Raises:
+            Overloaded: the queue is full.
+        """
+        deadline = time.monotonic() + self.policy.admission_timeout_s
+        if seq.deadline is not None:
+            deadline = min(deadline, seq.deadline)
+        queue = self.short if len(seq.prefill_tokens) <= self.policy.short_prefill_tokens else self.long
+        queue.enqueue(seq.job_id, seq, deadline=deadline, priority=seq.request.priority)
+
+    def remove_waiting(self, seq: Sequence) -> bool:
+        """Take a sequence out of the admission queues (cancel). Returns whether it was there."""
+        for queue in (self.short, self.long):
+            if seq.job_id in queue:
+                queue.cancel(seq.job_id)
+                return True
+        return False
+
+    def mark_ready(self, seq: Sequence) -> None:
+        self.ready[seq.job_id] = seq
+
+    def mark_recover(self, seq: Sequence) -> None:
+        self.ready.pop(seq.job_id, None)
+        self.recover.append(seq)
+
+    def forget(self, seq: Sequence) -> None:
+        """The sequence left the READY/RECOVER sets (finished or cancelled)."""
+        self.ready.pop(seq.job_id, None)
+        if seq in self.recover:
+            self.recover.remove(seq)
+
+    def lane_taken(self, generation: int) -> None:
+        self._active[generation] = self._active.get(generation, 0) + 1
+
+    def lane_returned(self, generation: int) -> None:
+        self._active[generation] -= 1
+
+    def expire(self, now: float) -> list[Sequence]:
+        return [*self.short.expire(now), *self.long.expire(now)]
+
+    def next_deadline(self) -> float | None:
+        times = [t for t in (self.short.next_deadline(), self.long.next_deadline()) if t is not None]
+        return min(times) if times else None
+
+    def waiting(self) -> int:
+        return len(self.short) + len(self.long)
+
+    def drain_waiting(self, generation: int | None = None) -> list[Sequence]:
+        """Remove waiting sequences (of one generation, or all) and return them."""
+        out: list[Sequence] = []
+        for queue in (self.short, self.long):
+            for seq in queue.drain():
+                if generation is None or seq.generation == generation:
+                    out.append(seq)
+                else:
+                    queue.enqueue(seq.job_id, seq, deadline=math.inf, priority=seq.request.priority)
+        return out
+
+    # ---- the choice ---------------------------------------------------------------------
+
+    def plan(self, runtimes: dict[int, ModelRuntime], admitting: bool) -> JobPlan | None:
+        """The next job to run, or None when nothing can run now.
+
+        Args:
+            runtimes: serving runtimes by generation (the ones whose lanes may be used).
+            admitting: whether new sequences may be admitted (False while draining).
+        """
+        if self.recover:
+            seq = self.recover.popleft()
+            rt = runtimes.get(seq.generation)
+            if rt is not None and rt.prefill is not None:
+                return JobPlan(rt, TaskType.PREFILL, rt.prefill, [seq])
+        prefill_due = self._decodes_passed_prefill >= self.policy.max_prefill_defer
+        if not prefill_due or not admitting:
+            decode = self._plan_decode(runtimes)
+            if decode is not None:
+                if admitting and self.waiting():
+                    self._decodes_passed_prefill += 1
+                return decode
+        if admitting:
+            prefill = self._plan_prefill(runtimes)
+            if prefill is not None:
+                self._decodes_passed_prefill = 0
+                return prefill
+        return self._plan_decode(runtimes)
+
+    def _plan_decode(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
+        first = next((s for s in self.ready.values() if s.generation in runtimes), None)
+        if first is None:
+            return None
+        rt = runtimes[first.generation]
+        candidates = [s for s in self.ready.values() if s.generation == rt.generation]
+        # Highest priority first; among equals the least recently served (dict order is stable).
+        candidates.sort(key=lambda s: -s.request.priority)
+        chosen = candidates[: rt.max_decode_batch]
+        for seq in chosen:
+            del self.ready[seq.job_id]
+        return JobPlan(rt, TaskType.DECODE, rt.decode_submodel_for(len(chosen)), chosen)
+
+    def _plan_prefill(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
+        def admissible(seq: Sequence) -> bool:
+            rt = runtimes.get(seq.generation)
+            return (
+                rt is not None
+                and rt.kv is not None
+                and rt.kv.free_count() > 0
+                and self._active.get(seq.generation, 0) < self.policy.max_active
+            )
+
+        long_due = self._short_tokens_passed_long >= self.policy.long_prefill_budget
+        order = (self.long, self.short) if long_due else (self.short, self.long)
+        for queue in order:
+            seq = queue.pop_ready(admissible)
+            if seq is None:
+                continue
+            if queue is self.long:
+                self._short_tokens_passed_long = 0
+            elif len(self.long):
+                self._short_tokens_passed_long += len(seq.prefill_tokens)
+            rt = runtimes[seq.generation]
+            assert rt.prefill is not None
+            return JobPlan(rt, TaskType.PREFILL, rt.prefill, [seq])
+        return None
+
+    def has_work(self) -> bool:
+        return bool(self.ready or self.recover or self.waiting())
+
+
+__all__ = ["JobPlan", "Scheduler", "SchedulingPolicy", "SeqState"]

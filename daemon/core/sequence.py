@@ -1,0 +1,133 @@
+"""One generation job inside the daemon: its tokens, lane, state and output log.
+
+Ownership: the engine owns every `Sequence`; its `lane` is owned by the sequence between
+assignment and release (the KV manager records the same owner); while a job carrying the
+sequence is in flight, the executor holds it (state PREFILL or DECODE) and nothing else may
+change its tokens or lane.
+
+KV invariant while READY: the lane holds `prompt + generated[:-1]`, and `generated[-1]` is the
+next decode input. A (re-)prefill feeds `prompt + generated` and samples the next token from
+its logits, which restores the invariant; that is how resumed and recovered sequences continue
+with exactly the tokens of an undisturbed run (sampling is keyed by (seed, step)).
+"""
+
+from __future__ import annotations
+
+import time
+from enum import Enum, auto
+
+import numpy as np
+
+from calculet.daemon.core.events import EventLog, FinishReason, Timings, TokenLogprob, Usage
+from calculet.daemon.core.request import GenerationRequest
+from calculet.daemon.errors import ErrorKind
+from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.daemon.sampling.history import TokenHistory
+
+
+class SeqState(Enum):
+    WAITING = auto()  # queued for admission, no lane
+    PREFILL = auto()  # prefill job in flight
+    READY = auto()  # has a lane, waiting for its next decode job
+    DECODE = auto()  # decode job in flight
+    RECOVER = auto()  # lane KV lost; waiting for a re-prefill
+    DONE = auto()
+
+
+SEQ_TRANSITIONS = table(
+    [
+        (SeqState.WAITING, [SeqState.PREFILL, SeqState.DONE]),
+        (SeqState.PREFILL, [SeqState.READY, SeqState.RECOVER, SeqState.DONE]),
+        (SeqState.READY, [SeqState.DECODE, SeqState.RECOVER, SeqState.DONE]),
+        (SeqState.DECODE, [SeqState.READY, SeqState.RECOVER, SeqState.DONE]),
+        (SeqState.RECOVER, [SeqState.PREFILL, SeqState.DONE]),
+    ]
+)
+
+
+class Sequence:
+    """A request being served. Mutated only by the engine under its lock."""
+
+    def __init__(self, job_id: str, request: GenerationRequest, generation: int, eos_ids: frozenset[int]) -> None:
+        self.job_id = job_id
+        self.request = request
+        self.generation = generation
+        self.log = EventLog(job_id, start_token_index=len(request.resume_tokens))
+        self.lifecycle: Lifecycle[SeqState] = Lifecycle(f"job {job_id}", SeqState.WAITING, SEQ_TRANSITIONS)
+        self.generated: list[int] = list(request.resume_tokens)
+        self.lane: int | None = None
+        self.cancel_requested = False
+        # An error to report instead of CANCELLED when the cancel came from unload/drain.
+        self.pending_error: tuple[FinishReason, ErrorKind | None, str] | None = None
+        self.recoveries = 0
+        self.history: TokenHistory | None = None  # penalties' view of prompt + generated (engine sets it)
+        self.capture_logits = False  # warm-up probes keep the first step's logits
+        self.first_logits: np.ndarray | None = None
+        self.stop_ids = frozenset(request.stopping.stop_token_ids) | (
+            frozenset() if request.stopping.ignore_eos else eos_ids
+        )
+        now = time.monotonic()
+        self.t_submit = now
+        self.t_admit: float | None = None
+        self.t_first: float | None = None
+        self.deadline = now + request.deadline_s if request.deadline_s is not None else None
+
+    @property
+    def state(self) -> SeqState:
+        return self.lifecycle.state
+
+    @property
+    def prompt(self) -> tuple[int, ...]:
+        return self.request.prompt_tokens
+
+    @property
+    def prefill_tokens(self) -> list[int]:
+        """Tokens a (re-)prefill feeds: the prompt and every completion token so far."""
+        return [*self.request.prompt_tokens, *self.generated]
+
+    @property
+    def kv_len_when_ready(self) -> int:
+        return len(self.request.prompt_tokens) + len(self.generated) - 1
+
+    @property
+    def step(self) -> int:
+        """RNG counter of the next token: how many completion tokens exist already."""
+        return len(self.generated)
+
+    @property
+    def remaining(self) -> int:
+        return self.request.stopping.max_tokens - len(self.generated)
+
+    def accept(self, token: int, logprob: TokenLogprob | None) -> FinishReason | None:
+        """Record a sampled token, stream it, and say whether generation is finished."""
+        self.generated.append(token)
+        if self.t_first is None:
+            self.t_first = time.monotonic()
+        self.log.append_tokens((token,), (logprob,) if logprob is not None else ())
+        if token in self.stop_ids:
+            return FinishReason.STOP
+        if self.remaining <= 0:
+            return FinishReason.LENGTH
+        return None
+
+    def finish(self, reason: FinishReason, error_kind: ErrorKind | None = None, message: str = "") -> bool:
+        """Move to DONE and write the final event (first call wins)."""
+        if self.state is not SeqState.DONE:
+            self.lifecycle.move(SeqState.DONE)
+        return self.log.finish(reason, self.usage(), self.timings(), error_kind, message)
+
+    def usage(self) -> Usage:
+        resumed = len(self.request.resume_tokens)
+        return Usage(len(self.request.prompt_tokens), len(self.generated), resumed)
+
+    def timings(self) -> Timings:
+        now = time.monotonic()
+        admit = self.t_admit if self.t_admit is not None else now
+        first = self.t_first if self.t_first is not None else now
+        return Timings(
+            queue=admit - self.t_submit,
+            prefill=max(0.0, first - admit) if self.t_first is not None else 0.0,
+            ttft=first - self.t_submit if self.t_first is not None else 0.0,
+            decode=now - first if self.t_first is not None else 0.0,
+            e2e=now - self.t_submit,
+        )

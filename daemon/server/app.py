@@ -1,0 +1,115 @@
+"""Assemble and run the gRPC server: Daemon service, grpc.health.v1, reflection, listen target.
+
+`serve` owns the asyncio side of the process: it starts the server on a Unix socket or TCP
+address, publishes health, waits for a stop signal, then drains gracefully: admission stops
+(health NOT_SERVING), running jobs get `grace_s` to finish, the server stops, the core closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import stat
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from calculet.daemon.core.device_core import DeviceCore
+from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.server.servicer import SERVICE_NAME, DaemonServicer
+from calculet.v1 import daemon_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # what a client may send (prompts)
+MAX_SEND_BYTES = 64 * 1024 * 1024  # what the daemon may send (GetModel carries tokenizer.json)
+
+
+def normalize_target(listen: str) -> str:
+    """`unix:PATH`, `unix:///ABS`, `HOST:PORT`, or a bare path ending in `.sock` -> a grpc address.
+
+    Raises:
+        InvalidArgument: empty target.
+    """
+    if not listen:
+        raise InvalidArgument("listen: must not be empty")
+    if listen.startswith("unix:"):
+        return listen
+    if listen.endswith(".sock") or listen.startswith(("/", "./")):
+        return f"unix:{listen}"
+    return listen
+
+
+def unix_path(target: str) -> Path | None:
+    if not target.startswith("unix:"):
+        return None
+    rest = target[len("unix:") :]
+    return Path(rest[2:] if rest.startswith("//") else rest)
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """A socket file left by a dead daemon blocks bind; a regular file there is an operator error."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise InvalidArgument(f"listen: {path} exists and is not a socket")
+    path.unlink()
+
+
+async def serve(
+    core: DeviceCore,
+    listen: str,
+    *,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    grace_s: float = 30.0,
+    ready: asyncio.Event | None = None,
+    announce: bool = True,
+) -> None:
+    """Run until SIGTERM/SIGINT (or `core` is closed by the caller)."""
+    target = normalize_target(listen)
+    sock = unix_path(target)
+    if sock is not None:
+        sock.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_socket(sock)
+    options = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", MAX_SEND_BYTES),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.aio.server(options=options)
+    health_servicer = health.aio.HealthServicer()
+    servicer = DaemonServicer(core, health_servicer)
+    daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    server.add_insecure_port(target)
+    if not target.startswith("unix:"):
+        log.warning("listening on TCP %s without TLS: use a Unix socket outside trusted networks", target)
+    await server.start()
+    if sock is not None:
+        os.chmod(sock, 0o660)
+    await servicer.sync_health()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if announce:
+        models = ", ".join(f"{m.alias} (generation {m.generation})" for m in core.health().models) or "none"
+        log.info("board %d serving on %s; models: %s", core.config.board, target, models)
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    log.info("stopping: draining for up to %.0fs", grace_s)
+    core.stop_admitting()
+    await servicer.sync_health()
+    await loop.run_in_executor(None, core.wait_drained, grace_s, True)
+    await server.stop(grace=2.0)
+    await loop.run_in_executor(None, core.close)
+    if sock is not None:
+        sock.unlink(missing_ok=True)

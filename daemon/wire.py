@@ -1,0 +1,302 @@
+"""The one place where protobuf meets domain objects (and error kinds meet status codes).
+
+Server and client both convert through here, so no domain module imports `*_pb2`. Conventions:
+- priority: the wire follows vLLM (lower is served first); the domain queue treats larger as more
+  urgent, so the sign flips here;
+- an unset seed is drawn here from the OS and returned in SubmitResponse, so a retry or failover
+  elsewhere can reuse it;
+- `ErrorKind` values on the wire equal gRPC status codes (options documented in common.proto).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import grpc
+
+from calculet.daemon.core.events import (
+    Event,
+    FinalEvent,
+    FinishReason,
+    Timings,
+    TokenChunk,
+    TokenLogprob,
+    Usage,
+)
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.request import GenerationRequest, StoppingParams
+from calculet.daemon.errors import (
+    Aborted,
+    CalculetError,
+    Cancelled,
+    DeadlineExceeded,
+    ErrorKind,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+from calculet.daemon.sampling.params import SamplingParams
+from calculet.v1 import common_pb2, inference_pb2
+
+# ---- errors --------------------------------------------------------------------------------
+
+GRPC_CODE: dict[ErrorKind, grpc.StatusCode] = {
+    ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorKind.OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ErrorKind.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorKind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorKind.ABORTED: grpc.StatusCode.ABORTED,
+    ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
+    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+KIND_OF_CODE: dict[grpc.StatusCode, ErrorKind] = {code: kind for kind, code in GRPC_CODE.items()}
+ERROR_CLASS: dict[ErrorKind, type[CalculetError]] = {
+    ErrorKind.INVALID_ARGUMENT: InvalidArgument,
+    ErrorKind.NOT_FOUND: NotFound,
+    ErrorKind.OVERLOADED: Overloaded,
+    ErrorKind.UNAVAILABLE: Unavailable,
+    ErrorKind.DEADLINE_EXCEEDED: DeadlineExceeded,
+    ErrorKind.PERMISSION_DENIED: PermissionDenied,
+    ErrorKind.UNAUTHENTICATED: Unauthenticated,
+    ErrorKind.FAILED_PRECONDITION: FailedPrecondition,
+    ErrorKind.ABORTED: Aborted,
+    ErrorKind.CANCELLED: Cancelled,
+}
+RETRY_AFTER_KEY = "calculet-retry-after-s"
+
+
+def kind_to_pb(kind: ErrorKind) -> int:
+    return int(common_pb2.ErrorKind.Value(f"ERROR_KIND_{kind.name}"))
+
+
+def kind_from_pb(value: int) -> ErrorKind:
+    """Unknown numbers (a newer peer) read as INTERNAL rather than failing the whole stream."""
+    try:
+        name = common_pb2.ErrorKind.Name(value).removeprefix("ERROR_KIND_")
+    except ValueError:
+        return ErrorKind.INTERNAL
+    return ErrorKind[name] if name in ErrorKind.__members__ else ErrorKind.INTERNAL
+
+
+def error_from_kind(kind: ErrorKind, message: str, retry_after_s: float | None = None) -> CalculetError:
+    """Rebuild a typed domain error (client side)."""
+    cls = ERROR_CLASS.get(kind)
+    if cls is Overloaded:
+        return Overloaded(message, retry_after_s=1.0 if retry_after_s is None else retry_after_s)
+    if cls is None:
+        return CalculetError(message, kind=kind)
+    return cls(message)
+
+
+def error_status(kind: ErrorKind, message: str) -> common_pb2.ErrorStatus:
+    return common_pb2.ErrorStatus(kind=kind_to_pb(kind), message=message)  # type: ignore[arg-type]
+
+
+# ---- enums ---------------------------------------------------------------------------------
+
+
+def model_state_to_pb(state: ModelState) -> int:
+    return int(common_pb2.ModelState.Value(f"MODEL_STATE_{state.name}"))
+
+
+def model_state_from_pb(value: int) -> ModelState:
+    return ModelState[common_pb2.ModelState.Name(value).removeprefix("MODEL_STATE_")]
+
+
+_FINISH_TO_PB = {
+    FinishReason.STOP: inference_pb2.FINISH_REASON_STOP,
+    FinishReason.LENGTH: inference_pb2.FINISH_REASON_LENGTH,
+    FinishReason.CANCELLED: inference_pb2.FINISH_REASON_CANCELLED,
+    FinishReason.ERROR: inference_pb2.FINISH_REASON_ERROR,
+    FinishReason.DEADLINE: inference_pb2.FINISH_REASON_ERROR,  # with error kind DEADLINE_EXCEEDED
+}
+
+
+def finish_from_pb(value: int, kind: ErrorKind | None) -> FinishReason:
+    if value == inference_pb2.FINISH_REASON_ERROR and kind is ErrorKind.DEADLINE_EXCEEDED:
+        return FinishReason.DEADLINE
+    reasons = {v: k for k, v in _FINISH_TO_PB.items() if k is not FinishReason.DEADLINE}
+    return reasons.get(value, FinishReason.ERROR)  # unspecified/unknown: treat as failed
+
+
+# ---- Submit --------------------------------------------------------------------------------
+
+
+def sampling_from_pb(pb: inference_pb2.SamplingParams) -> SamplingParams:
+    """Raises InvalidArgument for out-of-range fields (SamplingParams checks on construction)."""
+    return SamplingParams(
+        seed=pb.seed if pb.HasField("seed") else int.from_bytes(os.urandom(8), "little"),
+        temperature=pb.temperature if pb.HasField("temperature") else 1.0,
+        top_k=pb.top_k,
+        top_p=pb.top_p if pb.HasField("top_p") else 1.0,
+        min_p=pb.min_p,
+        repetition_penalty=pb.repetition_penalty if pb.HasField("repetition_penalty") else 1.0,
+        presence_penalty=pb.presence_penalty,
+        frequency_penalty=pb.frequency_penalty,
+        logprobs=pb.logprobs if pb.HasField("logprobs") else None,
+    )
+
+
+def sampling_to_pb(p: SamplingParams) -> inference_pb2.SamplingParams:
+    pb = inference_pb2.SamplingParams(
+        seed=p.seed,
+        temperature=p.temperature,
+        top_k=p.top_k,
+        top_p=p.top_p,
+        min_p=p.min_p,
+        repetition_penalty=p.repetition_penalty,
+        presence_penalty=p.presence_penalty,
+        frequency_penalty=p.frequency_penalty,
+    )
+    if p.logprobs is not None:
+        pb.logprobs = p.logprobs
+    return pb
+
+
+def request_from_pb(pb: inference_pb2.SubmitRequest, default_max_tokens: int) -> GenerationRequest:
+    """Build the domain request; unset max_tokens means `default_max_tokens` (the model's room)."""
+    stopping = StoppingParams(
+        max_tokens=pb.stopping.max_tokens if pb.stopping.HasField("max_tokens") else default_max_tokens,
+        stop_token_ids=tuple(pb.stopping.stop_token_ids),
+        ignore_eos=pb.stopping.ignore_eos,
+    )
+    return GenerationRequest(
+        model=pb.model,
+        prompt_tokens=tuple(pb.prompt_tokens),
+        sampling=sampling_from_pb(pb.sampling),
+        stopping=stopping,
+        client_request_id=pb.client_request_id,
+        resume_tokens=tuple(pb.resume_tokens),
+        priority=-pb.priority,
+        deadline_s=pb.deadline_ms / 1000.0 if pb.HasField("deadline_ms") else None,
+        session_id=pb.session_id,
+    )
+
+
+def request_to_pb(req: GenerationRequest) -> inference_pb2.SubmitRequest:
+    pb = inference_pb2.SubmitRequest(
+        model=req.model,
+        client_request_id=req.client_request_id,
+        prompt_tokens=list(req.prompt_tokens),
+        resume_tokens=list(req.resume_tokens),
+        sampling=sampling_to_pb(req.sampling),
+        stopping=inference_pb2.StoppingParams(
+            max_tokens=req.stopping.max_tokens,
+            stop_token_ids=list(req.stopping.stop_token_ids),
+            ignore_eos=req.stopping.ignore_eos,
+        ),
+        priority=-req.priority,
+        session_id=req.session_id,
+    )
+    if req.deadline_s is not None:
+        pb.deadline_ms = max(1, round(req.deadline_s * 1000))
+    return pb
+
+
+# ---- Wait events ---------------------------------------------------------------------------
+
+
+def event_to_pb(event: Event, generation: int = 0, recoveries: int = 0) -> inference_pb2.WaitEvent:
+    if isinstance(event, TokenChunk):
+        chunk = inference_pb2.TokenChunk(
+            first_index=event.first_index,
+            tokens=list(event.tokens),
+            logprobs=[
+                inference_pb2.TokenLogprob(
+                    token=lp.token,
+                    logprob=lp.logprob,
+                    top=[inference_pb2.TopLogprob(token=t, logprob=v) for t, v in lp.top],
+                )
+                for lp in event.logprobs
+            ],
+        )
+        return inference_pb2.WaitEvent(index=event.index, tokens=chunk)
+    final = inference_pb2.Final(
+        finish_reason=_FINISH_TO_PB[event.reason],
+        usage=inference_pb2.Usage(
+            prompt_tokens=event.usage.prompt_tokens,
+            completion_tokens=event.usage.completion_tokens,
+            resumed_tokens=event.usage.resumed_tokens,
+        ),
+        timings=inference_pb2.Timings(
+            queue_s=event.timings.queue,
+            prefill_s=event.timings.prefill,
+            ttft_s=event.timings.ttft,
+            decode_s=event.timings.decode,
+            e2e_s=event.timings.e2e,
+        ),
+        generation=generation,
+        recoveries=recoveries,
+    )
+    if event.error_kind is not None:
+        final.error.CopyFrom(error_status(event.error_kind, event.error_message))
+    return inference_pb2.WaitEvent(index=event.index, final=final)
+
+
+def event_from_pb(pb: inference_pb2.WaitEvent) -> Event:
+    if pb.HasField("tokens"):
+        t = pb.tokens
+        logprobs = tuple(
+            TokenLogprob(lp.token, lp.logprob, tuple((x.token, x.logprob) for x in lp.top)) for lp in t.logprobs
+        )
+        return TokenChunk(pb.index, t.first_index, tuple(t.tokens), logprobs)
+    f = pb.final
+    kind = kind_from_pb(f.error.kind) if f.HasField("error") and f.error.kind else None
+    return FinalEvent(
+        index=pb.index,
+        reason=finish_from_pb(f.finish_reason, kind),
+        usage=Usage(f.usage.prompt_tokens, f.usage.completion_tokens, f.usage.resumed_tokens),
+        timings=Timings(f.timings.queue_s, f.timings.prefill_s, f.timings.ttft_s, f.timings.decode_s, f.timings.e2e_s),
+        error_kind=kind,
+        error_message=f.error.message if f.HasField("error") else "",
+    )
+
+
+def tokens_of(events: Iterable[Event]) -> list[int]:
+    return [tok for e in events if isinstance(e, TokenChunk) for tok in e.tokens]
+
+
+# ---- client side (calculet.client) ---------------------------------------------------------
+
+
+def submit_request_to_pb(
+    req: GenerationRequest, *, seed_from_daemon: bool = False, max_tokens_from_daemon: bool = False
+) -> inference_pb2.SubmitRequest:
+    """`request_to_pb`, optionally leaving seed and/or max_tokens unset on the wire.
+
+    The domain request always carries both (they are required there); a client that wants the
+    daemon to pick the seed (returned in SubmitResponse.seed) or to run until the context is full
+    clears the field here, because an explicit 0 means something else on the wire.
+    """
+    pb = request_to_pb(req)
+    if seed_from_daemon:
+        pb.sampling.ClearField("seed")
+    if max_tokens_from_daemon:
+        pb.stopping.ClearField("max_tokens")
+    return pb
+
+
+def error_from_status(status: common_pb2.ErrorStatus) -> CalculetError:
+    """Rebuild the typed error an in-band ErrorStatus (Final, LoadProgress, ResetResult) describes.
+
+    An unknown or missing kind (a newer or broken daemon) becomes INTERNAL rather than a crash.
+    """
+    known = status.kind != common_pb2.ERROR_KIND_UNSPECIFIED and status.kind in common_pb2.ErrorKind.values()
+    kind = kind_from_pb(status.kind) if known else ErrorKind.INTERNAL
+    message = status.message or f"the daemon reported {kind.value} without a message"
+    retry_after_s = status.retry_after_s if status.HasField("retry_after_s") else None
+    return error_from_kind(kind, message, retry_after_s)
+
+
+def final_error(final: inference_pb2.Final) -> CalculetError | None:
+    """The typed error a Final event carries (finish_reason ERROR), or None."""
+    return error_from_status(final.error) if final.HasField("error") else None

@@ -1,0 +1,253 @@
+"""Protobuf forms of the observation and operations planes (the server side of `wire`).
+
+Kept beside `wire.py` (requests, events, errors) so every protobuf conversion lives in these two
+modules; domain code never imports `*_pb2`.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.core.kv import LaneState
+from calculet.daemon.core.models import LoadProgress
+from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
+from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
+from calculet.v1 import common_pb2, observe_pb2, operate_pb2
+
+_LANE = {
+    LaneState.FREE: observe_pb2.LANE_STATE_FREE,
+    LaneState.RESERVED: observe_pb2.LANE_STATE_RESERVED,
+    LaneState.ACTIVE: observe_pb2.LANE_STATE_ACTIVE,
+    LaneState.UNKNOWN: observe_pb2.LANE_STATE_UNKNOWN,
+}
+_JOB = {
+    "WAITING": observe_pb2.JOB_STATE_QUEUED,
+    "PREFILL": observe_pb2.JOB_STATE_PREFILL,
+    "READY": observe_pb2.JOB_STATE_DECODE,
+    "DECODE": observe_pb2.JOB_STATE_DECODE,
+    "RECOVER": observe_pb2.JOB_STATE_RECOVERING,
+    "DONE": observe_pb2.JOB_STATE_FINISHED,
+}
+_FAULT = {
+    operate_pb2.FAULT_KIND_SUBMIT_ERROR: FaultKind.SUBMIT_ERROR,
+    operate_pb2.FAULT_KIND_CCU_EXCEPTION: FaultKind.CCU_EXCEPTION,
+    operate_pb2.FAULT_KIND_HANG: FaultKind.HANG,
+    operate_pb2.FAULT_KIND_NAN_LOGITS: FaultKind.NAN_LOGITS,
+    operate_pb2.FAULT_KIND_SLOW_JOB: FaultKind.SLOW_JOB,
+    operate_pb2.FAULT_KIND_DEVICE_LOST: FaultKind.DEVICE_LOST,
+}
+
+
+def _serving(serving: bool, draining: bool) -> int:
+    if serving:
+        return int(common_pb2.SERVING_STATUS_SERVING)
+    return int(common_pb2.SERVING_STATUS_DRAINING if draining else common_pb2.SERVING_STATUS_NOT_SERVING)
+
+
+def _timestamp(unix: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(unix * 1e9))
+    return ts
+
+
+def health_to_pb(h: HealthView) -> observe_pb2.HealthResponse:
+    return observe_pb2.HealthResponse(
+        status=_serving(h.serving, h.draining),  # type: ignore[arg-type]
+        device_healthy=h.device_healthy,
+        models=[
+            observe_pb2.ModelHealth(
+                alias=m.alias,
+                status=_serving(h.serving and m.state.serving, h.draining),  # type: ignore[arg-type]
+                state=model_state_to_pb(m.state),  # type: ignore[arg-type]
+                generation=m.generation,
+            )
+            for m in h.models
+        ],
+        reason=h.reason,
+    )
+
+
+def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
+    used = {c.chip: c for c in s.memory.chips}
+    device = observe_pb2.DeviceInfo(
+        name=s.device.name,
+        board_index=s.device.board_index,
+        chips=[
+            observe_pb2.ChipInfo(
+                index=c.index,
+                dram_total_bytes=c.dram_bytes,
+                dram_used_bytes=used[c.index].dram_used if c.index in used else 0,
+                sram_total_bytes=c.sram_bytes,
+                sram_used_bytes=used[c.index].sram_used if c.index in used else 0,
+            )
+            for c in s.device.chips
+        ],
+        runtime_version=s.device.runtime_version,
+        driver_version=s.device.driver_version,
+        firmware_version=s.device.firmware_version,
+        capabilities=observe_pb2.DeviceCapabilities(
+            max_inflight=s.device.capabilities.max_inflight,
+            ping_pong=s.device.capabilities.ping_pong,
+            max_resident_configurations=s.device.capabilities.max_resident_configurations,
+            lane_selection=s.device.capabilities.lane_selection,
+        ),
+    )
+    models = [
+        observe_pb2.ModelStatus(
+            alias=m.alias,
+            generation=m.generation,
+            state=model_state_to_pb(m.state),  # type: ignore[arg-type]
+            package_name=m.package_name,
+            package_path=m.package_path,
+            lanes=[
+                observe_pb2.LaneStatus(
+                    index=lane.lane,
+                    state=_LANE[lane.state],
+                    job_id=lane.owner or "",
+                    kv_length=lane.length,
+                )
+                for lane in m.lanes
+            ],
+            queues=observe_pb2.QueueDepths(
+                decode_ready=m.queues.decode_ready,
+                short_prefill=m.queues.short_prefill,
+                long_prefill=m.queues.long_prefill,
+            ),
+        )
+        for m in s.models
+    ]
+    jobs = []
+    for j in s.jobs:
+        job = observe_pb2.JobSummary(
+            job_id=j.job_id,
+            model=j.model,
+            generation=j.generation,
+            state=_JOB[j.state],
+            prompt_tokens=j.prompt_tokens,
+            completion_tokens=j.completion_tokens,
+            priority=-j.priority,
+            age_s=j.age_s,
+            client_request_id=j.client_request_id,
+        )
+        if j.lane is not None:
+            job.lane = j.lane
+        jobs.append(job)
+    dc = s.device_counters
+    return observe_pb2.StatusResponse(
+        board=observe_pb2.BoardInfo(
+            name=f"board{s.board}",
+            index=s.board,
+            daemon_version=_version(),
+            started_at=_timestamp(s.started_at),
+            driver=s.driver,
+            fault_injection=s.fault_injection,
+        ),
+        device=device,
+        models=models,
+        jobs=jobs,
+        device_counters=observe_pb2.DeviceJobCounters(
+            submitted=dc.submitted, pending=dc.pending, running=dc.running, finished=dc.finished, left=dc.left
+        ),
+        job_counters=observe_pb2.JobCounters(
+            accepted=s.accepted,
+            rejected=s.rejected,
+            completed=s.completed,
+            cancelled=s.cancelled,
+            failed=s.failed,
+            recoveries=s.recoveries,
+        ),
+        buffer_pool=observe_pb2.BufferPoolStatus(
+            in_use=s.pool.in_use, free=s.pool.free, quarantined=s.pool.quarantined, waits=s.pool.waits
+        ),
+        resets=observe_pb2.ResetSummary(count=s.resets, last_reason=s.last_reset_reason),
+        policy=observe_pb2.POLICY_SERIAL if s.policy == "serial" else observe_pb2.POLICY_CONTINUOUS,
+        max_inflight=s.max_inflight,
+        inflight_submissions=s.inflight,
+        draining=s.draining,
+        health=_serving(s.health.serving, s.health.draining),  # type: ignore[arg-type]
+    )
+
+
+def load_report_to_pb(v: LoadView, sequence: int, now_unix: float) -> observe_pb2.LoadReport:
+    return observe_pb2.LoadReport(
+        board=v.board,
+        timestamp=_timestamp(now_unix),
+        status=_serving(v.serving, v.draining),  # type: ignore[arg-type]
+        sequence=sequence,
+        models=[
+            observe_pb2.ModelLoad(
+                alias=m.alias,
+                generation=m.generation,
+                state=model_state_to_pb(m.state),  # type: ignore[arg-type]
+                ready=m.ready,
+                queue_depth=m.queue_depth,
+                running=m.running,
+                free_lanes=m.free_lanes,
+                lanes_total=m.lanes_total,
+            )
+            for m in v.models
+        ],
+    )
+
+
+def model_info_to_pb(m: ModelInfoView) -> observe_pb2.GetModelResponse:
+    summary = observe_pb2.ModelSummary(
+        alias=m.alias,
+        generation=m.generation,
+        state=model_state_to_pb(m.state),  # type: ignore[arg-type]
+        package_name=m.package_name,
+        model_role=m.model_role,
+        family=m.family,
+        quantization=m.quantization,
+        vocab_size=m.vocab_size,
+        context=m.context,
+        lanes=m.lanes,
+        eos_token_ids=list(m.eos_token_ids),
+        model_max_length=m.model_max_length,
+    )
+    if m.bos_token_id is not None:
+        summary.bos_token_id = m.bos_token_id
+    if m.pad_token_id is not None:
+        summary.pad_token_id = m.pad_token_id
+    return observe_pb2.GetModelResponse(model=summary, tokenizer_json=m.tokenizer_json, chat_template=m.chat_template)
+
+
+def progress_to_pb(p: LoadProgress, elapsed_s: float) -> operate_pb2.LoadProgress:
+    pb = operate_pb2.LoadProgress(
+        state=model_state_to_pb(p.state),  # type: ignore[arg-type]
+        generation=p.generation,
+        message=p.message,
+        done=p.done,
+        elapsed_s=elapsed_s,
+    )
+    if p.error_kind is not None:
+        pb.error.CopyFrom(error_status(p.error_kind, p.message))
+    return pb
+
+
+def fault_from_pb(spec: operate_pb2.FaultSpec) -> Fault:
+    """Raises InvalidArgument for an unspecified kind (calsim's own checks raise InvalidJob)."""
+    kind = _FAULT.get(spec.kind)
+    if kind is None:
+        raise InvalidArgument("fault.kind: must be set")
+    trigger = spec.WhichOneof("trigger")
+    return Fault(
+        kind,
+        job=spec.job_index if trigger == "job_index" else None,
+        probability=spec.probability if trigger == "probability" else None,
+        delay_ms=float(spec.delay_ms) if kind is FaultKind.SLOW_JOB else 0.0,
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("calculet")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__all__ = ["health_to_pb", "kind_to_pb", "load_report_to_pb", "model_info_to_pb", "progress_to_pb", "status_to_pb"]

@@ -1,0 +1,72 @@
+"""`calctl load ALIAS PACKAGE [--replace]`: load a package under an alias (Load RPC, operations plane).
+
+Prints one line per progress message as the daemon streams them (elapsed time, state,
+generation, message), or one JSON object per line with --json. Exit 0 when the alias is READY;
+1 when the load FAILED (its typed error, e.g. failed_precondition for an invalid package, is
+printed by calctl on stderr) or was refused (bad alias/path, unknown package, alias loaded without
+--replace, concurrent load) or the daemon is unreachable. PACKAGE is relative to the daemon's
+models root.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from calculet.client.messages import load_outcome
+from calculet.ops.commands.daemon_cmds import (
+    EXIT_OK,
+    add_daemon_arguments,
+    connect,
+    print_json,
+    to_ms,
+    window_seconds,
+)
+from calculet.ops.commands.status_view import model_state
+from calculet.v1 import operate_pb2
+
+COMMAND = ("load",)
+HELP = "Load a package under an alias and stream its progress (exit 1 if the load fails)."
+
+
+def positive_lanes(text: str) -> int:
+    """argparse type: an integer >= 1. Raises argparse.ArgumentTypeError otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be >= 1")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("alias", metavar="ALIAS", help="name clients use for the model")
+    parser.add_argument("package", metavar="PACKAGE", help="package directory, relative to the daemon's models root")
+    parser.add_argument("--replace", action="store_true", help="replace a loaded alias with a new generation")
+    parser.add_argument("--lanes", type=positive_lanes, metavar="N", help="KV lanes to configure (default: package's)")
+    parser.add_argument(
+        "--drain-timeout", type=window_seconds, metavar="S", help="with --replace: seconds to let old jobs finish"
+    )
+    add_daemon_arguments(parser)
+
+
+def progress_line(p: operate_pb2.LoadProgress) -> str:
+    line = f"{p.elapsed_s:7.2f}s  {model_state(p.state):<11} generation {p.generation}  {p.message}"
+    return line + (f"  [{p.error.message}]" if p.HasField("error") else "")
+
+
+def run(args: argparse.Namespace) -> int:
+    last: operate_pb2.LoadProgress | None = None
+    with connect(args) as client:
+        stream = client.load(
+            args.alias, args.package, replace=args.replace, drain_timeout_ms=to_ms(args.drain_timeout), lanes=args.lanes
+        )
+        for last in stream:
+            if args.json:
+                print_json(last, one_line=True)
+            else:
+                print(progress_line(last), flush=True)
+            if last.done:
+                break
+    load_outcome(last, args.alias)  # raises the typed error of a failed or unfinished load
+    return EXIT_OK

@@ -1,0 +1,117 @@
+"""Fixtures that run the real `calculet-daemon` process on a Unix socket in a temp dir.
+
+`DaemonProcess` starts `python -m calculet.daemon.main` with calsim at time scale 0, polls its
+health until SERVING (failing fast, with its log, if the process dies), and stops it with SIGTERM
+at teardown. Packages are built once per session.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from calculet.ops.sim_packages.build import build_sim_package
+
+STARTUP_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="session")
+def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("models")
+    build_sim_package("tiny", root / "tiny")
+    build_sim_package("qwen3-30b-a3b", root / "qwen", decode_batches=(1, 4), lanes=4, lane_context=4096)
+    return root
+
+
+class DaemonProcess:
+    """One daemon process under test."""
+
+    def __init__(self, workdir: Path, models_root: Path, args: list[str]) -> None:
+        self.workdir = workdir
+        self.socket = workdir / "board0.sock"
+        self.target = f"unix:{self.socket}"
+        self.log_path = workdir / "daemon.log"
+        cmd = [
+            sys.executable, "-m", "calculet.daemon.main",
+            "--listen", self.target,
+            "--models-root", str(models_root),
+            "--time-scale", "0",
+            "--log-level", "INFO",
+            *args,
+        ]  # fmt: skip
+        self._log = self.log_path.open("wb")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_serving(self, timeout: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"daemon exited with {self.proc.returncode} during startup:\n{self.log()}")
+            if self.socket.exists():
+                try:
+                    with grpc.insecure_channel(self.target) as ch:
+                        stub = health_pb2_grpc.HealthStub(ch)
+                        resp = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                        if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                            return
+                except grpc.RpcError:
+                    pass
+            time.sleep(0.05)
+        pytest.fail(f"daemon not SERVING after {timeout}s:\n{self.log()}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_daemon(
+    tmp_path: Path, models_root: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., DaemonProcess]]:
+    """`start_daemon(*flags)` -> a SERVING DaemonProcess; stopped (log shown on failure) at teardown."""
+    started: list[DaemonProcess] = []
+
+    def start(*args: str) -> DaemonProcess:
+        workdir = tmp_path / f"d{len(started)}"
+        workdir.mkdir()
+        daemon = DaemonProcess(workdir, models_root, list(args))
+        started.append(daemon)
+        daemon.wait_serving()
+        return daemon
+
+    yield start
+    for daemon in started:
+        code = daemon.stop()
+        rep = getattr(request.node, "rep_call", None)
+        if (rep is not None and rep.failed) or code not in (0, -signal.SIGTERM):
+            print(f"---- daemon log ({daemon.workdir}, exit {code}) ----\n{daemon.log()}")
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"rep_{rep.when}", rep)

@@ -1,0 +1,33 @@
+"""Assertions shared by the integration tests."""
+
+from __future__ import annotations
+
+import time
+
+from calculet.client import DaemonClient
+
+LANE_FREE = 1
+
+
+def idle_problems(client: DaemonClient) -> list[str]:
+    status = client.status()
+    problems = []
+    if status.jobs:
+        problems.append(f"jobs left: {[j.job_id for j in status.jobs]}")
+    if status.inflight_submissions:
+        problems.append(f"{status.inflight_submissions} device jobs in flight")
+    if status.buffer_pool.in_use or status.buffer_pool.quarantined:
+        problems.append(f"buffers in use {status.buffer_pool.in_use}, quarantined {status.buffer_pool.quarantined}")
+    for m in status.models:
+        busy = [lane.index for lane in m.lanes if lane.state != LANE_FREE]
+        if busy:
+            problems.append(f"model {m.alias} gen {m.generation}: lanes not free {busy}")
+    return problems
+
+
+def assert_idle_soon(client: DaemonClient, timeout: float = 10.0) -> None:
+    """Lanes, buffers and jobs all back to idle (polls: completions finish asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while (problems := idle_problems(client)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not problems, problems

@@ -1,0 +1,245 @@
+"""Request building: what reaches the wire for each argument, and the typed refusals (no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from calculet.client.messages import (
+    MAX_DRAIN_WINDOW_S,
+    check_request,
+    drain_request,
+    generate_request,
+    inject_fault_request,
+    load_outcome,
+    load_request,
+    operation_timeout,
+    reset_request,
+    submit_request,
+    unload_request,
+    wait_request,
+    watch_load_request,
+)
+from calculet.daemon.core.request import GenerationRequest, StoppingParams
+from calculet.daemon.errors import CalculetError, ErrorKind, FailedPrecondition, InvalidArgument, Overloaded
+from calculet.daemon.sampling.params import SamplingParams
+from calculet.v1 import common_pb2, inference_pb2, operate_pb2
+
+
+def gen(**overrides: Any) -> inference_pb2.SubmitRequest:
+    args: dict[str, Any] = dict(
+        max_tokens=None, temperature=None, top_p=None, top_k=None, seed=None, stop_token_ids=(), ignore_eos=False,
+        logprobs=None, priority=0, client_request_id="", resume_tokens=(), sampling=None, deadline_s=None,
+        session_id="",
+    )  # fmt: skip
+    args.update(overrides)
+    return generate_request("tiny", args.pop("prompt", [5, 6, 7]), **args)
+
+
+def test_defaults_leave_seed_and_max_tokens_to_the_daemon() -> None:
+    pb = gen()
+    assert not pb.sampling.HasField("seed")
+    assert not pb.stopping.HasField("max_tokens")
+    assert not pb.HasField("deadline_ms")
+    assert list(pb.prompt_tokens) == [5, 6, 7]
+    assert pb.sampling.temperature == 1.0 and pb.sampling.top_p == 1.0 and pb.sampling.top_k == 0
+
+
+@given(
+    seed=st.integers(0, 2**64 - 1),
+    max_tokens=st.integers(1, 2**32 - 1),
+    priority=st.integers(-(2**31), 2**31 - 1),
+    stops=st.lists(st.integers(0, 2**32 - 1), max_size=5),
+    resume=st.lists(st.integers(0, 2**32 - 1), max_size=5),
+)
+def test_given_fields_reach_the_wire_unchanged(
+    seed: int, max_tokens: int, priority: int, stops: list[int], resume: list[int]
+) -> None:
+    pb = gen(seed=seed, max_tokens=max_tokens, priority=priority, stop_token_ids=stops, resume_tokens=resume)
+    assert pb.sampling.HasField("seed") and pb.sampling.seed == seed
+    assert pb.stopping.HasField("max_tokens") and pb.stopping.max_tokens == max_tokens
+    assert pb.priority == priority  # wire convention both sides: lower is served first
+    assert list(pb.stopping.stop_token_ids) == stops
+    assert list(pb.resume_tokens) == resume
+
+
+def test_sampling_object_is_sent_with_its_seed() -> None:
+    params = SamplingParams(seed=9, temperature=0.0, top_k=4, top_p=0.5, min_p=0.1, logprobs=3)
+    pb = gen(sampling=params, ignore_eos=True, deadline_s=1.5, session_id="s", client_request_id="r")
+    s = pb.sampling
+    assert (s.seed, s.temperature, s.top_k, s.min_p, s.logprobs) == (9, 0.0, 4, pytest.approx(0.1), 3)
+    assert s.top_p == pytest.approx(0.5)
+    assert pb.stopping.ignore_eos and pb.deadline_ms == 1500
+    assert (pb.session_id, pb.client_request_id) == ("s", "r")
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p", "top_k", "seed", "logprobs"])
+def test_sampling_and_individual_fields_are_exclusive(field: str) -> None:
+    value = {"temperature": 0.5, "top_p": 0.5, "top_k": 3, "seed": 1, "logprobs": 1}[field]
+    with pytest.raises(InvalidArgument, match=f"sampling: .*{field}"):
+        gen(sampling=SamplingParams(), **{field: value})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"prompt": [1, -1]}, "prompt_tokens\\[1\\]"),
+        ({"prompt": [2**32]}, "prompt_tokens\\[0\\]"),
+        ({"prompt": [1.5]}, "prompt_tokens\\[0\\]"),
+        ({"prompt": [True]}, "prompt_tokens\\[0\\]"),
+        ({"resume_tokens": [-3]}, "resume_tokens\\[0\\]"),
+        ({"stop_token_ids": [1, 2**40]}, "stop_token_ids\\[1\\]"),
+        ({"max_tokens": -1}, "max_tokens"),
+        ({"max_tokens": 2**32}, "max_tokens"),
+        ({"priority": 2**31}, "priority"),
+        ({"priority": 1.0}, "priority"),
+        ({"deadline_s": 0}, "deadline_s"),
+        ({"deadline_s": float("nan")}, "deadline_s"),
+        ({"deadline_s": 5e6}, "deadline_s"),
+        ({"temperature": -1.0}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"seed": 2**64}, "seed"),
+        ({"logprobs": 21}, "logprobs"),
+        ({"ignore_eos": 1}, "ignore_eos"),
+        ({"client_request_id": 7}, "client_request_id"),
+    ],
+)
+def test_bad_generate_arguments_are_invalid(overrides: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidArgument, match=field):
+        gen(**overrides)
+
+
+def test_submit_request_sends_the_domain_request_as_is() -> None:
+    req = GenerationRequest("tiny", (1, 2), SamplingParams(seed=0), StoppingParams(max_tokens=4), priority=3)
+    pb = submit_request(req)
+    assert pb.sampling.HasField("seed") and pb.sampling.seed == 0
+    assert pb.stopping.max_tokens == 4
+    assert pb.priority == -3  # domain: larger first; wire: lower first
+
+
+def test_check_request_refuses_what_protobuf_cannot_carry() -> None:
+    req = GenerationRequest("tiny", (1, 2**33), SamplingParams(), StoppingParams(max_tokens=4))
+    with pytest.raises(InvalidArgument, match="prompt_tokens\\[1\\]"):
+        check_request(req)
+
+
+def test_wait_and_watch_requests() -> None:
+    assert wait_request("j", 4).from_event_index == 4
+    assert watch_load_request(250).interval_ms == 250
+    with pytest.raises(InvalidArgument, match="from_index"):
+        wait_request("j", -1)
+    with pytest.raises(InvalidArgument, match="interval_ms"):
+        watch_load_request(-5)
+
+
+def test_operation_requests_keep_unset_optionals_unset() -> None:
+    load = load_request("a", "p", replace=True, drain_timeout_ms=None, lanes=None)
+    assert load.options.replace and not load.options.HasField("drain_timeout_ms") and not load.options.HasField("lanes")
+    load = load_request("a", "p", replace=False, drain_timeout_ms=0, lanes=2)
+    assert load.options.HasField("drain_timeout_ms") and load.options.drain_timeout_ms == 0 and load.options.lanes == 2
+    assert not unload_request("a", None).HasField("drain_timeout_ms")
+    assert unload_request("a", 0).HasField("drain_timeout_ms")
+    drain = drain_request(None, True)
+    assert not drain.HasField("timeout_ms") and drain.interrupt_remaining
+    assert drain_request(1500, False).timeout_ms == 1500
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: load_request("a", "p", replace=False, drain_timeout_ms=-1, lanes=None),
+        lambda: load_request("a", "p", replace=False, drain_timeout_ms=None, lanes=2**32),
+        lambda: unload_request("a", -1),
+        lambda: drain_request(2.5, False),  # type: ignore[arg-type]
+    ],
+)
+def test_unrepresentable_operation_arguments_are_invalid(build: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ccu", common_pb2.RESET_KIND_CCU),
+        ("Configuration", common_pb2.RESET_KIND_CONFIGURATION),
+        ("DEVICE", common_pb2.RESET_KIND_DEVICE),
+    ],
+)
+def test_reset_kinds_by_name(name: str, value: int) -> None:
+    pb = reset_request(name, "operator test", "")
+    assert (pb.kind, pb.reason) == (value, "operator test")
+
+
+@pytest.mark.parametrize("name", ["", "unspecified", "cpu", "RESET_KIND_CCU"])
+def test_unknown_reset_kinds_are_invalid(name: str) -> None:
+    with pytest.raises(InvalidArgument, match=r"kind: .*ccu, configuration, device"):
+        reset_request(name, "r", "")
+
+
+def test_fault_requests() -> None:
+    pb = inject_fault_request("ccu-exception", job_index=5, probability=None, seed=0, delay_ms=0, clear_existing=True)
+    assert pb.clear_existing and pb.fault.kind == operate_pb2.FAULT_KIND_CCU_EXCEPTION
+    assert pb.fault.WhichOneof("trigger") == "job_index" and pb.fault.job_index == 5
+    pb = inject_fault_request("slow_job", job_index=None, probability=0.25, seed=7, delay_ms=40, clear_existing=False)
+    assert pb.fault.WhichOneof("trigger") == "probability" and pb.fault.probability == 0.25
+    assert (pb.fault.seed, pb.fault.delay_ms) == (7, 40)
+    pb = inject_fault_request(None, job_index=None, probability=None, seed=0, delay_ms=0, clear_existing=True)
+    assert pb.clear_existing and not pb.HasField("fault")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"kind": "meltdown", "job_index": 1}, "kind: 'meltdown'"),
+        ({"kind": "hang"}, "exactly one"),
+        ({"kind": "hang", "job_index": 1, "probability": 0.5}, "exactly one"),
+        ({"kind": None, "job_index": 1}, "without a fault kind"),
+        ({"kind": "hang", "job_index": -1}, "job_index"),
+        ({"kind": "hang", "probability": "often"}, "probability"),
+        ({"kind": "hang", "job_index": 1, "delay_ms": -5}, "delay_ms"),
+        ({"kind": "hang", "job_index": 1, "seed": -1}, "seed"),
+    ],
+)
+def test_bad_fault_specs_are_invalid(kwargs: dict[str, Any], match: str) -> None:
+    args: dict[str, Any] = {"job_index": None, "probability": None, "seed": 0, "delay_ms": 0, "clear_existing": False}
+    args.update(kwargs)
+    with pytest.raises(InvalidArgument, match=match):
+        inject_fault_request(args.pop("kind"), **args)
+
+
+def test_load_outcome() -> None:
+    ready = operate_pb2.LoadProgress(state=common_pb2.MODEL_STATE_READY, generation=4, done=True)
+    assert load_outcome(ready, "a") is ready
+    failed = operate_pb2.LoadProgress(
+        state=common_pb2.MODEL_STATE_FAILED,
+        done=True,
+        error=common_pb2.ErrorStatus(kind=common_pb2.ERROR_KIND_FAILED_PRECONDITION, message="hash mismatch"),
+    )
+    with pytest.raises(FailedPrecondition, match="hash mismatch"):
+        load_outcome(failed, "a")
+    busy = operate_pb2.LoadProgress(
+        state=common_pb2.MODEL_STATE_FAILED,
+        done=True,
+        error=common_pb2.ErrorStatus(kind=common_pb2.ERROR_KIND_OVERLOADED, message="no room", retry_after_s=4.0),
+    )
+    with pytest.raises(Overloaded) as info:
+        load_outcome(busy, "a")
+    assert info.value.retry_after_s == 4.0
+    for unfinished in (None, operate_pb2.LoadProgress(state=common_pb2.MODEL_STATE_WARMING)):
+        with pytest.raises(CalculetError, match="ended before its last progress") as err:
+            load_outcome(unfinished, "a")
+        assert err.value.kind is ErrorKind.INTERNAL
+    no_kind = operate_pb2.LoadProgress(state=common_pb2.MODEL_STATE_FAILED, done=True)
+    with pytest.raises(CalculetError) as err:
+        load_outcome(no_kind, "a")
+    assert err.value.kind is ErrorKind.INTERNAL
+
+
+def test_operation_timeout_adds_the_drain_window() -> None:
+    assert operation_timeout(30.0, 2500) == pytest.approx(32.5)
+    assert operation_timeout(30.0, None) == pytest.approx(30.0 + MAX_DRAIN_WINDOW_S)
