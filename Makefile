@@ -17,6 +17,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory lint
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

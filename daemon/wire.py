@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 import grpc
 
@@ -112,7 +113,7 @@ def model_state_from_pb(value: int) -> ModelState:
     return ModelState[common_pb2.ModelState.Name(value).removeprefix("MODEL_STATE_")]
 
 
-_FINISH_TO_PB = {
+_FINISH_TO_PB: dict[FinishReason, Any] = {  # values: inference_pb2.FinishReason numbers
     FinishReason.STOP: inference_pb2.FINISH_REASON_STOP,
     FinishReason.LENGTH: inference_pb2.FINISH_REASON_LENGTH,
     FinishReason.CANCELLED: inference_pb2.FINISH_REASON_CANCELLED,
@@ -124,7 +125,7 @@ _FINISH_TO_PB = {
 def finish_from_pb(value: int, kind: ErrorKind | None) -> FinishReason:
     if value == inference_pb2.FINISH_REASON_ERROR and kind is ErrorKind.DEADLINE_EXCEEDED:
         return FinishReason.DEADLINE
-    reasons = {v: k for k, v in _FINISH_TO_PB.items() if k is not FinishReason.DEADLINE}
+    reasons: dict[int, FinishReason] = {v: k for k, v in _FINISH_TO_PB.items() if k is not FinishReason.DEADLINE}
     return reasons.get(value, FinishReason.ERROR)  # unspecified/unknown: treat as failed
 
 

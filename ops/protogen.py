@@ -59,8 +59,7 @@ def find_proto_root(explicit: Path | None = None) -> Path:
             return root.resolve()
     tried = ", ".join(str(c) for c in candidates) or "nothing"
     raise ProtoGenError(
-        f"no {PACKAGE_DIR.as_posix()}/*.proto found under {tried}; "
-        "run from a source checkout or pass --protos DIR"
+        f"no {PACKAGE_DIR.as_posix()}/*.proto found under {tried}; run from a source checkout or pass --protos DIR"
     )
 
 

@@ -105,9 +105,9 @@ class CompletionApplier:
             logprob = TokenLogprob(res.token, res.logprob, res.top_logprobs)
         assert seq.history is not None
         seq.history.append(res.token)
-        reason = seq.accept(res.token, logprob)
-        if reason is not None:
-            engine.finish(seq, reason, None, "")
+        finished = seq.accept(res.token, logprob)
+        if finished is not None:
+            engine.finish(seq, finished, None, "")
         elif seq.deadline is not None and seq.deadline <= _now():
             engine.finish(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
         else:

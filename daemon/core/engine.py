@@ -459,6 +459,7 @@ class Engine:
             self._wait_and_complete(job)
 
     def _wait_and_complete(self, job: InFlight) -> None:
+        status: JobStatus | None
         try:
             status = job.submission.wait(self.config.job_timeout_s)
         except WaitTimeout:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 from grpc_reflection.v1alpha import reflection
 
 from calculet.daemon.core.device_core import DeviceCore
@@ -83,7 +84,7 @@ async def serve(
         ("grpc.so_reuseport", 0),
     ]
     server = grpc.aio.server(options=options)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health_aio.HealthServicer()
     servicer = DaemonServicer(core, health_servicer)
     daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health, health_pb2
+from grpc_health.v1 import health_pb2
+from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent
@@ -49,7 +50,7 @@ def _ms(value: int, present: bool) -> float | None:
 class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     """Thin translation layer; every RPC maps to one `DeviceCore` method."""
 
-    def __init__(self, core: DeviceCore, health_servicer: health.aio.HealthServicer) -> None:
+    def __init__(self, core: DeviceCore, health_servicer: health_aio.HealthServicer) -> None:
         self.core = core
         self.health = health_servicer
 
@@ -81,7 +82,11 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         log_ = self.core.event_log(request.job_id, for_wait=True)
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
-        unsubscribe = log_.subscribe(lambda: loop.call_soon_threadsafe(changed.set))
+
+        def wake() -> None:  # called on an engine thread
+            loop.call_soon_threadsafe(changed.set)
+
+        unsubscribe = log_.subscribe(wake)
         index = int(request.from_event_index)
         try:
             while True:
@@ -143,8 +148,9 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         )
         sent = 0
         while True:
-            getter = asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            getter: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
+            waiting: set[asyncio.Future[Any]] = {getter, task}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
                 p = getter.result()
                 sent += 1

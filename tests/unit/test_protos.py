@@ -86,9 +86,7 @@ def test_generated_package_imports_from_outside_the_repo(tmp_path: Path) -> None
         "print(daemon_pb2_grpc.__file__)\n"
     )
     # -I: no cwd or PYTHONPATH on sys.path, so only the installed distribution can satisfy the import.
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()).resolve() == (ROOT / protogen.PACKAGE_DIR / "daemon_pb2_grpc.py")
 
@@ -337,9 +335,7 @@ def test_status_and_load_progress_round_trip() -> None:
                 generation=3,
                 state=common_pb2.MODEL_STATE_READY,
                 lanes=[
-                    observe_pb2.LaneStatus(
-                        index=0, state=observe_pb2.LANE_STATE_ACTIVE, job_id="j1", kv_length=9
-                    ),
+                    observe_pb2.LaneStatus(index=0, state=observe_pb2.LANE_STATE_ACTIVE, job_id="j1", kv_length=9),
                     observe_pb2.LaneStatus(index=1, state=observe_pb2.LANE_STATE_UNKNOWN),
                 ],
                 queues=observe_pb2.QueueDepths(decode_ready=1, long_prefill=2),

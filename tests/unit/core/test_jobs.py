@@ -437,7 +437,8 @@ class PoolMachine(RuleBasedStateMachine):
         self.dev = FakeDevice()
         self.pool = JobPool(self.dev, [DECODE], 1, 2, (EngineSlot.PING, EngineSlot.PONG))
         self.held: list[JobContext] = []
-        self.banned: set[int] = set()  # ids of contexts quarantined or retired
+        # Contexts quarantined or retired, kept alive so a new object cannot reuse their id().
+        self.banned: list[JobContext] = []
         self.owners = 0
 
     @rule(slot=st.sampled_from([EngineSlot.PING, EngineSlot.PONG]))
@@ -447,7 +448,7 @@ class PoolMachine(RuleBasedStateMachine):
         if ctx is None:
             return
         assert all(ctx is not h for h in self.held), "handed out twice"
-        assert id(ctx) not in self.banned
+        assert all(ctx is not b for b in self.banned), "a quarantined or retired context came back"
         assert ctx.state is BufferState.PREPARING and ctx.generation == self.pool.generation
         assert not ctx.tokens.any()
         ctx.tokens[:] = self.owners  # request data that must not leak to the next owner
@@ -468,10 +469,10 @@ class PoolMachine(RuleBasedStateMachine):
         if op == "release":
             self.held.remove(ctx)
             if ctx.state is BufferState.RETIRED:
-                self.banned.add(id(ctx))
+                self.banned.append(ctx)
         elif op == "quarantine":
             self.held.remove(ctx)
-            self.banned.add(id(ctx))
+            self.banned.append(ctx)
 
     @rule()
     def rebuild(self) -> None:
