@@ -28,7 +28,7 @@ def banner(socket: str, model: str) -> str:
     return "\n".join(
         [
             f"Calculet: calsim board 0 will serve model {model!r} on {socket}",
-            f"  status:  .venv/bin/calctl --daemon {socket} status   (or export CALCULET_DAEMON={socket})",
+            f"  status:  .venv/bin/calctl status --daemon {socket}   (or export CALCULET_DAEMON={socket})",
             "  health:  .venv/bin/calctl health      load/unload/drain/resume: .venv/bin/calctl --help",
             "  Python:  .venv/bin/python - <<'PY'",
             *("           " + line for line in snippet.splitlines()),
@@ -51,6 +51,8 @@ def prepare_packages(models: Path) -> None:
             raise SystemExit(f"package {out} is invalid")
         print(f"== capacity plan for {preset}", flush=True)
         calctl.main(["capacity", "--package", str(out)])
+    print("== Qwen3-30B-A3B at full context 40,960: how many lanes fit beside the weights", flush=True)
+    calctl.main(["capacity", "--preset", "qwen3-30b-a3b", "--lanes", "1", "2", "4", "--context", "40960"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -356,7 +356,11 @@ class Engine:
                 return None
             self._expire_locked()
             if not self._stopping and not self.device_lost and self.executor.has_slot():
-                plan = self.scheduler.plan(self._admissible_runtimes(), self.admitting)
+                # Draining refuses new Submits only; requests already accepted still run.
+                plan = self.scheduler.plan(self._admissible_runtimes())
+                while self.scheduler.orphans:
+                    orphan = self.scheduler.orphans.pop()
+                    self.finish(orphan, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
                 if plan is not None:
                     job = self._launch_locked(plan)
                     if job is not None:

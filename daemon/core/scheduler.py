@@ -71,6 +71,7 @@ class Scheduler:
         self.long: AdmissionQueue[Sequence] = AdmissionQueue(policy.queue_depth, aging_s=aging)
         self.ready: OrderedDict[str, Sequence] = OrderedDict()  # least recently served first
         self.recover: deque[Sequence] = deque()
+        self.orphans: list[Sequence] = []  # recovering sequences whose generation no longer runs
         self._short_tokens_passed_long = 0
         self._decodes_passed_prefill = 0
         self._active: dict[int, int] = {}  # generation -> sequences holding lanes
@@ -139,30 +140,28 @@ class Scheduler:
 
     # ---- the choice ---------------------------------------------------------------------
 
-    def plan(self, runtimes: dict[int, ModelRuntime], admitting: bool) -> JobPlan | None:
+    def plan(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
         """The next job to run, or None when nothing can run now.
 
         Args:
-            runtimes: serving runtimes by generation (the ones whose lanes may be used).
-            admitting: whether new sequences may be admitted (False while draining).
+            runtimes: running generations by number (the ones whose lanes may be used).
         """
-        if self.recover:
+        while self.recover:
             seq = self.recover.popleft()
             rt = runtimes.get(seq.generation)
             if rt is not None and rt.prefill is not None:
                 return JobPlan(rt, TaskType.PREFILL, rt.prefill, [seq])
-        prefill_due = self._decodes_passed_prefill >= self.policy.max_prefill_defer
-        if not prefill_due or not admitting:
+            self.orphans.append(seq)  # its generation is gone; the engine fails it
+        if self._decodes_passed_prefill < self.policy.max_prefill_defer:
             decode = self._plan_decode(runtimes)
             if decode is not None:
-                if admitting and self.waiting():
+                if self.waiting():
                     self._decodes_passed_prefill += 1
                 return decode
-        if admitting:
-            prefill = self._plan_prefill(runtimes)
-            if prefill is not None:
-                self._decodes_passed_prefill = 0
-                return prefill
+        prefill = self._plan_prefill(runtimes)
+        if prefill is not None:
+            self._decodes_passed_prefill = 0
+            return prefill
         return self._plan_decode(runtimes)
 
     def _plan_decode(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:

@@ -37,8 +37,10 @@ def request(
     prompt: tuple[int, ...], max_tokens: int, seed: int, temperature: float = 0.0, **kw: Any
 ) -> GenerationRequest:
     model = kw.pop("model", "tiny")
+    priority = kw.pop("priority", 0)
     stopping = StoppingParams(max_tokens=max_tokens, ignore_eos=kw.pop("ignore_eos", True))
-    return GenerationRequest(model, prompt, SamplingParams(seed=seed, temperature=temperature, **kw), stopping)
+    sampling = SamplingParams(seed=seed, temperature=temperature, **kw)
+    return GenerationRequest(model, prompt, sampling, stopping, priority=priority)
 
 
 def finish(core: DeviceCore, job_id: str, timeout: float = 30.0) -> tuple[list[int], FinalEvent]:

@@ -1,0 +1,121 @@
+"""Model lifecycle in-process: concurrent loads, one-configuration devices, failed warm-ups, drain."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
+
+from .engine_factories import build_models, finish, request, running_core
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_models(tmp_path_factory.mktemp("models"))
+
+
+def test_second_load_of_a_loading_alias_is_refused(models: Path) -> None:
+    with running_core(models) as core:
+        entered, release = threading.Event(), threading.Event()
+        original = core.models._golden_check
+
+        def slow_golden(rt):  # hold the first load in Warming
+            entered.set()
+            release.wait(10)
+            original(rt)
+
+        core.models._golden_check = slow_golden  # type: ignore[method-assign]
+        first = threading.Thread(target=core.load, args=("other", "tiny"))
+        first.start()
+        assert entered.wait(10)
+        with pytest.raises(FailedPrecondition, match="already loading"):
+            core.load("other", "tiny")
+        release.set()
+        first.join(10)
+        assert core.models.serving("other") is not None
+
+
+def test_loaded_alias_needs_replace(models: Path) -> None:
+    with running_core(models) as core:
+        with pytest.raises(FailedPrecondition, match="already loaded"):
+            core.load("tiny", "tiny")
+        old = core.models.serving("tiny")
+        new = core.load("tiny", "tiny", replace=True)
+        assert old is not None and new.generation > old.generation
+        assert old.state is ModelState.UNLOADED, "the replaced generation is drained and released"
+
+
+def test_one_configuration_device_drains_the_old_generation_first(models: Path) -> None:
+    with running_core(models, device_options={"max_resident_configurations": 1}) as core:
+        job = core.submit(request((1, 2, 3), 30, seed=1)).job_id
+        new = core.load("tiny", "tiny", replace=True)
+        tokens, final = finish(core, job)
+        assert len(tokens) == 30 and final.reason.value == "length", "it finished on the old generation first"
+        assert new.state is ModelState.READY
+        assert len([r for r in core.models.all() if r.model is not None]) == 1
+        with pytest.raises(FailedPrecondition, match="maximum"):
+            core.load("second", "qwen")
+
+
+def test_failed_golden_check_leaves_nothing_behind(models: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "root"
+    shutil.copytree(models / "tiny", bad / "tiny")
+    manifest = json.loads((bad / "tiny" / "calculet-package.json").read_text())
+    manifest["golden"]["decode_tokens"][3] = (manifest["golden"]["decode_tokens"][3] + 1) % 512
+    (bad / "tiny" / "calculet-package.json").write_text(json.dumps(manifest))
+    with running_core(models) as core:
+        core.models.models_root = bad.resolve()
+        memory_before = core.device.memory_usage()
+        with pytest.raises(FailedPrecondition, match="golden decode mismatch"):
+            core.load("broken", "tiny")
+        assert core.models.serving("broken") is None
+        assert core.device.memory_usage() == memory_before, "a failed load must give its memory back"
+        assert [r.alias for r in core.models.all()] == ["tiny"]
+
+
+def test_paths_are_confined_to_the_models_root(models: Path) -> None:
+    with running_core(models) as core:
+        with pytest.raises(PermissionDenied):
+            core.load("x", "../..")
+        with pytest.raises(NotFound):
+            core.load("x", "missing")
+        with pytest.raises(InvalidArgument):
+            core.load("bad alias!", "tiny")
+
+
+def test_unload_then_submit_is_unavailable_and_unknown_alias_not_found(models: Path) -> None:
+    with running_core(models) as core:
+        core.unload("tiny")
+        with pytest.raises(Unavailable):
+            core.submit(request((1, 2), 3, seed=1))
+        with pytest.raises(NotFound):
+            core.submit(request((1, 2), 3, seed=1, model="never"))
+
+
+def test_unload_cancels_what_outlives_the_drain_timeout(models: Path) -> None:
+    with running_core(models, device_options={"time_scale": 0.05}) as core:
+        job = core.submit(request((1, 2, 3), 200, seed=1)).job_id
+        core.unload("tiny", timeout_s=0.2)
+        tokens, final = finish(core, job)
+        assert final.error_kind is not None and final.error_kind.value == "unavailable"
+        assert 0 < len(tokens) < 200
+
+
+def test_drain_stops_admission_and_resume_restores_it(models: Path) -> None:
+    with running_core(models) as core:
+        job = core.submit(request((1, 2, 3), 10, seed=1)).job_id
+        drained, remaining, _ = core.drain(timeout_s=30)
+        assert drained and remaining == 0
+        assert len(finish(core, job)[0]) == 10, "running work finishes during a drain"
+        assert not core.health().serving
+        with pytest.raises(Unavailable):
+            core.submit(request((1, 2), 3, seed=1))
+        assert core.resume() is True
+        assert core.health().serving
+        finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)

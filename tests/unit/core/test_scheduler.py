@@ -1,0 +1,133 @@
+"""Continuous-batching choices: decode first, bounded prefill wait, long prompts not starved,
+priority honoured, serial policy admits one sequence at a time. Pure: no device, no threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from calculet.daemon.core.kv import KVManager
+from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
+from calculet.daemon.core.sequence import SeqState, Sequence
+from calculet.daemon.device.types import SubmodelInfo, TaskType, TensorSpec
+from calculet.daemon.package.manifest import load_manifest
+from calculet.ops.sim_packages.build import build_sim_package
+
+from .engine_factories import request
+
+
+@pytest.fixture(scope="module")
+def manifest_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_sim_package("tiny", tmp_path_factory.mktemp("pkg") / "tiny")
+
+
+def _sub(name: str, task: TaskType, batch: int, tokens: int) -> SubmodelInfo:
+    t = TensorSpec("tokens", (batch, tokens), "int32")
+    return SubmodelInfo(name, task, batch, tokens, (t,), ())
+
+
+def make_runtime(manifest_dir: Path, lanes: int = 4, generation: int = 1) -> ModelRuntime:
+    rt = ModelRuntime("tiny", generation, load_manifest(manifest_dir), manifest_dir)
+    rt.kv = KVManager(lanes, 256, generation)
+    rt.prefill = _sub("prefill", TaskType.PREFILL, 1, 256)
+    rt.decodes = [_sub("decode_b1", TaskType.DECODE, 1, 1), _sub("decode_b4", TaskType.DECODE, 4, 1)]
+    return rt
+
+
+class Harness:
+    """Plays the engine's part: assigns lanes for prefills, marks sequences ready after jobs."""
+
+    def __init__(self, rt: ModelRuntime, policy: SchedulingPolicy) -> None:
+        self.rt, self.sched = rt, Scheduler(policy)
+        self.n = 0
+
+    def add(self, prompt_len: int = 4, priority: int = 0) -> Sequence:
+        self.n += 1
+        req = request(tuple(range(1, prompt_len + 1)), 8, seed=self.n, priority=priority)
+        seq = Sequence(f"s{self.n}", req, self.rt.generation, frozenset())
+        self.sched.enqueue(seq)
+        return seq
+
+    def step(self) -> JobPlan | None:
+        """Plan one job and complete it at once."""
+        plan = self.sched.plan({self.rt.generation: self.rt})
+        if plan is None:
+            return None
+        for seq in plan.seqs:
+            if plan.task is TaskType.PREFILL:
+                handle = self.rt.kv.assign(seq.job_id)  # type: ignore[union-attr]
+                assert handle is not None
+                seq.lane = handle.lane
+                self.sched.lane_taken(seq.generation)
+                seq.lifecycle.move(SeqState.PREFILL)
+            else:
+                seq.lifecycle.move(SeqState.DECODE)
+            seq.generated.append(7)
+            seq.lifecycle.move(SeqState.READY)
+            self.sched.mark_ready(seq)
+        return plan
+
+
+def test_decode_runs_first_but_a_waiting_prefill_is_served_within_the_bound(manifest_dir: Path) -> None:
+    h = Harness(make_runtime(manifest_dir), SchedulingPolicy(max_prefill_defer=2))
+    h.add()
+    assert h.step().task is TaskType.PREFILL  # type: ignore[union-attr]
+    h.add()
+    tasks = [h.step().task for _ in range(3)]  # type: ignore[union-attr]
+    assert tasks == [TaskType.DECODE, TaskType.DECODE, TaskType.PREFILL]
+
+
+def test_decode_batches_every_ready_sequence_into_the_smallest_fitting_submodel(manifest_dir: Path) -> None:
+    h = Harness(make_runtime(manifest_dir), SchedulingPolicy(max_prefill_defer=0))
+    for _ in range(3):
+        h.add()
+    while h.sched.waiting():
+        assert h.step().task is TaskType.PREFILL  # type: ignore[union-attr]
+    plan = h.step()
+    assert plan is not None and plan.task is TaskType.DECODE
+    assert len(plan.seqs) == 3 and plan.submodel.name == "decode_b4"
+
+
+def test_long_prompt_is_not_starved_by_a_stream_of_short_ones(manifest_dir: Path) -> None:
+    policy = SchedulingPolicy(short_prefill_tokens=16, long_prefill_budget=40, max_prefill_defer=0)
+    h = Harness(make_runtime(manifest_dir, lanes=64), policy)
+    long = h.add(prompt_len=100)
+    served: list[str] = []
+    for _ in range(30):
+        h.add(prompt_len=10)
+        plan = h.sched._plan_prefill({h.rt.generation: h.rt})
+        assert plan is not None
+        served.append(plan.seqs[0].job_id)
+        if plan.seqs[0] is long:
+            break
+    assert long.job_id in served, "the long prompt waited forever"
+    assert len(served) <= 6, f"served after {len(served) - 1} short prompts (budget 40 tokens = 4 prompts)"
+
+
+def test_higher_priority_is_admitted_and_decoded_first(manifest_dir: Path) -> None:
+    h = Harness(make_runtime(manifest_dir, lanes=8), SchedulingPolicy(max_prefill_defer=0, priority_aging_s=None))
+    low = h.add(priority=0)
+    high = h.add(priority=5)
+    first = h.step()
+    assert first is not None and first.seqs == [high]
+    h.step()  # the low one
+    for _ in range(4):
+        h.add(priority=-1)
+    while h.sched.waiting():
+        h.step()
+    plan = h.sched.plan({h.rt.generation: h.rt})
+    assert plan is not None and plan.task is TaskType.DECODE and len(plan.seqs) == 4
+    assert high in plan.seqs and low in plan.seqs, "ready sequences above the batch: priority picks"
+
+
+def test_serial_policy_admits_one_sequence_at_a_time(manifest_dir: Path) -> None:
+    h = Harness(make_runtime(manifest_dir), SchedulingPolicy(max_active=1, max_prefill_defer=0))
+    h.add()
+    h.add()
+    assert h.step().task is TaskType.PREFILL  # type: ignore[union-attr]
+    for _ in range(5):
+        plan = h.step()
+        assert plan is not None and plan.task is TaskType.DECODE and plan.submodel.batch == 1
+    assert h.sched.waiting() == 1
