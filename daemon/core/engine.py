@@ -217,6 +217,7 @@ class Engine:
             job_id = f"{self._boot}-{next(self._ids)}"
             seq = Sequence(job_id, req, rt.generation, rt.eos_ids)
             seq.capture_logits = capture_logits
+            seq.internal = runtime is not None
             self._applier.attach_history(seq, rt)
             try:
                 self.scheduler.enqueue(seq)
@@ -226,7 +227,8 @@ class Engine:
             self.sequences[job_id] = seq
             if req.client_request_id:
                 self.by_client_id[(req.model, req.client_request_id)] = job_id
-            self.counters.submitted += 1
+            if runtime is None:  # warm-up probes are not client requests
+                self.counters.submitted += 1
             self.cond.notify_all()
             return job_id, False
 
@@ -312,6 +314,9 @@ class Engine:
         while len(self.finished) > self.config.retention:
             _, old = self.finished.popitem(last=False)
             self.by_client_id.pop((old.request.model, old.request.client_request_id), None)
+        if seq.internal:
+            self.cond.notify_all()
+            return
         self.counters.finished += 1
         if reason in (FinishReason.STOP, FinishReason.LENGTH):
             self.counters.completed += 1

@@ -62,6 +62,7 @@ class Sequence:
         self.recoveries = 0
         self.history: TokenHistory | None = None  # penalties' view of prompt + generated (engine sets it)
         self.capture_logits = False  # warm-up probes keep the first step's logits
+        self.internal = False  # a warm-up probe, not a client request (not counted in Status)
         self.first_logits: np.ndarray | None = None
         self.stop_ids = frozenset(request.stopping.stop_token_ids) | (
             frozenset() if request.stopping.ignore_eos else eos_ids
