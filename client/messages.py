@@ -209,16 +209,16 @@ def inject_fault_request(
     """`kind` is a FaultKind name such as "ccu_exception" or "slow_job"; None plans nothing.
 
     Raises:
-        InvalidArgument: unknown kind; not exactly one of job_index/probability with a kind; a
-            trigger without a kind; integers protobuf cannot carry.
+        InvalidArgument: unknown kind; both job_index and probability (neither means the next
+            device submit attempt); a trigger without a kind; integers protobuf cannot carry.
     """
     pb = operate_pb2.InjectFaultRequest(clear_existing=clear_existing)
     if kind is None:
         if job_index is not None or probability is not None:
             raise InvalidArgument("kind: a fault trigger was given without a fault kind")
         return pb
-    if (job_index is None) == (probability is None):
-        raise InvalidArgument("trigger: give exactly one of job_index and probability")
+    if job_index is not None and probability is not None:
+        raise InvalidArgument("trigger: give at most one of job_index and probability")
     fault = operate_pb2.FaultSpec(
         kind=_enum_by_name("kind", operate_pb2.FaultKind, "FAULT_KIND_", kind),  # type: ignore[arg-type]
         seed=_integer("seed", seed, 0, UINT64_MAX),
@@ -226,8 +226,7 @@ def inject_fault_request(
     )
     if job_index is not None:
         fault.job_index = _integer("job_index", job_index, 0, UINT64_MAX)
-    else:
-        assert probability is not None  # the exactly-one check above
+    elif probability is not None:
         if isinstance(probability, bool) or not isinstance(probability, int | float):
             raise InvalidArgument(f"probability: must be a number, got {probability!r}")
         fault.probability = float(probability)

@@ -1,1 +1,7 @@
-"""placeholder."""
+"""`calculet.daemon`: the per-board daemon (DESIGN.md section 3).
+
+Layers, from the board up: `device` (the contract) and `calsim` (the emulator behind it);
+`package` (manifest, validator, capacity); `sampling`; `core` (DeviceCore: engine, scheduler,
+executor, KV lanes, job buffers, model lifecycle, status views); `wire` / `wire_views` (the only
+protobuf conversions); `server` (the gRPC transport); `main` (the `calculet-daemon` command).
+"""

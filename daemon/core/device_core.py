@@ -238,12 +238,24 @@ class DeviceCore:
 
     def inject_fault(self, fault: Any) -> Any:
         """Add a fault to calsim's plan (only when the daemon was started with fault injection)."""
+        return self._fault_hook("inject")(fault)
+
+    def clear_faults(self) -> None:
+        self._fault_hook("clear_faults")()
+
+    def next_job_index(self) -> int:
+        return int(self._fault_hook("next_job_index")())
+
+    def planned_faults(self) -> int:
+        return len(self._fault_hook("fault_plan")()["faults"])
+
+    def _fault_hook(self, name: str) -> Any:
         if not self.config.fault_injection:
             raise FailedPrecondition("fault injection is disabled (start the daemon with --fault-injection)")
-        inject = getattr(self.device, "inject", None)
-        if inject is None:
+        hook = getattr(self.device, name, None)
+        if hook is None:
             raise FailedPrecondition(f"device {self.config.device!r} does not support fault injection")
-        return inject(fault)
+        return hook
 
     # ---- observation plane ------------------------------------------------------------------
 

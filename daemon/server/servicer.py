@@ -216,9 +216,13 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     @map_errors
     async def InjectFault(self, request: operate_pb2.InjectFaultRequest, context: grpc.aio.ServicerContext) -> Any:
-        fault = self.core.inject_fault(fault_from_pb(request.fault))
-        counters = self.core.device.counters()
-        return operate_pb2.InjectFaultResponse(next_job_index=counters.submitted, planned_faults=1 if fault else 0)
+        if request.clear_existing:
+            self.core.clear_faults()
+        if request.HasField("fault"):
+            self.core.inject_fault(fault_from_pb(request.fault))
+        return operate_pb2.InjectFaultResponse(
+            next_job_index=self.core.next_job_index(), planned_faults=self.core.planned_faults()
+        )
 
 
 __all__ = ["SERVICE_NAME", "CalculetError", "DaemonServicer"]

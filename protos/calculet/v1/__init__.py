@@ -1,1 +1,2 @@
-"""calculet.v1: generated wire protocol."""
+"""`calculet.v1`: the daemon's wire protocol, generated from the `.proto` files beside this file
+(`make protos` regenerates; tests/unit/test_protos.py fails on any difference)."""

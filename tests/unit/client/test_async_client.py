@@ -179,8 +179,9 @@ def test_operations_plane(daemon: str, fake: FakeDaemon) -> None:
         result = await client.reset("device", "operator test")
         assert result.ok and {g.alias for g in result.generations} == {"tiny", "t3"}
         assert (await client.inject_fault("nan_logits", job_index=30)).planned_faults == 1
-        with pytest.raises(InvalidArgument, match="exactly one"):
-            await client.inject_fault("nan_logits")
+        assert (await client.inject_fault("nan_logits")).planned_faults == 2  # the next attempt
+        with pytest.raises(InvalidArgument, match="at most one"):
+            await client.inject_fault("nan_logits", job_index=1, probability=0.5)
 
     with_client(daemon, body)
 

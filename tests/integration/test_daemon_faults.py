@@ -1,0 +1,57 @@
+"""Injected device faults are recovered transparently: the tokens equal an undisturbed run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calculet.client import DaemonClient
+from calculet.daemon.errors import FailedPrecondition
+
+from .helpers import assert_idle_soon
+from .oracle import make_requests, run_concurrent, run_sequential
+
+pytestmark = pytest.mark.integration
+
+
+def test_concurrent_requests_under_random_faults_equal_undisturbed_runs(start_daemon, tmp_path: Path) -> None:
+    reqs = make_requests(16, vocab=512, seed=21, max_out=24)
+    clean = start_daemon("--model", "tiny=tiny")
+    reference = run_sequential(clean.target, "tiny", reqs)
+    plan = tmp_path / "faults.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "seed": 5,
+                "faults": [
+                    {"kind": "ccu_exception", "probability": 0.03},
+                    {"kind": "nan_logits", "probability": 0.03},
+                    {"kind": "submit_error", "probability": 0.02},
+                ],
+            }
+        )
+    )
+    faulty = start_daemon("--model", "tiny=tiny", "--fault-plan", str(plan))
+    assert run_concurrent(faulty.target, "tiny", reqs) == reference
+    with DaemonClient(faulty.target) as client:
+        status = client.status()
+        assert status.job_counters.recoveries > 0, "the plan should have forced re-prefills"
+        assert status.job_counters.failed == 0
+        assert_idle_soon(client)
+
+
+def test_inject_fault_rpc_is_off_by_default_and_recovered_when_on(start_daemon) -> None:
+    off = start_daemon("--model", "tiny=tiny")
+    with DaemonClient(off.target) as client, pytest.raises(FailedPrecondition):
+        client.inject_fault("ccu_exception")
+    on = start_daemon("--model", "tiny=tiny", "--fault-injection")
+    with DaemonClient(on.target) as client:
+        undisturbed = list(client.generate("tiny", [9, 8, 7], max_tokens=12, seed=4, temperature=1.0))
+        planned = client.inject_fault("ccu_exception")  # the next device job
+        assert planned.planned_faults == 1
+        g = client.generate("tiny", [9, 8, 7], max_tokens=12, seed=4, temperature=1.0)
+        assert list(g) == undisturbed
+        assert g.recoveries == 1
+        assert_idle_soon(client)
