@@ -129,9 +129,9 @@ QWEN3_30B_A3B = ModelPreset(
     },
 )
 
-# A stand-in for the calsim `tiny` package (numeric kernel), copied from what `calctl package
-# build-sim --preset tiny` wrote on 2026-11-29. Its build writes the authoritative manifest; plan
-# with `calctl capacity --package DIR` for the real figures.
+# The calsim `tiny` package (numeric kernel). `calctl package build-sim --preset tiny` builds its
+# architecture from this one (vocab from the trained tokenizer, 512); the memory figures are those a
+# build wrote on 2026-11-29, and a built package's own manifest stays authoritative for capacity.
 TINY = ModelPreset(
     name="tiny",
     architecture=Architecture(

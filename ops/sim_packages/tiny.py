@@ -9,6 +9,8 @@ package exercise the same arithmetic as on the real one.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from calculet.daemon.calsim.kernels.weights import (
@@ -18,6 +20,7 @@ from calculet.daemon.calsim.kernels.weights import (
     split_for_chips,
 )
 from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, Compatibility
+from calculet.daemon.package.presets import TINY
 from calculet.ops.sim_packages.preset import BOARD_TOPOLOGY, ParamBlocks, SimPreset
 from calculet.ops.sim_packages.writer import PackageWriter
 
@@ -82,20 +85,8 @@ class TinyPreset(SimPreset):
     topology = BOARD_TOPOLOGY
 
     def architecture(self, vocab_size: int) -> Architecture:
-        return Architecture(
-            family="qwen3_moe",
-            layers=2,
-            hidden_size=64,
-            q_heads=4,
-            kv_heads=2,
-            head_dim=16,
-            experts=8,
-            experts_per_token=2,
-            expert_intermediate=32,
-            vocab_size=vocab_size,
-            rope_theta=1e6,
-            rms_norm_eps=1e-6,
-        )
+        # The geometry lives once, in the capacity planner's preset; the tokenizer sets the vocab.
+        return dataclasses.replace(TINY.architecture, vocab_size=vocab_size)
 
     def params(self, arch: Architecture) -> TinyParamBlocks:
         blocks = split_for_chips(generate_tiny_weights(arch, self.seed), arch)
