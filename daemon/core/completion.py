@@ -18,9 +18,10 @@ import numpy as np
 from calculet.daemon.core.events import FinishReason, TokenLogprob
 from calculet.daemon.core.executor import InFlight
 from calculet.daemon.core.jobs import BufferState
-from calculet.daemon.core.kv import Reservation
+from calculet.daemon.core.kv import LaneState, Reservation
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
+from calculet.daemon.device.errors import DeviceError
 from calculet.daemon.device.types import JobStatus
 from calculet.daemon.errors import ErrorKind
 from calculet.daemon.sampling.history import TokenHistory
@@ -145,7 +146,7 @@ class CompletionApplier:
         """The device is gone: fail the job's sequences; its buffers are abandoned with the device."""
         rt = job.plan.runtime
         for seq, r in zip(job.plan.seqs, job.reservations, strict=True):
-            if rt.kv is not None:
+            if rt.kv is not None and rt.kv.lane(r.lane).state in (LaneState.ACTIVE, LaneState.RESERVED):
                 rt.kv.mark_unknown(r.lane)
             if seq.state is not SeqState.DONE:
                 self.engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, message)
@@ -183,7 +184,10 @@ class CompletionApplier:
     def _check_counters(self, job: InFlight) -> None:
         """The device's count of unfinished jobs must match ours (minus the one just finished)."""
         engine = self.engine
-        left = engine.device.counters().left
+        try:
+            left = engine.device.counters().left
+        except DeviceError:  # lost meanwhile: the path that saw it first fails the board
+            return
         expected = len(engine.executor.inflight) - 1
         if left > expected:  # the device may be ahead of us (the other bank finished too), never behind
             engine.executor.note_anomaly(f"device reports {left} jobs left, executor expects {expected}")

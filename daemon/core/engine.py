@@ -25,6 +25,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from calculet.daemon.core.completion import CompletionApplier
@@ -159,11 +161,6 @@ class Engine:
         with self.cond:
             self.runtimes.pop(generation, None)
 
-    def generation_busy(self, generation: int) -> bool:
-        """True while any sequence or in-flight job of the generation exists."""
-        with self.cond:
-            return self._generation_busy(generation)
-
     def wait_generation_idle(self, generation: int, timeout: float) -> bool:
         """Block until the generation has no sequences and no jobs, or the timeout passes."""
         deadline = time.monotonic() + timeout
@@ -180,7 +177,8 @@ class Engine:
         with self.cond:
             seqs = [s for s in self.sequences.values() if s.generation == generation]
             for seq in seqs:
-                self._cancel_locked(seq, FinishReason.CANCELLED, ErrorKind.UNAVAILABLE, reason)
+                # ERROR + UNAVAILABLE tells a gateway to resume the stream on another board.
+                self._cancel_locked(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, reason)
             self.cond.notify_all()
             return len(seqs)
 
@@ -288,18 +286,17 @@ class Engine:
         )
 
     def _cancel_locked(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
+        """Stop delivering a job. Waiting/ready sequences end now; one in a device job ends when the
+        completion path sees `cancel_requested` and the device is done with its lane."""
         seq.cancel_requested = True
-        state = seq.state
-        if state is SeqState.WAITING:
+        if kind is not None:  # cancelled by unload/drain, not by its owner: report the error
+            seq.pending_error = (reason, kind, message)
+        if seq.state is SeqState.WAITING:
             self.scheduler.remove_waiting(seq)
             self.finish(seq, reason, kind, message)
-        elif state in (SeqState.READY, SeqState.RECOVER):
+        elif seq.state in (SeqState.READY, SeqState.RECOVER):
             self.scheduler.forget(seq)
             self.finish(seq, reason, kind, message)
-        # PREFILL/DECODE: the completion path sees cancel_requested and frees the lane once the
-        # device is done with it.
-        if kind is not None and seq.state is not SeqState.DONE:
-            seq.pending_error = (reason, kind, message)
 
     def finish(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
         """End a sequence that is not in flight: free its lane, write the final event, retain it."""
@@ -346,13 +343,29 @@ class Engine:
     # ---- the engine thread ------------------------------------------------------------------
 
     def _engine_loop(self) -> None:
-        while True:
+        with self._crash_barrier("engine"):
+            while True:
+                with self.cond:
+                    job = self._next_launch_locked()
+                    if job is None:
+                        return
+                if self.config.synchronous:
+                    self._wait_and_complete(job)
+
+    @contextmanager
+    def _crash_barrier(self, thread: str) -> Iterator[None]:
+        """A bug in a device thread must not leave clients waiting forever: log it, fail every
+        job, and report the board unhealthy (NOT_SERVING) so it is restarted or drained."""
+        try:
+            yield
+        except Exception:
+            log.exception("%s thread crashed; failing all jobs and marking the board unhealthy", thread)
             with self.cond:
-                job = self._next_launch_locked()
-                if job is None:
-                    return
-            if self.config.synchronous:
-                self._wait_and_complete(job)
+                for job in list(self.executor.inflight):
+                    self._applier.job_lost(job, f"internal error in the {thread} thread")
+                    self.executor.retire(job)
+                self._device_lost_locked(f"internal error in the {thread} thread", [])
+                self.cond.notify_all()
 
     def _next_launch_locked(self) -> InFlight | None:
         """Sleep until a job can be launched; launch it. None when stopping."""
@@ -426,8 +439,11 @@ class Engine:
         self.scheduler.lane_taken(seq.generation)
 
     def _unlaunch_locked(self, plan: JobPlan) -> None:
+        rt = plan.runtime
         for seq in plan.seqs:
             if plan.task is TaskType.PREFILL:
+                assert rt.kv is not None and seq.lane is not None
+                rt.kv.mark_unknown(seq.lane)  # the re-prefill path rebuilds it from scratch
                 seq.lifecycle.move(SeqState.RECOVER)
                 self.scheduler.mark_recover(seq)
             else:
@@ -449,7 +465,6 @@ class Engine:
                 continue  # their jobs are failed by the completion path
             self.scheduler.remove_waiting(seq)
             self.scheduler.forget(seq)
-            seq.lane = None
             if seq.state is not SeqState.DONE:
                 if seq.state in (SeqState.PREFILL, SeqState.DECODE):
                     seq.lifecycle.move(SeqState.DONE)
@@ -458,14 +473,15 @@ class Engine:
     # ---- the completion thread --------------------------------------------------------------
 
     def _completion_loop(self) -> None:
-        while True:
-            with self.cond:
-                while not self.executor.inflight and not self._stopping:
-                    self.cond.wait()
-                if not self.executor.inflight:
-                    return
-                job = self.executor.inflight[0]
-            self._wait_and_complete(job)
+        with self._crash_barrier("completion"):
+            while True:
+                with self.cond:
+                    while not self.executor.inflight and not self._stopping:
+                        self.cond.wait()
+                    if not self.executor.inflight:
+                        return
+                    job = self.executor.inflight[0]
+                self._wait_and_complete(job)
 
     def _wait_and_complete(self, job: InFlight) -> None:
         status: JobStatus | None
@@ -474,13 +490,17 @@ class Engine:
         except WaitTimeout:
             status = self._reset_after_timeout(job)
         except DeviceLost as exc:
-            with self.cond:
-                self._applier.job_lost(job, f"device lost: {exc}")
-                self._device_lost_locked(str(exc), [])
-                self.executor.retire(job)
-                self.cond.notify_all()
+            self._job_lost(job, f"device lost: {exc}")
             return
         self._applier.apply(job, status)
+
+    def _job_lost(self, job: InFlight, message: str) -> None:
+        """The device is gone with this job: fail everything; the board stops serving."""
+        with self.cond:
+            self._applier.job_lost(job, message)
+            self._device_lost_locked(message, [])
+            self.executor.retire(job)
+            self.cond.notify_all()
 
     def _reset_after_timeout(self, job: InFlight) -> JobStatus | None:
         """A job hung: reset the compute units so its buffers are released, then collect it."""
@@ -495,11 +515,7 @@ class Engine:
             self.device.reset_ccu()
             return job.submission.wait(self.config.job_timeout_s)
         except (WaitTimeout, DeviceLost) as exc:
-            with self.cond:
-                self._applier.job_lost(job, f"device unrecoverable after reset: {exc}")
-                self._device_lost_locked(str(exc), [])
-                self.executor.retire(job)
-                self.cond.notify_all()
+            self._job_lost(job, f"device unrecoverable after reset: {exc}")
             return None
 
     # ---- observation --------------------------------------------------------------------------

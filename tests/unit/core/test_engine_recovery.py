@@ -118,3 +118,18 @@ def test_synthetic_qwen_batched_equals_one_at_a_time(models: Path) -> None:
         together = generate_all(core, reqs)
         assert_clean(core)
     assert together == alone
+
+
+def test_a_bug_in_the_completion_path_fails_jobs_instead_of_hanging_them(models: Path) -> None:
+    with running_core(models) as core:
+        rt = core.models.serving("tiny")
+        assert rt is not None and rt.sampler is not None
+
+        def broken(*_args: object) -> None:
+            raise RuntimeError("simulated bug")
+
+        rt.sampler.sample = broken  # type: ignore[method-assign]
+        ids = [core.submit(r).job_id for r in _reqs(3)]
+        finals = [finish(core, j, timeout=10)[1] for j in ids]
+        assert all(f.reason is FinishReason.ERROR and f.error_kind is ErrorKind.UNAVAILABLE for f in finals)
+        assert not core.health().serving
