@@ -1,4 +1,4 @@
-"""Tokens/s of one calsim daemon at time scale 0 (host overhead only): serial vs continuous.
+"""Tokens/s of one calsim daemon, serial vs continuous (time scale 0 = host overhead only).
 
 Not a test. Starts a real daemon per policy on a Unix socket, drives it with concurrent
 streaming clients, prints throughput and per-request latency percentiles.
@@ -72,6 +72,7 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--time-scale", default="0", help="0 = host overhead only; 1 = the modelled board speed")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "models"
@@ -84,14 +85,14 @@ def main() -> int:
         for policy in ("serial", "continuous"):
             target = f"unix:{tmp}/{policy}.sock"
             cmd = [sys.executable, "-m", "calculet.daemon.main", "--listen", target, "--models-root", str(root),
-                   "--model", f"{args.model}={args.model}", "--time-scale", "0", "--policy", policy,
+                   "--model", f"{args.model}={args.model}", "--time-scale", args.time_scale, "--policy", policy,
                    "--log-level", "WARNING"]  # fmt: skip
             proc = subprocess.Popen(cmd)
             try:
                 wait_serving(target, proc)
                 tps, lat = drive(target, args.model, vocab, args.clients, args.tokens, args.rounds)
                 q = statistics.quantiles(lat, n=10)
-                print(f"{args.model:5s} {policy:10s} {tps:8.0f} tokens/s   e2e p50 {q[4]:.3f}s p90 {q[8]:.3f}s "
+                print(f"{args.model:5s} scale {args.time_scale} {policy:10s} {tps:8.0f} tokens/s   e2e p50 {q[4]:.3f}s p90 {q[8]:.3f}s "
                       f"({args.clients} clients x {args.rounds} x {args.tokens} tokens)")  # fmt: skip
             finally:
                 proc.terminate()

@@ -133,3 +133,22 @@ def test_a_bug_in_the_completion_path_fails_jobs_instead_of_hanging_them(models:
         finals = [finish(core, j, timeout=10)[1] for j in ids]
         assert all(f.reason is FinishReason.ERROR and f.error_kind is ErrorKind.UNAVAILABLE for f in finals)
         assert not core.health().serving
+
+
+def test_completion_of_a_retired_generation_is_dropped_not_applied(models: Path) -> None:
+    # A slow first traffic job (modelled 4 s, scaled to 0.2 s) leaves time to retire its generation.
+    plan = {"faults": [{"kind": "slow_job", "job": 9, "delay_ms": 4000}]}
+    with running_core(models, device_options={"fault_plan": plan, "time_scale": 0.05}) as core:
+        rt = core.models.serving("tiny")
+        assert rt is not None and rt.kv is not None
+        job = core.submit(request((1, 2, 3), 5, seed=1)).job_id
+        with core.engine.cond:
+            while not core.engine.executor.inflight:
+                core.engine.cond.wait(1)
+            core.engine.runtimes.pop(rt.generation)  # the generation is gone while its job runs
+        tokens, final = finish(core, job)
+        assert final.error_kind is ErrorKind.UNAVAILABLE and "retired" in final.error_message
+        assert tokens == [], "no token of a retired generation may be delivered"
+        lane = next(lane for lane in rt.kv.snapshot() if lane.owner == job)
+        assert lane.state is LaneState.RESERVED and lane.length == 0, "its KV was never committed"
+        core.engine.runtimes[rt.generation] = rt  # let close() release the model normally
