@@ -134,6 +134,8 @@ def finish_from_pb(value: int, kind: ErrorKind | None) -> FinishReason:
 
 def sampling_from_pb(pb: inference_pb2.SamplingParams) -> SamplingParams:
     """Raises InvalidArgument for out-of-range fields (SamplingParams checks on construction)."""
+    if pb.return_logits:
+        raise InvalidArgument("return_logits: raw logits are not served by this daemon yet; use logprobs")
     return SamplingParams(
         seed=pb.seed if pb.HasField("seed") else int.from_bytes(os.urandom(8), "little"),
         temperature=pb.temperature if pb.HasField("temperature") else 1.0,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from calculet.daemon import wire
 from calculet.daemon.core.events import FinalEvent, FinishReason, Timings, TokenChunk, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
-from calculet.daemon.errors import ErrorKind, Overloaded
+from calculet.daemon.errors import ErrorKind, InvalidArgument, Overloaded
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.v1 import common_pb2
 
@@ -84,3 +85,10 @@ def test_events_round_trip_including_deadline_and_errors() -> None:
     ]:
         final = FinalEvent(3, reason, Usage(4, 2, 1), Timings(0.25, 0.5, 0.75, 1.0, 2.0), kind, "m" if kind else "")
         assert wire.event_from_pb(wire.event_to_pb(final)) == final
+
+
+def test_raw_logits_are_refused_rather_than_silently_ignored() -> None:
+    pb = wire.request_to_pb(GenerationRequest("m", (1,), SamplingParams(), StoppingParams(max_tokens=3)))
+    pb.sampling.return_logits = True
+    with pytest.raises(InvalidArgument, match="return_logits"):
+        wire.request_from_pb(pb, default_max_tokens=1)
