@@ -73,6 +73,7 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--time-scale", default="0", help="0 = host overhead only; 1 = the modelled board speed")
+    p.add_argument("--decode-jobs-per-model", default="1", choices=("1", "2"))
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "models"
@@ -86,14 +87,15 @@ def main() -> int:
             target = f"unix:{tmp}/{policy}.sock"
             cmd = [sys.executable, "-m", "calculet.daemon.main", "--listen", target, "--models-root", str(root),
                    "--model", f"{args.model}={args.model}", "--time-scale", args.time_scale, "--policy", policy,
-                   "--log-level", "WARNING"]  # fmt: skip
+                   "--log-level", "WARNING", "--decode-jobs-per-model", args.decode_jobs_per_model]  # fmt: skip
             proc = subprocess.Popen(cmd)
             try:
                 wait_serving(target, proc)
                 tps, lat = drive(target, args.model, vocab, args.clients, args.tokens, args.rounds)
                 q = statistics.quantiles(lat, n=10)
-                print(f"{args.model:5s} scale {args.time_scale} {policy:10s} {tps:8.0f} tokens/s   e2e p50 {q[4]:.3f}s p90 {q[8]:.3f}s "
-                      f"({args.clients} clients x {args.rounds} x {args.tokens} tokens)")  # fmt: skip
+                label = f"{args.model:5s} scale {args.time_scale} {policy:10s}"
+                print(f"{label} {tps:8.0f} tokens/s   e2e p50 {q[4]:.3f}s p90 {q[8]:.3f}s", end="")
+                print(f"   ({args.clients} clients x {args.rounds} x {args.tokens} tokens)")
             finally:
                 proc.terminate()
                 proc.wait()

@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-timeout", type=float, help="seconds unload/drain/shutdown wait for running jobs")
     p.add_argument("--queue-depth", type=int, help="waiting requests before Submit is refused")
     p.add_argument("--admission-timeout", type=float, help="seconds a request may wait for a KV lane")
+    p.add_argument(
+        "--decode-jobs-per-model",
+        type=int,
+        choices=(1, 2),
+        help="decode jobs of one model in flight: 1 = one batch of every ready sequence (default), "
+        "2 = two cohorts alternating between the ping/pong banks",
+    )
     p.add_argument("--max-message-bytes", type=int, help=f"gRPC message limit (default {DEFAULT_MAX_MESSAGE_BYTES})")
     p.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING")
     return p
@@ -68,6 +75,7 @@ def merged_settings(args: argparse.Namespace) -> dict[str, Any]:
         "drain_timeout": args.drain_timeout,
         "queue_depth": args.queue_depth,
         "admission_timeout": args.admission_timeout,
+        "decode_jobs_per_model": args.decode_jobs_per_model,
         "max_message_bytes": args.max_message_bytes,
         "log_level": args.log_level,
     }
@@ -101,6 +109,7 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         drain_timeout_s=float(settings.get("drain_timeout", 30.0)),
         queue_depth=int(settings.get("queue_depth", 1024)),
         admission_timeout_s=float(settings.get("admission_timeout", 30.0)),
+        decode_jobs_per_model=int(settings.get("decode_jobs_per_model", 1)),
     )
 
 

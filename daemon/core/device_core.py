@@ -77,12 +77,15 @@ class DaemonConfig:
     drain_timeout_s: float = 30.0
     queue_depth: int = 1024
     admission_timeout_s: float = 30.0
+    decode_jobs_per_model: int = 1
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise InvalidArgument(f"policy: must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.max_inflight not in (1, 2):
             raise InvalidArgument(f"max_inflight: must be 1 or 2, got {self.max_inflight}")
+        if self.decode_jobs_per_model not in (1, 2):
+            raise InvalidArgument(f"decode_jobs_per_model: must be 1 or 2, got {self.decode_jobs_per_model}")
         if self.job_timeout_s <= 0:
             raise InvalidArgument(f"job_timeout_s: must be positive, got {self.job_timeout_s}")
 
@@ -92,6 +95,7 @@ class DaemonConfig:
             max_active=1 if serial else 1 << 30,
             queue_depth=self.queue_depth,
             admission_timeout_s=self.admission_timeout_s,
+            decode_jobs_per_model=self.decode_jobs_per_model,
         )
         return EngineConfig(
             policy=policy,

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -375,7 +375,8 @@ class Engine:
             self._expire_locked()
             if not self._stopping and not self.device_lost and self.executor.has_slot():
                 # Draining refuses new Submits only; requests already accepted still run.
-                plan = self.scheduler.plan(self._admissible_runtimes())
+                decoding = Counter(j.generation for j in self.executor.inflight if j.plan.task is TaskType.DECODE)
+                plan = self.scheduler.plan(self._admissible_runtimes(), decoding)
                 while self.scheduler.orphans:
                     orphan = self.scheduler.orphans.pop()
                     self.finish(orphan, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")

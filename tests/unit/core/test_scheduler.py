@@ -52,7 +52,7 @@ class Harness:
 
     def step(self) -> JobPlan | None:
         """Plan one job and complete it at once."""
-        plan = self.sched.plan({self.rt.generation: self.rt})
+        plan = self.sched.plan({self.rt.generation: self.rt}, {})
         if plan is None:
             return None
         for seq in plan.seqs:
@@ -117,7 +117,7 @@ def test_higher_priority_is_admitted_and_decoded_first(manifest_dir: Path) -> No
         h.add(priority=-1)
     while h.sched.waiting():
         h.step()
-    plan = h.sched.plan({h.rt.generation: h.rt})
+    plan = h.sched.plan({h.rt.generation: h.rt}, {})
     assert plan is not None and plan.task is TaskType.DECODE and len(plan.seqs) == 4
     assert high in plan.seqs and low in plan.seqs, "ready sequences above the batch: priority picks"
 
@@ -131,3 +131,18 @@ def test_serial_policy_admits_one_sequence_at_a_time(manifest_dir: Path) -> None
         plan = h.step()
         assert plan is not None and plan.task is TaskType.DECODE and plan.submodel.batch == 1
     assert h.sched.waiting() == 1
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_decode_jobs_per_model_keeps_ready_sequences_in_one_cohort(manifest_dir: Path, limit: int) -> None:
+    h = Harness(make_runtime(manifest_dir), SchedulingPolicy(max_prefill_defer=0, decode_jobs_per_model=limit))
+    for _ in range(2):
+        h.add()
+    while h.sched.waiting():
+        h.step()
+    runtimes = {h.rt.generation: h.rt}
+    plan = h.sched.plan(runtimes, {h.rt.generation: 1})  # one decode job of this model in flight
+    if limit == 1:
+        assert plan is None, "a second decode cohort would split the batch"
+    else:
+        assert plan is not None and plan.task is TaskType.DECODE
