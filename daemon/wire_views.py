@@ -11,6 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.models import LoadProgress
+from calculet.daemon.core.reset_budget import BudgetView
 from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
@@ -52,6 +53,10 @@ def _timestamp(unix: float) -> Timestamp:
     return ts
 
 
+def _budget(b: BudgetView) -> observe_pb2.ResetBudget:
+    return observe_pb2.ResetBudget(used=b.used, limit=b.limit, window_s=b.window_s, exhausted=b.exhausted)
+
+
 def health_to_pb(h: HealthView) -> observe_pb2.HealthResponse:
     return observe_pb2.HealthResponse(
         status=_serving(h.serving, h.draining),  # type: ignore[arg-type]
@@ -65,6 +70,7 @@ def health_to_pb(h: HealthView) -> observe_pb2.HealthResponse:
             )
             for m in h.models
         ],
+        reset_budget=_budget(h.reset_budget),
         reason=h.reason,
     )
 
@@ -115,6 +121,7 @@ def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
                 short_prefill=m.queues.short_prefill,
                 long_prefill=m.queues.long_prefill,
             ),
+            ready_at=_timestamp(m.ready_at) if m.ready_at is not None else None,
         )
         for m in s.models
     ]
@@ -161,7 +168,9 @@ def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
         buffer_pool=observe_pb2.BufferPoolStatus(
             in_use=s.pool.in_use, free=s.pool.free, quarantined=s.pool.quarantined, waits=s.pool.waits
         ),
-        resets=observe_pb2.ResetSummary(count=s.resets, last_reason=s.last_reset_reason),
+        resets=observe_pb2.ResetSummary(
+            count=s.resets, last_reason=s.last_reset_reason, budget=_budget(s.health.reset_budget)
+        ),
         policy=observe_pb2.POLICY_SERIAL if s.policy == "serial" else observe_pb2.POLICY_CONTINUOUS,
         max_inflight=s.max_inflight,
         inflight_submissions=s.inflight,

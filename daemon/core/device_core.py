@@ -269,10 +269,11 @@ class DeviceCore:
         with engine.cond:
             draining = not engine.admitting
             models = tuple(ModelHealthView(rt.alias, rt.generation, rt.state) for rt in engine.aliases.values())
-        reason = "" if healthy else "device lost"
+            budget = engine.reset_budget.view()
+        reason = "" if healthy else "device lost or unusable"
         if healthy and draining:
             reason = "draining"
-        return HealthView(healthy and not draining, draining, healthy, models, reason)
+        return HealthView(healthy and not draining, draining, healthy, models, budget, reason)
 
     def model_health(self, alias: str) -> bool:
         rt = self.models.serving(alias)
@@ -373,6 +374,7 @@ class DeviceCore:
             gen,
             rt.state,
             published,
+            rt.ready_at,
             rt.manifest.name,
             self.models.relative(rt.package_dir),
             lanes,

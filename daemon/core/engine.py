@@ -33,6 +33,7 @@ from calculet.daemon.core.completion import CompletionApplier
 from calculet.daemon.core.events import EventLog, FinishReason
 from calculet.daemon.core.executor import Executor, InFlight
 from calculet.daemon.core.request import GenerationRequest, validate_request
+from calculet.daemon.core.reset_budget import ResetBudget
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
@@ -61,6 +62,8 @@ class EngineConfig:
         synchronous: wait for each job right after submitting it (the serial policy).
         job_timeout_s: wall-clock wait for one job before the device is reset.
         max_recoveries: re-prefills a sequence may need after lost KV before it fails.
+        reset_limit / reset_window_s: automatic resets allowed per window before the board stops
+            serving and waits for an operator.
         retention: finished jobs kept for re-attaching `Wait` calls.
     """
 
@@ -70,6 +73,8 @@ class EngineConfig:
     job_timeout_s: float = 30.0
     max_recoveries: int = 3
     retention: int = 4096
+    reset_limit: int = 3
+    reset_window_s: float = 600.0
 
 
 @dataclass
@@ -102,6 +107,7 @@ class Engine:
         self.scheduler = Scheduler(config.policy)
         self.executor = Executor(device, 1 if config.synchronous else config.max_inflight)
         self.counters = EngineCounters()
+        self.reset_budget = ResetBudget(config.reset_limit, config.reset_window_s)
         self.runtimes: dict[int, ModelRuntime] = {}  # generations whose jobs may run
         self.aliases: dict[str, ModelRuntime] = {}  # published alias -> serving generation
         self.known_aliases: set[str] = set()  # ever published here: unloaded ones are UNAVAILABLE
@@ -506,11 +512,19 @@ class Engine:
     def _reset_after_timeout(self, job: InFlight) -> JobStatus | None:
         """A job hung: reset the compute units so its buffers are released, then collect it."""
         reason = f"job {job.job_id} did not finish within {self.config.job_timeout_s}s"
-        log.error("%s: resetting CCU", reason)
         with self.cond:
-            self.counters.resets += 1
-            self.counters.last_reset_reason = reason
+            allowed = self.reset_budget.try_spend()
+            if allowed:
+                self.counters.resets += 1
+                self.counters.last_reset_reason = reason
             self.executor.note_anomaly(reason)
+        if not allowed:
+            budget = self.reset_budget.view()
+            message = f"{reason}; {budget.limit} automatic resets per {budget.window_s:g}s used up: needs an operator"
+            log.error("%s", message)
+            self._job_lost(job, message)
+            return None
+        log.error("%s: resetting CCU", reason)
         job.quarantine = True
         try:
             self.device.reset_ccu()

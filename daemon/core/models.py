@@ -178,6 +178,7 @@ class ModelManager:
             self._discard(rt)
             raise FailedPrecondition(f"load of {alias!r} failed: {exc}") from exc
         step.move(ModelState.READY, f"generation {generation} serving", done=False)
+        rt.ready_at = time.time()
         old = self.engine.publish(rt)
         if old is not None:
             self.retire(old, timeout=self.warm_timeout_s)

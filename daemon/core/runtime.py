@@ -56,6 +56,7 @@ class ModelRuntime:
         self.decodes: list[SubmodelInfo] = []
         self.eos_ids = frozenset(manifest.tokenizer.eos_token_ids)
         self.message = ""
+        self.ready_at: float | None = None  # unix time of publication
 
     @property
     def state(self) -> ModelState:

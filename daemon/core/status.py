@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.reset_budget import BudgetView
 from calculet.daemon.device.types import DeviceInfo, JobCounters, MemoryUsage
 
 
@@ -25,6 +26,7 @@ class HealthView:
     draining: bool
     device_healthy: bool
     models: tuple[ModelHealthView, ...]
+    reset_budget: BudgetView
     reason: str = ""
 
 
@@ -41,6 +43,7 @@ class ModelView:
     generation: int
     state: ModelState
     published: bool
+    ready_at: float | None  # unix time it became Ready
     package_name: str
     package_path: str
     lanes: tuple[LaneSnapshot, ...]

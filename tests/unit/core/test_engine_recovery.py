@@ -152,3 +152,15 @@ def test_completion_of_a_retired_generation_is_dropped_not_applied(models: Path)
         lane = next(lane for lane in rt.kv.snapshot() if lane.owner == job)
         assert lane.state is LaneState.RESERVED and lane.length == 0, "its KV was never committed"
         core.engine.runtimes[rt.generation] = rt  # let close() release the model normally
+
+
+def test_hangs_past_the_reset_budget_stop_the_board_instead_of_resetting_again(models: Path) -> None:
+    plan = {"faults": [{"kind": "hang", "job": 12}, {"kind": "hang", "job": 20}]}
+    with running_core(models, device_options={"fault_plan": plan}, job_timeout_s=0.3) as core:
+        core.engine.reset_budget.limit = 1
+        ids = [core.submit(r).job_id for r in _reqs(6)]
+        finals = [finish(core, j)[1] for j in ids]
+        assert core.engine.counters.resets == 1, "only the budgeted reset happened"
+        health = core.health()
+        assert health.reset_budget.exhausted and not health.serving
+        assert any(f.error_kind is ErrorKind.UNAVAILABLE for f in finals)
