@@ -58,7 +58,7 @@ class CompletionApplier:
             fenced = engine.runtimes.get(job.generation) is not rt
         if status is None:
             return
-        if status is JobStatus.DONE and not fenced and not job.quarantine:
+        if status is JobStatus.DONE and not fenced and not job.quarantine and not job.kv_lost:
             self._apply_done(job, rt)
         elif fenced:
             self._drop_fenced(job, rt)
@@ -116,11 +116,13 @@ class CompletionApplier:
             engine.scheduler.mark_ready(seq)
 
     def _apply_fault(self, job: InFlight, rt: ModelRuntime, status: JobStatus) -> None:
-        """CCU exception (or a hung job collected after a reset): lanes unknown, sequences recover."""
+        """CCU exception, a hung job collected after a reset, or a job whose lanes a configuration
+        reset cleared: lanes unknown, sequences recover."""
         engine = self.engine
         with engine.cond:
-            self.ccu_exceptions += 1
-            engine.executor.note_anomaly(f"job {job.job_id} ended {status.value}")
+            if not job.kv_lost:  # a deliberate configuration reset is not a device anomaly
+                self.ccu_exceptions += 1
+                engine.executor.note_anomaly(f"job {job.job_id} ended {status.value}")
             assert rt.kv is not None and rt.pool is not None
             for seq, r in zip(job.plan.seqs, job.reservations, strict=True):
                 rt.kv.mark_unknown(r.lane)

@@ -227,17 +227,9 @@ class DeviceCore:
         if kind == "ccu":
             self.device.reset_ccu()
             return True, "compute units reset"
-        with engine.cond:
-            for rt in self.models.all():
-                if rt.model is None or rt.kv is None:
-                    continue
-                self.device.reset_configuration(rt.model)
-                for seq in [s for s in engine.scheduler.ready.values() if s.generation == rt.generation]:
-                    engine.scheduler.forget(seq)
-                    assert seq.lane is not None
-                    rt.kv.mark_unknown(seq.lane)
-                    engine._applier.fail_or_recover(rt, seq, "configuration reset", lane_lost=True)
-            engine.cond.notify_all()
+        for rt in self.models.all():
+            if rt.model is not None:
+                engine.reset_configuration(rt, "configuration reset")
         return True, "configurations reset; sequences re-prefill"
 
     def inject_fault(self, fault: Any) -> Any:

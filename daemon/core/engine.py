@@ -188,6 +188,23 @@ class Engine:
             self.cond.notify_all()
             return len(seqs)
 
+    def reset_configuration(self, rt: ModelRuntime, reason: str) -> None:
+        """Reset a generation's configuration on the device, which clears all its KV: every sequence
+        holding a lane and not in a job re-prefills; those in a job learn it from their CCU-exception
+        completion. Under the engine lock, so no job is planned on a cleared lane in between."""
+        with self.cond:
+            assert rt.kv is not None and rt.model is not None
+            self.device.reset_configuration(rt.model)
+            for job in self.executor.inflight:  # a job done on the device but not yet applied too
+                if job.generation == rt.generation:
+                    job.kv_lost = True
+            for seq in [s for s in self.scheduler.ready.values() if s.generation == rt.generation]:
+                self.scheduler.forget(seq)
+                assert seq.lane is not None
+                rt.kv.mark_unknown(seq.lane)
+                self._applier.fail_or_recover(rt, seq, reason, lane_lost=True)
+            self.cond.notify_all()
+
     # ---- requests -------------------------------------------------------------------------
 
     def submit(

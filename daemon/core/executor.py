@@ -42,6 +42,7 @@ class InFlight:
     generation: int
     t_submit: float = field(default_factory=time.monotonic)
     quarantine: bool = False  # set after a wait timeout: the device may have held the buffers
+    kv_lost: bool = False  # a configuration reset cleared its lanes, even if it reports DONE
 
 
 class Executor:

@@ -21,6 +21,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent
+from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.daemon.server.errors import map_errors
@@ -146,28 +147,26 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         task = loop.run_in_executor(
             None, self.core.load, request.alias, request.package, progress, request.options.replace
         )
-        sent = 0
-        while True:
+        last: LoadProgress | None = None
+        while True:  # stream progress until the load returns or raises
             getter: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
             waiting: set[asyncio.Future[Any]] = {getter, task}
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if getter in done:
-                p = getter.result()
-                sent += 1
-                yield progress_to_pb(p, time.monotonic() - started)
-                if p.done:
-                    await asyncio.gather(task, return_exceptions=True)
-                    break
-                continue
-            getter.cancel()
-            exc = task.exception()
-            while not queue.empty():  # progress that raced the result
-                p = queue.get_nowait()
-                sent += 1
-                yield progress_to_pb(p, time.monotonic() - started)
-            if exc is not None and sent == 0:
-                raise exc  # refused before it started: a plain status
-            break
+            if getter not in done:
+                getter.cancel()
+                break
+            last = getter.result()
+            yield progress_to_pb(last, time.monotonic() - started)
+        while not queue.empty():  # progress that raced the result
+            last = queue.get_nowait()
+            yield progress_to_pb(last, time.monotonic() - started)
+        exc = task.exception()
+        if exc is not None:
+            if last is None or not isinstance(exc, CalculetError):
+                raise exc  # refused before it started (a plain status), or a bug (INTERNAL)
+            if not last.done:  # a failure the progress stream has not reported yet
+                failed = LoadProgress(request.alias, last.generation, ModelState.FAILED, str(exc), True, exc.kind)
+                yield progress_to_pb(failed, time.monotonic() - started)
         await self.sync_health()
 
     @map_errors

@@ -4,6 +4,7 @@ keep each request's tokens equal to its undisturbed run, and leave nothing leake
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,19 @@ def test_hangs_past_the_reset_budget_stop_the_board_instead_of_resetting_again(m
         health = core.health()
         assert health.reset_budget.exhausted and not health.serving
         assert any(f.error_kind is ErrorKind.UNAVAILABLE for f in finals)
+
+
+@pytest.mark.parametrize("kind", ["ccu", "configuration"])
+def test_operator_reset_under_traffic_changes_no_token(models: Path, reference, kind: str) -> None:
+    with running_core(models, device_options={"time_scale": 0.02}) as core:
+        ids = [core.submit(r).job_id for r in _reqs(8)]
+        log = core.event_log(ids[0], for_wait=False)
+        while log.token_count < 2:  # let traffic get going
+            time.sleep(0.005)
+        assert core.reset(kind, "test") == (True, core.reset(kind, "again")[1])
+        got = [finish(core, j)[0] for j in ids]
+        assert core.engine.counters.resets == 2
+        if kind == "configuration":  # clears every lane; a CCU reset only hits jobs on the device
+            assert core.engine.counters.recoveries > 0, "running sequences should have lost their KV"
+        assert_clean(core)
+    assert got == reference
