@@ -9,10 +9,11 @@ from __future__ import annotations
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from calculet.daemon.calsim.faults import Fault, FaultKind
-from calculet.daemon.core.kv import LaneState
+from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.reset_budget import BudgetView
-from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
+from calculet.daemon.core.status import HealthView, JobView, LoadView, ModelInfoView, ModelView, StatusView
+from calculet.daemon.device.types import DeviceInfo, MemoryUsage
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
 from calculet.v1 import common_pb2, observe_pb2, operate_pb2
@@ -75,11 +76,11 @@ def health_to_pb(h: HealthView) -> observe_pb2.HealthResponse:
     )
 
 
-def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
-    used = {c.chip: c for c in s.memory.chips}
-    device = observe_pb2.DeviceInfo(
-        name=s.device.name,
-        board_index=s.device.board_index,
+def _device_to_pb(info: DeviceInfo, memory: MemoryUsage) -> observe_pb2.DeviceInfo:
+    used = {c.chip: c for c in memory.chips}
+    return observe_pb2.DeviceInfo(
+        name=info.name,
+        board_index=info.board_index,
         chips=[
             observe_pb2.ChipInfo(
                 index=c.index,
@@ -88,59 +89,64 @@ def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
                 sram_total_bytes=c.sram_bytes,
                 sram_used_bytes=used[c.index].sram_used if c.index in used else 0,
             )
-            for c in s.device.chips
+            for c in info.chips
         ],
-        runtime_version=s.device.runtime_version,
-        driver_version=s.device.driver_version,
-        firmware_version=s.device.firmware_version,
+        runtime_version=info.runtime_version,
+        driver_version=info.driver_version,
+        firmware_version=info.firmware_version,
         capabilities=observe_pb2.DeviceCapabilities(
-            max_inflight=s.device.capabilities.max_inflight,
-            ping_pong=s.device.capabilities.ping_pong,
-            max_resident_configurations=s.device.capabilities.max_resident_configurations,
-            lane_selection=s.device.capabilities.lane_selection,
+            max_inflight=info.capabilities.max_inflight,
+            ping_pong=info.capabilities.ping_pong,
+            max_resident_configurations=info.capabilities.max_resident_configurations,
+            lane_selection=info.capabilities.lane_selection,
         ),
     )
-    models = [
-        observe_pb2.ModelStatus(
-            alias=m.alias,
-            generation=m.generation,
-            state=model_state_to_pb(m.state),  # type: ignore[arg-type]
-            package_name=m.package_name,
-            package_path=m.package_path,
-            lanes=[
-                observe_pb2.LaneStatus(
-                    index=lane.lane,
-                    state=_LANE[lane.state],
-                    job_id=lane.owner or "",
-                    kv_length=lane.length,
-                )
-                for lane in m.lanes
-            ],
-            queues=observe_pb2.QueueDepths(
-                decode_ready=m.queues.decode_ready,
-                short_prefill=m.queues.short_prefill,
-                long_prefill=m.queues.long_prefill,
-            ),
-            ready_at=_timestamp(m.ready_at) if m.ready_at is not None else None,
-        )
-        for m in s.models
-    ]
-    jobs = []
-    for j in s.jobs:
-        job = observe_pb2.JobSummary(
-            job_id=j.job_id,
-            model=j.model,
-            generation=j.generation,
-            state=_JOB[j.state],
-            prompt_tokens=j.prompt_tokens,
-            completion_tokens=j.completion_tokens,
-            priority=-j.priority,
-            age_s=j.age_s,
-            client_request_id=j.client_request_id,
-        )
-        if j.lane is not None:
-            job.lane = j.lane
-        jobs.append(job)
+
+
+def _lane_to_pb(lane: LaneSnapshot) -> observe_pb2.LaneStatus:
+    return observe_pb2.LaneStatus(
+        index=lane.lane, state=_LANE[lane.state], job_id=lane.owner or "", kv_length=lane.length
+    )
+
+
+def _model_to_pb(m: ModelView) -> observe_pb2.ModelStatus:
+    return observe_pb2.ModelStatus(
+        alias=m.alias,
+        generation=m.generation,
+        state=model_state_to_pb(m.state),  # type: ignore[arg-type]
+        package_name=m.package_name,
+        package_path=m.package_path,
+        lanes=[_lane_to_pb(lane) for lane in m.lanes],
+        queues=observe_pb2.QueueDepths(
+            decode_ready=m.queues.decode_ready,
+            short_prefill=m.queues.short_prefill,
+            long_prefill=m.queues.long_prefill,
+        ),
+        ready_at=_timestamp(m.ready_at) if m.ready_at is not None else None,
+    )
+
+
+def _job_to_pb(j: JobView) -> observe_pb2.JobSummary:
+    job = observe_pb2.JobSummary(
+        job_id=j.job_id,
+        model=j.model,
+        generation=j.generation,
+        state=_JOB[j.state],
+        prompt_tokens=j.prompt_tokens,
+        completion_tokens=j.completion_tokens,
+        priority=-j.priority,  # the wire's vLLM convention: lower is more urgent
+        age_s=j.age_s,
+        client_request_id=j.client_request_id,
+    )
+    if j.lane is not None:
+        job.lane = j.lane
+    return job
+
+
+def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
+    device = _device_to_pb(s.device, s.memory)
+    models = [_model_to_pb(m) for m in s.models]
+    jobs = [_job_to_pb(j) for j in s.jobs]
     dc = s.device_counters
     return observe_pb2.StatusResponse(
         board=observe_pb2.BoardInfo(

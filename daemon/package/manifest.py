@@ -325,95 +325,91 @@ def _tensor(r: _Reader) -> TensorDecl:
     return TensorDecl(r.str_("name"), r.ints("shape"), r.str_("dtype"), r.str_("layout", "row-major"))
 
 
-def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
-    r = _Reader(raw, "manifest")
-    version = r.int_("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ManifestError(f"manifest.schema_version: {version} is not supported (this build reads {SCHEMA_VERSION})")
-    a = r.sub("architecture")
-    arch = Architecture(
+def _architecture(a: _Reader) -> Architecture:
+    return Architecture(
         a.str_("family"), a.int_("layers"), a.int_("hidden_size"), a.int_("q_heads"), a.int_("kv_heads"),
         a.int_("head_dim"), a.int_("experts"), a.int_("experts_per_token"), a.int_("expert_intermediate"),
         a.int_("vocab_size"), a.float_("rope_theta"), a.float_("rms_norm_eps"),
     )  # fmt: skip
-    t = r.sub("topology")
-    topo = Topology(t.int_("chips"), t.ints("chip_masks"), t.str_("parallelism"))
-    k = r.sub("kv")
-    kv = KVDecl(
+
+
+def _kv(k: _Reader) -> KVDecl:
+    return KVDecl(
         k.str_("dtype"), k.str_("layout"), k.int_("lanes"), k.int_("lane_context"),
         k.int_("bytes_per_token"), k.str_("split"),
     )  # fmt: skip
-    subs = tuple(
-        SubmodelDecl(
-            s.str_("name"),
-            s.str_("role"),
-            s.str_("smodel_type"),
-            s.int_("batch"),
-            s.int_("max_tokens"),
-            s.int_("context"),
-            s.str_("folder"),
-            tuple(_tensor(x) for x in s.subs("inputs")),
-            tuple(_tensor(x) for x in s.subs("outputs")),
-            s.strmap("csr"),
-        )
-        for s in r.subs("submodels")
-    )
-    m = r.sub("memory")
-    memory = MemoryDecl(
-        tuple(
-            ChipMemoryDecl(
-                c.int_("chip"),
-                c.int_("chip_mask"),
-                c.int_("param_dram_bytes"),
-                c.int_("param_sram_bytes"),
-                c.int_("workspace_bytes"),
-            )
-            for c in m.subs("chips")
-        ),
-        m.int_("device_memory_required_bytes"),
-    )
-    c = r.sub("compatibility")
-    compat = Compatibility(c.str_("runtime"), c.str_("driver"), c.strmap("compiler"))
-    files = tuple(FileEntry(f.str_("path"), f.int_("size"), f.str_("sha256"), f.str_("role")) for f in r.subs("files"))
-    tk = r.sub("tokenizer")
-    bos = tk.int_("bos_token_id", None)
-    pad = tk.int_("pad_token_id", None)
-    tok = TokenizerDecl(
-        tk.str_("path"),
-        tk.str_("chat_template"),
-        tk.int_("model_max_length"),
-        tk.ints("eos_token_ids"),
-        bos,
-        pad,
-    )
-    g = r.sub("golden")
+
+
+def _submodel(s: _Reader) -> SubmodelDecl:
+    return SubmodelDecl(
+        s.str_("name"), s.str_("role"), s.str_("smodel_type"), s.int_("batch"), s.int_("max_tokens"),
+        s.int_("context"), s.str_("folder"), tuple(_tensor(x) for x in s.subs("inputs")),
+        tuple(_tensor(x) for x in s.subs("outputs")), s.strmap("csr"),
+    )  # fmt: skip
+
+
+def _memory(m: _Reader) -> MemoryDecl:
+    chips = tuple(_chip_memory(c) for c in m.subs("chips"))
+    return MemoryDecl(chips, m.int_("device_memory_required_bytes"))
+
+
+def _chip_memory(c: _Reader) -> ChipMemoryDecl:
+    return ChipMemoryDecl(
+        c.int_("chip"), c.int_("chip_mask"), c.int_("param_dram_bytes"), c.int_("param_sram_bytes"),
+        c.int_("workspace_bytes"),
+    )  # fmt: skip
+
+
+def _file(f: _Reader) -> FileEntry:
+    return FileEntry(f.str_("path"), f.int_("size"), f.str_("sha256"), f.str_("role"))
+
+
+def _tokenizer(tk: _Reader) -> TokenizerDecl:
+    return TokenizerDecl(
+        tk.str_("path"), tk.str_("chat_template"), tk.int_("model_max_length"), tk.ints("eos_token_ids"),
+        tk.int_("bos_token_id", None), tk.int_("pad_token_id", None),
+    )  # fmt: skip
+
+
+def _golden(g: _Reader) -> GoldenDecl:
     top: list[tuple[int, float]] = []
     for i, pair in enumerate(g.list_("prefill_top")):
         if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int)):
             raise ManifestError(f"manifest.golden.prefill_top[{i}]: expected [token, logit]")
         top.append((pair[0], float(pair[1])))
-    golden = GoldenDecl(g.ints("prompt_tokens"), tuple(top), g.ints("decode_tokens"), g.float_("logit_atol"))
-    tm = r.sub("timing")
-    timing = TimingDecl(
+    return GoldenDecl(g.ints("prompt_tokens"), tuple(top), g.ints("decode_tokens"), g.float_("logit_atol"))
+
+
+def _timing(tm: _Reader) -> TimingDecl:
+    return TimingDecl(
         tm.float_("decode_ms_short"), tm.float_("decode_ms_long"), tm.int_("long_context"),
         tm.float_("prefill_fixed_ms"), tm.float_("prefill_ms_per_token"), tm.float_("batch_alpha"),
         tm.float_("h2d_gbps"), tm.float_("d2h_gbps"), tm.strmap("sources"),
     )  # fmt: skip
+
+
+def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
+    r = _Reader(raw, "manifest")
+    version = r.int_("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ManifestError(f"manifest.schema_version: {version} is not supported (this build reads {SCHEMA_VERSION})")
+    t = r.sub("topology")
+    c = r.sub("compatibility")
     return PackageManifest(
         schema_version=version,
         name=r.str_("name"),
         model_role=r.str_("model_role"),
         kernel=r.str_("kernel"),
-        architecture=arch,
+        architecture=_architecture(r.sub("architecture")),
         quantization=r.str_("quantization"),
-        topology=topo,
-        kv=kv,
-        submodels=subs,
-        memory=memory,
-        compatibility=compat,
-        files=files,
-        tokenizer=tok,
-        golden=golden,
-        timing=timing,
+        topology=Topology(t.int_("chips"), t.ints("chip_masks"), t.str_("parallelism")),
+        kv=_kv(r.sub("kv")),
+        submodels=tuple(_submodel(s) for s in r.subs("submodels")),
+        memory=_memory(r.sub("memory")),
+        compatibility=Compatibility(c.str_("runtime"), c.str_("driver"), c.strmap("compiler")),
+        files=tuple(_file(f) for f in r.subs("files")),
+        tokenizer=_tokenizer(r.sub("tokenizer")),
+        golden=_golden(r.sub("golden")),
+        timing=_timing(r.sub("timing")),
         synthetic_seed=r.int_("synthetic_seed", 0),
     )
