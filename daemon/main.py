@@ -1,5 +1,10 @@
 """`calculet-daemon`: one process per board. Flags override the TOML config file.
 
+Data flow: argv -> `build_parser` -> `merged_settings` (the `[daemon]` table of `--config`, keys
+spelled like the flags with '-' or '_', then the flags given) -> `config_from` (every value checked:
+type, range, finite) -> `DeviceCore` -> `serve`. A bad value ends the process with one line on stderr
+and exit status 2; any other refusal (a startup model that fails to load, ...) with one line and 1.
+
     calculet-daemon --board 0 --device calsim --listen unix:run/board0.sock \
         --models-root models --model tiny=tiny --time-scale 0 --policy continuous --max-inflight 2
 """
@@ -10,6 +15,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import math
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -18,7 +24,8 @@ from typing import Any
 
 from calculet.daemon.core.device_core import POLICIES, DaemonConfig, DeviceCore
 from calculet.daemon.core.models import LoadProgress
-from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.daemon.device.registry import available_drivers
+from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
 from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, serve
 
 log = logging.getLogger("calculet.daemon")
@@ -53,34 +60,50 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Settings a config file may hold: the flag names, with '-' or '_' (README), plus `models`.
+FLAG_SETTINGS = (
+    "board", "device", "listen", "models_root", "time_scale", "fault_plan", "fault_injection", "policy",
+    "max_inflight", "job_timeout", "drain_timeout", "queue_depth", "admission_timeout", "decode_jobs_per_model",
+    "max_message_bytes", "log_level",
+)  # fmt: skip
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The `[daemon]` table of a TOML file, keys normalised to the flag names with '_'.
+
+    Raises:
+        InvalidArgument: unreadable file, bad TOML, `daemon` not a table, an unknown key.
+    """
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidArgument(f"config {path}: {exc}") from None
+    table = document.get("daemon", {})
+    if not isinstance(table, dict):
+        raise InvalidArgument(f"config {path}: daemon must be a table ([daemon]), got {table!r}")
+    settings = {key.replace("-", "_"): value for key, value in table.items()}
+    unknown = sorted(set(settings) - {*FLAG_SETTINGS, "models"})
+    if unknown:
+        raise InvalidArgument(
+            f"config {path}: unknown [daemon] keys {unknown}; known: {', '.join(FLAG_SETTINGS)}, models"
+        )
+    return settings
+
+
 def merged_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Config file values, then flags that were given."""
-    settings: dict[str, Any] = {}
-    if args.config is not None:
-        try:
-            settings.update(tomllib.loads(args.config.read_text(encoding="utf-8")).get("daemon", {}))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise InvalidArgument(f"config {args.config}: {exc}") from None
-    flags = {
-        "board": args.board,
-        "device": args.device,
-        "listen": args.listen,
-        "models_root": args.models_root,
-        "time_scale": args.time_scale,
-        "fault_plan": args.fault_plan,
-        "fault_injection": args.fault_injection,
-        "policy": args.policy,
-        "max_inflight": args.max_inflight,
-        "job_timeout": args.job_timeout,
-        "drain_timeout": args.drain_timeout,
-        "queue_depth": args.queue_depth,
-        "admission_timeout": args.admission_timeout,
-        "decode_jobs_per_model": args.decode_jobs_per_model,
-        "max_message_bytes": args.max_message_bytes,
-        "log_level": args.log_level,
-    }
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    models = dict(settings.get("models", {}))
+    """Config file values, then flags that were given.
+
+    Raises:
+        InvalidArgument: a bad config file (see `read_config`), `models` not a table of paths, or a
+            `--model` without ALIAS=PATH.
+    """
+    settings = read_config(args.config) if args.config is not None else {}
+    settings.update({k: v for k in FLAG_SETTINGS if (v := getattr(args, k)) is not None})
+    models = settings.get("models", {})
+    if not isinstance(models, dict) or not all(isinstance(p, str) for p in models.values()):
+        raise InvalidArgument(f'models: must be a table of alias = "package path", got {models!r}')
+    models = dict(models)
     for spec in args.model:
         alias, sep, path = spec.partition("=")
         if not sep or not alias or not path:
@@ -90,26 +113,69 @@ def merged_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+def _int(settings: dict[str, Any], key: str, default: int, minimum: int, maximum: int = 2**31 - 1) -> int:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidArgument(f"{key}: must be an integer in {minimum}..{maximum}, got {value!r}")
+    return value
+
+
+def _seconds(settings: dict[str, Any], key: str, default: float, *, zero_ok: bool) -> float:
+    value = settings.get(key, default)
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not zero_ok):
+        raise InvalidArgument(f"{key}: must be a finite number of seconds {'>=' if zero_ok else '>'} 0, got {value!r}")
+    return float(value)
+
+
+def _text(settings: dict[str, Any], key: str, default: str) -> str:
+    value = settings.get(key, default)
+    if isinstance(value, Path):
+        return str(value)
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{key}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def log_level(settings: dict[str, Any]) -> str:
+    """Raises: InvalidArgument: not one of LOG_LEVELS (any case)."""
+    level = _text(settings, "log_level", "INFO").upper()
+    if level not in LOG_LEVELS:
+        raise InvalidArgument(f"log_level: must be one of {', '.join(LOG_LEVELS)}, got {settings['log_level']!r}")
+    return level
+
+
 def config_from(settings: dict[str, Any]) -> DaemonConfig:
+    """The daemon's configuration from merged settings.
+
+    Raises:
+        InvalidArgument: a value of the wrong type or range, or a device no driver provides.
+    """
+    device = _text(settings, "device", "calsim")
+    if device not in available_drivers():
+        raise InvalidArgument(f"device: no driver named {device!r}; available: {', '.join(available_drivers())}")
+    fault_injection = settings.get("fault_injection", False)
+    if not isinstance(fault_injection, bool):
+        raise InvalidArgument(f"fault_injection: must be true or false, got {fault_injection!r}")
     options: dict[str, Any] = {}
-    if settings.get("device", "calsim") == "calsim":
-        options["time_scale"] = float(settings.get("time_scale", 1.0))
+    if device == "calsim":
+        options["time_scale"] = _seconds(settings, "time_scale", 1.0, zero_ok=True)
         if settings.get("fault_plan") is not None:
-            options["fault_plan"] = str(settings["fault_plan"])
+            options["fault_plan"] = _text(settings, "fault_plan", "")
     return DaemonConfig(
-        board=int(settings.get("board", 0)),
-        device=str(settings.get("device", "calsim")),
+        board=_int(settings, "board", 0, 0),
+        device=device,
         device_options=options,
-        models_root=Path(settings.get("models_root", ".")),
+        models_root=Path(_text(settings, "models_root", ".")),
         models=tuple((a, str(p)) for a, p in settings["models"].items()),
-        policy=str(settings.get("policy", "continuous")),
-        max_inflight=int(settings.get("max_inflight", 2)),
-        job_timeout_s=float(settings.get("job_timeout", 30.0)),
-        fault_injection=bool(settings.get("fault_injection", False)),
-        drain_timeout_s=float(settings.get("drain_timeout", 30.0)),
-        queue_depth=int(settings.get("queue_depth", 1024)),
-        admission_timeout_s=float(settings.get("admission_timeout", 30.0)),
-        decode_jobs_per_model=int(settings.get("decode_jobs_per_model", 1)),
+        policy=_text(settings, "policy", "continuous"),
+        max_inflight=_int(settings, "max_inflight", 2, 1),
+        job_timeout_s=_seconds(settings, "job_timeout", 30.0, zero_ok=False),
+        fault_injection=fault_injection,
+        drain_timeout_s=_seconds(settings, "drain_timeout", 30.0, zero_ok=True),
+        queue_depth=_int(settings, "queue_depth", 1024, 1),
+        admission_timeout_s=_seconds(settings, "admission_timeout", 30.0, zero_ok=False),
+        decode_jobs_per_model=_int(settings, "decode_jobs_per_model", 1, 1),
     )
 
 
@@ -118,38 +184,34 @@ def _log_progress(p: LoadProgress) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the daemon. Returns 0 after a clean stop, 2 for a bad flag or config value, 1 otherwise."""
     args = build_parser().parse_args(argv)
     try:
         settings = merged_settings(args)
-        logging.basicConfig(
-            level=str(settings.get("log_level", "INFO")).upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        logging.basicConfig(level=log_level(settings), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         config = config_from(settings)
-        listen = str(settings.get("listen", f"unix:run/board{config.board}.sock"))
+        listen = _text(settings, "listen", f"unix:run/board{config.board}.sock")
+        max_message_bytes = _int(settings, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES, 1)
         core = DeviceCore(config)
     except CalculetError as exc:
-        print(f"calculet-daemon: {exc.kind.value}: {exc}", file=sys.stderr)
-        return 2 if exc.kind.value == "invalid_argument" else 1
+        return _fail(exc)
     try:
         core.start(progress=_log_progress)
         # Start-up objects live forever: keep them out of full collections (DESIGN.md section 9
         # measured 23-26 ms full-GC pauses as the p99 tail).
         gc.collect()
         gc.freeze()
-        asyncio.run(
-            serve(
-                core,
-                listen,
-                max_message_bytes=int(settings.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)),
-                grace_s=config.drain_timeout_s,
-            )
-        )
+        asyncio.run(serve(core, listen, max_message_bytes=max_message_bytes, grace_s=config.drain_timeout_s))
     except CalculetError as exc:
-        print(f"calculet-daemon: {exc.kind.value}: {exc}", file=sys.stderr)
         core.close()
-        return 1
+        return _fail(exc)
     return 0
+
+
+def _fail(exc: CalculetError) -> int:
+    """One line on stderr; exit status 2 for a bad value (usage error), 1 for anything else."""
+    print(f"calculet-daemon: {exc.kind.value}: {exc}", file=sys.stderr)
+    return 2 if exc.kind is ErrorKind.INVALID_ARGUMENT else 1
 
 
 if __name__ == "__main__":

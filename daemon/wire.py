@@ -5,7 +5,9 @@ Server and client both convert through here, so no domain module imports `*_pb2`
   urgent, so the sign flips here;
 - an unset seed is drawn here from the OS and returned in SubmitResponse, so a retry or failover
   elsewhere can reuse it;
-- `ErrorKind` values on the wire equal gRPC status codes (options documented in common.proto).
+- `ErrorKind` values on the wire equal gRPC status codes (options documented in common.proto);
+- limits that only the wire defines (priority range, id lengths in bytes) are checked here, so the
+  domain never sees a request the protocol forbids.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ ERROR_CLASS: dict[ErrorKind, type[CalculetError]] = {
     ErrorKind.CANCELLED: Cancelled,
 }
 RETRY_AFTER_KEY = "calculet-retry-after-s"
+PRIORITY_RANGE = (-1000, 1000)  # SubmitRequest.priority
+MAX_ID_BYTES = 128  # SubmitRequest.client_request_id and session_id
 
 
 def kind_to_pb(kind: ErrorKind) -> int:
@@ -165,8 +169,24 @@ def sampling_to_pb(p: SamplingParams) -> inference_pb2.SamplingParams:
     return pb
 
 
+def _check_submit_limits(pb: inference_pb2.SubmitRequest) -> None:
+    """Raises InvalidArgument for a field outside the range inference.proto gives it."""
+    low, high = PRIORITY_RANGE
+    if not low <= pb.priority <= high:
+        raise InvalidArgument(f"priority: must be in {low}..{high}, got {pb.priority}")
+    for name in ("client_request_id", "session_id"):
+        size = len(getattr(pb, name).encode())
+        if size > MAX_ID_BYTES:
+            raise InvalidArgument(f"{name}: at most {MAX_ID_BYTES} bytes, got {size}")
+
+
 def request_from_pb(pb: inference_pb2.SubmitRequest, default_max_tokens: int) -> GenerationRequest:
-    """Build the domain request; unset max_tokens means `default_max_tokens` (the model's room)."""
+    """Build the domain request; unset max_tokens means `default_max_tokens` (the model's room).
+
+    Raises:
+        InvalidArgument: a field outside its wire range (priority, id lengths) or a bad sampling field.
+    """
+    _check_submit_limits(pb)
     stopping = StoppingParams(
         max_tokens=pb.stopping.max_tokens if pb.stopping.HasField("max_tokens") else default_max_tokens,
         stop_token_ids=tuple(pb.stopping.stop_token_ids),
@@ -208,7 +228,10 @@ def request_to_pb(req: GenerationRequest) -> inference_pb2.SubmitRequest:
 # ---- Wait events ---------------------------------------------------------------------------
 
 
-def event_to_pb(event: Event, generation: int = 0, recoveries: int = 0) -> inference_pb2.WaitEvent:
+def event_to_pb(
+    event: Event, generation: int = 0, recoveries: int = 0, stop_token_id: int | None = None
+) -> inference_pb2.WaitEvent:
+    """A Wait event; for a Final, `generation`, `recoveries` and (reason STOP) the stop token."""
     if isinstance(event, TokenChunk):
         chunk = inference_pb2.TokenChunk(
             first_index=event.first_index,
@@ -242,6 +265,8 @@ def event_to_pb(event: Event, generation: int = 0, recoveries: int = 0) -> infer
     )
     if event.error_kind is not None:
         final.error.CopyFrom(error_status(event.error_kind, event.error_message))
+    if stop_token_id is not None:
+        final.stop_token_id = stop_token_id
     return inference_pb2.WaitEvent(index=event.index, final=final)
 
 

@@ -42,7 +42,13 @@ _FAULT = {
 }
 
 
-def _serving(serving: bool, draining: bool) -> int:
+def _serving(serving: bool, draining: bool, device_healthy: bool = True) -> int:
+    """SERVING, DRAINING (refusing new work, finishing old) or NOT_SERVING (common.proto).
+
+    The core stops admitting when the device is lost, which also reads as "draining"; a board
+    whose device is gone finishes nothing, so it is NOT_SERVING.
+    """
+    draining = draining and device_healthy
     if serving:
         return int(common_pb2.SERVING_STATUS_SERVING)
     return int(common_pb2.SERVING_STATUS_DRAINING if draining else common_pb2.SERVING_STATUS_NOT_SERVING)
@@ -60,12 +66,12 @@ def _budget(b: BudgetView) -> observe_pb2.ResetBudget:
 
 def health_to_pb(h: HealthView) -> observe_pb2.HealthResponse:
     return observe_pb2.HealthResponse(
-        status=_serving(h.serving, h.draining),  # type: ignore[arg-type]
+        status=_serving(h.serving, h.draining, h.device_healthy),  # type: ignore[arg-type]
         device_healthy=h.device_healthy,
         models=[
             observe_pb2.ModelHealth(
                 alias=m.alias,
-                status=_serving(h.serving and m.state.serving, h.draining),  # type: ignore[arg-type]
+                status=_serving(h.serving and m.state.serving, h.draining, h.device_healthy),  # type: ignore[arg-type]
                 state=model_state_to_pb(m.state),  # type: ignore[arg-type]
                 generation=m.generation,
             )
@@ -181,22 +187,24 @@ def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
         max_inflight=s.max_inflight,
         inflight_submissions=s.inflight,
         draining=s.draining,
-        health=_serving(s.health.serving, s.health.draining),  # type: ignore[arg-type]
+        health=_serving(s.health.serving, s.health.draining, s.health.device_healthy),  # type: ignore[arg-type]
     )
 
 
-def load_report_to_pb(v: LoadView, sequence: int, now_unix: float) -> observe_pb2.LoadReport:
+def load_report_to_pb(
+    v: LoadView, sequence: int, now_unix: float, device_healthy: bool = True
+) -> observe_pb2.LoadReport:
     return observe_pb2.LoadReport(
         board=v.board,
         timestamp=_timestamp(now_unix),
-        status=_serving(v.serving, v.draining),  # type: ignore[arg-type]
+        status=_serving(v.serving, v.draining, device_healthy),  # type: ignore[arg-type]
         sequence=sequence,
         models=[
             observe_pb2.ModelLoad(
                 alias=m.alias,
                 generation=m.generation,
                 state=model_state_to_pb(m.state),  # type: ignore[arg-type]
-                ready=m.ready,
+                ready=m.ready and v.serving,  # Submit is admitted only on a serving board
                 queue_depth=m.queue_depth,
                 running=m.running,
                 free_lanes=m.free_lanes,
@@ -243,16 +251,25 @@ def progress_to_pb(p: LoadProgress, elapsed_s: float) -> operate_pb2.LoadProgres
 
 
 def fault_from_pb(spec: operate_pb2.FaultSpec) -> Fault:
-    """Raises InvalidArgument for an unspecified kind (calsim's own checks raise InvalidJob)."""
+    """The calsim fault a FaultSpec plans (no trigger = the next submit attempt).
+
+    Raises:
+        InvalidArgument: unspecified kind, delay_ms on a kind other than SLOW_JOB, probability not
+            in (0, 1] (calsim's own checks raise InvalidJob, also of kind INVALID_ARGUMENT).
+    """
     kind = _FAULT.get(spec.kind)
     if kind is None:
         raise InvalidArgument("fault.kind: must be set")
+    if kind is not FaultKind.SLOW_JOB and spec.delay_ms:
+        raise InvalidArgument(f"fault.delay_ms: only for FAULT_KIND_SLOW_JOB, got {spec.delay_ms} for {kind.name}")
     trigger = spec.WhichOneof("trigger")
+    if trigger == "probability" and not 0.0 < spec.probability <= 1.0:
+        raise InvalidArgument(f"fault.probability: must be in (0, 1], got {spec.probability}")
     return Fault(
         kind,
         job=spec.job_index if trigger == "job_index" else None,
         probability=spec.probability if trigger == "probability" else None,
-        delay_ms=float(spec.delay_ms) if kind is FaultKind.SLOW_JOB else 0.0,
+        delay_ms=float(spec.delay_ms),
     )
 
 

@@ -272,9 +272,12 @@ class CalsimDevice(VirtualDevice):
             return self._attempts
 
     def fault_plan(self) -> dict[str, Any]:
-        """The current plan in its JSON form (calsim only)."""
+        """The faults still planned, in the plan's JSON form (calsim only). An index fault whose
+        submit attempt has come (it fired, or the attempt was refused) is spent and left out."""
         with self._cond:
-            return self._plan.to_dict()
+            plan = self._plan.to_dict()
+            plan["faults"] = [f for f in plan["faults"] if f.get("job", self._attempts) >= self._attempts]
+            return plan
 
     def reset_ccu(self) -> None:
         with self._cond:

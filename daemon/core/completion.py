@@ -2,10 +2,12 @@
 
 For a DONE job: sample every row from the context's logits outside the engine lock, then under
 it commit each row's KV reservation, stream the token, and either finish the sequence or put it
-back into the ready set; finally return the context to its pool. For a CCU exception: the KV
-effect is unknown, so every lane of the job becomes UNKNOWN and its sequence re-prefills
-(bounded by `max_recoveries`). Generation fencing: a job whose generation is no longer running
-is dropped without touching any lane, buffer or result of another generation.
+back into the ready set; finally return the context to its pool. A configuration reset may clear
+the job's lanes while it is sampled, so `kv_lost` is checked again under the lock before any
+commit. For a CCU exception: the KV effect is unknown, so every lane of the job becomes UNKNOWN
+and its sequence re-prefills (bounded by `max_recoveries`). Generation fencing: a job whose
+generation is no longer running is dropped without touching any lane, buffer or result of another
+generation. Once the board stopped serving, a sequence is failed instead of requeued.
 """
 
 from __future__ import annotations
@@ -75,9 +77,12 @@ class CompletionApplier:
         results = rt.sampler.sample(logits, rows)
         captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(job.plan.seqs)]
         with engine.cond:
+            if job.kv_lost:  # a configuration reset cleared its lanes while we sampled: nothing to commit
+                self._fault_locked(job, rt, JobStatus.DONE)
+                return
             for seq, res, r, cap in zip(job.plan.seqs, results, job.reservations, captured, strict=True):
-                if cap is not None and seq.first_logits is None:
-                    seq.first_logits = cap
+                if cap is not None and res.token is not None and seq.first_logits is None:
+                    seq.first_logits = cap  # the logits of its first token (a NaN row re-prefills)
                 self._row_done(rt, seq, res, r)
             assert rt.pool is not None
             rt.pool.release(job.ctx)
@@ -111,6 +116,8 @@ class CompletionApplier:
             engine.finish(seq, finished, None, "")
         elif seq.deadline is not None and seq.deadline <= _now():
             engine.finish(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
+        elif engine.device_lost:  # the board stopped serving while this job ran: no next step will run
+            engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "board stopped serving")
         else:
             seq.lifecycle.move(SeqState.READY)
             engine.scheduler.mark_ready(seq)
@@ -118,18 +125,22 @@ class CompletionApplier:
     def _apply_fault(self, job: InFlight, rt: ModelRuntime, status: JobStatus) -> None:
         """CCU exception, a hung job collected after a reset, or a job whose lanes a configuration
         reset cleared: lanes unknown, sequences recover."""
+        with self.engine.cond:
+            self._fault_locked(job, rt, status)
+
+    def _fault_locked(self, job: InFlight, rt: ModelRuntime, status: JobStatus) -> None:
         engine = self.engine
-        with engine.cond:
-            if not job.kv_lost:  # a deliberate configuration reset is not a device anomaly
-                self.ccu_exceptions += 1
-                engine.executor.note_anomaly(f"job {job.job_id} ended {status.value}")
-            assert rt.kv is not None and rt.pool is not None
-            for seq, r in zip(job.plan.seqs, job.reservations, strict=True):
-                rt.kv.mark_unknown(r.lane)
-                self.fail_or_recover(rt, seq, f"device job ended {status.value}", lane_lost=True)
-            self._end_context(job, rt)
-            engine.executor.retire(job)
-            engine.cond.notify_all()
+        if not job.kv_lost:  # a deliberate configuration reset is not a device anomaly
+            self.ccu_exceptions += 1
+            engine.executor.note_anomaly(f"job {job.job_id} ended {status.value}")
+        assert rt.kv is not None and rt.pool is not None
+        reason = "a configuration reset cleared its KV" if job.kv_lost else f"device job ended {status.value}"
+        for seq, r in zip(job.plan.seqs, job.reservations, strict=True):
+            rt.kv.mark_unknown(r.lane)
+            self.fail_or_recover(rt, seq, reason, lane_lost=True)
+        self._end_context(job, rt)
+        engine.executor.retire(job)
+        engine.cond.notify_all()
 
     def _drop_fenced(self, job: InFlight, rt: ModelRuntime) -> None:
         """The job's generation is gone: its results must not reach anything of another one."""
@@ -166,8 +177,20 @@ class CompletionApplier:
         if seq.cancel_requested:
             reason, kind, msg = seq.pending_error or (FinishReason.CANCELLED, None, "")
             engine.finish(seq, reason, kind, msg)
+        elif engine.device_lost:  # the board stopped serving: no re-prefill will run
+            engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"{message}; board stopped serving")
         elif seq.recoveries > engine.config.max_recoveries:
             engine.finish(seq, FinishReason.ERROR, ErrorKind.ABORTED, f"{message} (recovery budget exhausted)")
+        elif rt.prefill is not None and len(seq.prefill_tokens) > rt.prefill.max_tokens:
+            # A package may declare a prefill bucket smaller than its context: a sequence that grew
+            # past it cannot be re-prefilled in one job (no chunked prefill), so it cannot recover.
+            engine.finish(
+                seq,
+                FinishReason.ERROR,
+                ErrorKind.ABORTED,
+                f"{message}; cannot re-prefill {len(seq.prefill_tokens)} tokens into the "
+                f"{rt.prefill.max_tokens}-token prefill bucket",
+            )
         else:
             seq.lifecycle.move(SeqState.RECOVER)
             engine.scheduler.mark_recover(seq)
@@ -180,7 +203,8 @@ class CompletionApplier:
             rt.pool.quarantine(job.ctx)
             rt.pool.rebuild(rt.pool.generation + 1)
         else:
-            job.ctx.mark_completing()
+            if job.ctx.state is not BufferState.COMPLETING:  # the DONE path already took it back
+                job.ctx.mark_completing()
             rt.pool.release(job.ctx)
 
     def _check_counters(self, job: InFlight) -> None:

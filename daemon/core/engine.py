@@ -43,6 +43,7 @@ from calculet.daemon.device.types import JobStatus, TaskType
 from calculet.daemon.errors import (
     CalculetError,
     Cancelled,
+    DeadlineExceeded,
     ErrorKind,
     NotFound,
     Overloaded,
@@ -191,9 +192,15 @@ class Engine:
     def reset_configuration(self, rt: ModelRuntime, reason: str) -> None:
         """Reset a generation's configuration on the device, which clears all its KV: every sequence
         holding a lane and not in a job re-prefills; those in a job learn it from their CCU-exception
-        completion. Under the engine lock, so no job is planned on a cleared lane in between."""
+        completion. Under the engine lock, so no job is planned on a cleared lane in between.
+
+        A generation no longer running here (unloaded since the caller listed it) is skipped: its
+        model is released, or about to be (removal from `runtimes` precedes the release).
+        """
         with self.cond:
-            assert rt.kv is not None and rt.model is not None
+            if self.runtimes.get(rt.generation) is not rt or rt.model is None:
+                return
+            assert rt.kv is not None
             self.device.reset_configuration(rt.model)
             for job in self.executor.inflight:  # a job done on the device but not yet applied too
                 if job.generation == rt.generation:
@@ -225,12 +232,15 @@ class Engine:
             Unavailable: the model is not serving or the board is draining/unhealthy.
             InvalidArgument: the request does not fit the model.
             Overloaded: the admission queue is full.
+            DeadlineExceeded: the request's deadline passed before it could be queued.
         """
         with self.cond:
             if req.client_request_id and (req.model, req.client_request_id) in self.by_client_id:
                 self.counters.deduplicated += 1
                 return self.by_client_id[(req.model, req.client_request_id)], True
             rt = runtime or self._serving(req.model)
+            if self.device_lost:  # warm-up probes too: nothing would ever run them
+                raise Unavailable("device lost: board is not serving")
             assert rt.model is not None
             validate_request(req, rt.limits)
             if runtime is None and not self.admitting:
@@ -243,6 +253,11 @@ class Engine:
             try:
                 self.scheduler.enqueue(seq)
             except Overloaded:
+                if seq.deadline is not None and seq.deadline <= time.monotonic():
+                    # Not a capacity refusal: retrying elsewhere (what OVERLOADED invites) cannot help.
+                    raise DeadlineExceeded(
+                        f"deadline of {req.deadline_s}s passed before the request was queued"
+                    ) from None
                 self.counters.rejected += 1
                 raise
             self.sequences[job_id] = seq
@@ -387,7 +402,7 @@ class Engine:
                 for job in list(self.executor.inflight):
                     self._applier.job_lost(job, f"internal error in the {thread} thread")
                     self.executor.retire(job)
-                self._device_lost_locked(f"internal error in the {thread} thread", [])
+                self._device_lost_locked(f"internal error in the {thread} thread")
                 self.cond.notify_all()
 
     def _next_launch_locked(self) -> InFlight | None:
@@ -430,7 +445,7 @@ class Engine:
         try:
             job = self.executor.launch(plan, targets)
         except DeviceLost as exc:
-            self._device_lost_locked(str(exc), plan.seqs)
+            self._device_lost_locked(str(exc))
             return None
         except (DeviceError, CalculetError) as exc:
             self._launch_failed_locked(plan, exc)
@@ -481,18 +496,19 @@ class Engine:
         for seq in plan.seqs:
             self._applier.fail_or_recover(plan.runtime, seq, f"submit failed: {exc}", lane_lost=False)
 
-    def _device_lost_locked(self, message: str, seqs: list[Sequence]) -> None:
+    def _device_lost_locked(self, message: str) -> None:
+        """Stop serving: fail every sequence except those of jobs still in flight, which the
+        completion path fails when their job ends. A sequence in PREFILL/DECODE whose job never
+        reached the executor (launch failed or crashed) is failed here too."""
         self.device_lost = True
         self.admitting = False
+        in_flight = {s.job_id for job in self.executor.inflight for s in job.plan.seqs}
         for seq in list(self.sequences.values()):
-            if seq.state in (SeqState.PREFILL, SeqState.DECODE) and seq not in seqs:
-                continue  # their jobs are failed by the completion path
+            if seq.job_id in in_flight:
+                continue
             self.scheduler.remove_waiting(seq)
             self.scheduler.forget(seq)
-            if seq.state is not SeqState.DONE:
-                if seq.state in (SeqState.PREFILL, SeqState.DECODE):
-                    seq.lifecycle.move(SeqState.DONE)
-                self.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"device lost: {message}")
+            self.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"device lost: {message}")
 
     # ---- the completion thread --------------------------------------------------------------
 
@@ -522,7 +538,7 @@ class Engine:
         """The device is gone with this job: fail everything; the board stops serving."""
         with self.cond:
             self._applier.job_lost(job, message)
-            self._device_lost_locked(message, [])
+            self._device_lost_locked(message)
             self.executor.retire(job)
             self.cond.notify_all()
 

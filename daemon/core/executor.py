@@ -107,8 +107,9 @@ class Executor:
         try:
             for seq, (lane, target) in zip(plan.seqs, targets, strict=True):
                 reservations.append(rt.kv.reserve(lane, seq.job_id, target, job_id))
-            _fill_inputs(ctx, plan, reservations)
+            # The spec checks every row fits the submodel (InvalidArgument) before anything is written.
             spec = ctx.job_spec([r.row() for r in reservations], tag=f"gen{rt.generation}/job{job_id}")
+            _fill_inputs(ctx, plan, reservations)
             submission = self.device.submit(rt.model, spec, bank)
         except BaseException:
             for r in reservations:

@@ -229,19 +229,27 @@ class ModelManager:
 
         Raises:
             NotFound: the alias is not loaded.
+            FailedPrecondition: another Unload (or a replacing Load) is already retiring it.
         """
         rt = self.serving(alias)
         if rt is None:
             raise NotFound(f"model {alias!r} is not loaded")
-        self.retire(rt, timeout)
+        if not self.retire(rt, timeout):
+            raise FailedPrecondition(f"model {alias!r} generation {rt.generation} is already being unloaded")
         return rt.generation
 
-    def retire(self, rt: ModelRuntime, timeout: float) -> None:
+    def retire(self, rt: ModelRuntime, timeout: float) -> bool:
         """Ready -> Draining -> Unloading -> Unloaded: finish or cancel its work, then release.
 
         While it drains, the alias (unless a newer generation took it over) answers UNAVAILABLE.
+
+        Returns:
+            False, doing nothing, when the generation is no longer Ready: another caller (an Unload,
+            or a Load replacing it) is already retiring it and finishes the job.
         """
         with self.engine.cond:
+            if rt.state is not ModelState.READY:
+                return False
             rt.lifecycle.move(ModelState.DRAINING)
         if not self.engine.wait_generation_idle(rt.generation, timeout):
             cancelled = self.engine.cancel_generation(rt.generation, f"model {rt.alias} unloaded")
@@ -252,6 +260,7 @@ class ModelManager:
         rt.lifecycle.move(ModelState.UNLOADING)
         self._discard(rt)
         rt.lifecycle.move(ModelState.UNLOADED)
+        return True
 
     def _discard(self, rt: ModelRuntime) -> None:
         """Remove a generation from the engine and give its device resources back."""

@@ -72,11 +72,19 @@ async def serve(
     ready: asyncio.Event | None = None,
     announce: bool = True,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or `core` is closed by the caller)."""
+    """Run until SIGTERM/SIGINT (or `core` is closed by the caller).
+
+    Raises:
+        InvalidArgument: the listen target is empty, cannot be created or bound, or a non-socket
+            file is in the way.
+    """
     target = normalize_target(listen)
     sock = unix_path(target)
     if sock is not None:
-        sock.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            sock.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidArgument(f"listen: cannot create {sock.parent}: {exc.strerror}") from None
         _remove_stale_socket(sock)
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -89,7 +97,12 @@ async def serve(
     daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    server.add_insecure_port(target)
+    try:
+        server.add_insecure_port(target)
+    except RuntimeError:  # grpc's only report of a failed bind
+        raise InvalidArgument(
+            f"listen: cannot bind {target} (address in use, not resolvable or not permitted)"
+        ) from None
     if not target.startswith("unix:"):
         log.warning("listening on TCP %s without TLS: use a Unix socket outside trusted networks", target)
     await server.start()

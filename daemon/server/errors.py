@@ -2,7 +2,9 @@
 
 `map_errors` wraps every servicer method: a `CalculetError` aborts the call with the code of its
 kind (RESOURCE_EXHAUSTED also carries `calculet-retry-after-s`); anything else is a bug, logged with
-its traceback and reported as INTERNAL. Nothing is swallowed.
+its traceback and reported as INTERNAL. Nothing is swallowed. The status message travels as one
+HTTP/2 header, so it is cut to `MAX_DETAILS_CHARS`: a message quoting a huge input (a 100 KB job id)
+would otherwise break the header limit and reach the caller as RESOURCE_EXHAUSTED instead of its code.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from calculet.daemon.wire import GRPC_CODE, RETRY_AFTER_KEY
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+MAX_DETAILS_CHARS = 1024
+
+
+def _details(message: str) -> str:
+    return message if len(message) <= MAX_DETAILS_CHARS else message[: MAX_DETAILS_CHARS - 3] + "..."
 
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
@@ -28,9 +35,9 @@ async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> N
     if isinstance(exc, CalculetError):
         if isinstance(exc, Overloaded):
             context.set_trailing_metadata(((RETRY_AFTER_KEY, f"{exc.retry_after_s:g}"),))
-        await context.abort(GRPC_CODE[exc.kind], exc.message)
+        await context.abort(GRPC_CODE[exc.kind], _details(exc.message))
     log.error("internal error in RPC", exc_info=exc)
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    await context.abort(grpc.StatusCode.INTERNAL, _details(f"internal error: {type(exc).__name__}: {exc}"))
 
 
 def _is_abort(exc: BaseException) -> bool:

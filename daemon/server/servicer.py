@@ -3,7 +3,10 @@
 Runs on the grpc.aio event loop. Quick core calls (submit, cancel, status) run inline: they only
 take the engine lock briefly. Blocking operations (load, unload, drain, reset) run in the default
 thread pool. Wait streams follow a job's event log through a listener that wakes the loop with
-`call_soon_threadsafe`; nothing polls.
+`call_soon_threadsafe`; WatchLoad streams sleep until their interval or a board-state change
+(`changes.StateChanges`, fed by `sync_health`); nothing polls. Request checks that only the wire
+defines (drain windows, WatchLoad interval, Reset fields: `checks.py`; the Wait index here) come
+before any core call, so a refused request changes nothing.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.core.events import FinalEvent
+from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
+from calculet.daemon.device.errors import DeviceError
 from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.daemon.server.changes import StateChanges, signature
+from calculet.daemon.server.checks import drain_window_s, package_path, reset_kind, stop_token, watch_interval_s
 from calculet.daemon.server.errors import map_errors
-from calculet.daemon.wire import event_to_pb, request_from_pb
+from calculet.daemon.wire import error_status, event_to_pb, request_from_pb
 from calculet.daemon.wire_views import (
     fault_from_pb,
     health_to_pb,
@@ -34,7 +40,7 @@ from calculet.daemon.wire_views import (
     progress_to_pb,
     status_to_pb,
 )
-from calculet.v1 import common_pb2, daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
+from calculet.v1 import daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
 
 log = logging.getLogger(__name__)
 
@@ -44,28 +50,38 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def _ms(value: int, present: bool) -> float | None:
-    return value / 1000.0 if present else None
-
-
 class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     """Thin translation layer; every RPC maps to one `DeviceCore` method."""
 
     def __init__(self, core: DeviceCore, health_servicer: health_aio.HealthServicer) -> None:
         self.core = core
         self.health = health_servicer
+        self.changes = StateChanges()
+        self._background: set[asyncio.Task[None]] = set()  # sync_health after loads whose caller left
+        self._published: set[str] = set()  # aliases sync_health last published on grpc.health.v1
+        self._sync_lock = asyncio.Lock()
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     async def sync_health(self) -> None:
-        """Publish overall and per-alias status on grpc.health.v1."""
-        view = self.core.health()
-        overall = _SERVING if view.serving else _NOT_SERVING
-        await self.health.set("", overall)
-        await self.health.set(SERVICE_NAME, overall)
-        for m in view.models:
-            await self.health.set(m.alias, _SERVING if view.serving and m.state.serving else _NOT_SERVING)
+        """Publish overall and per-alias status on grpc.health.v1; wake WatchLoad streams on a change.
+
+        An alias that was published before and is gone now (unloaded) reads NOT_SERVING. Serialised,
+        so an older view never overwrites a newer one.
+        """
+        async with self._sync_lock:
+            view = self.core.health()
+            self.changes.observe(signature(view))
+            overall = _SERVING if view.serving else _NOT_SERVING
+            await self.health.set("", overall)
+            await self.health.set(SERVICE_NAME, overall)
+            current = {m.alias for m in view.models}
+            for m in view.models:
+                await self.health.set(m.alias, _SERVING if view.serving and m.state.serving else _NOT_SERVING)
+            for alias in self._published - current:
+                await self.health.set(alias, _NOT_SERVING)
+            self._published = current
 
     # ---- inference plane ----------------------------------------------------------------
 
@@ -81,6 +97,12 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     @map_errors
     async def Wait(self, request: inference_pb2.WaitRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         log_ = self.core.event_log(request.job_id, for_wait=True)
+        index = int(request.from_event_index)
+        produced = len(log_.read(0))
+        if index > produced:
+            raise InvalidArgument(
+                f"from_event_index: {index} is beyond the {produced} events job {request.job_id} has produced"
+            )
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
 
@@ -88,7 +110,6 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             loop.call_soon_threadsafe(changed.set)
 
         unsubscribe = log_.subscribe(wake)
-        index = int(request.from_event_index)
         try:
             while True:
                 changed.clear()
@@ -96,11 +117,14 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
                 for event in events:
                     if isinstance(event, FinalEvent):
                         generation, recoveries = self.core.job_generation(request.job_id)
-                        yield event_to_pb(event, generation, recoveries)
+                        stop = stop_token(log_) if event.reason is FinishReason.STOP else None
+                        yield event_to_pb(event, generation, recoveries, stop)
                         return
                     yield event_to_pb(event)
                 index += len(events)
                 if not events:
+                    if log_.finished:  # attached after the Final: nothing is left to send
+                        return
                     await changed.wait()
         finally:
             unsubscribe()
@@ -124,10 +148,13 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     async def WatchLoad(
         self, request: observe_pb2.WatchLoadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        interval = max(0.05, (request.interval_ms or 1000) / 1000.0)
+        interval_s = watch_interval_s(request.interval_ms)
+        await self.sync_health()  # the first report and later changes start from the current state
         for sequence in itertools.count():
-            yield load_report_to_pb(self.core.load_report(), sequence, time.time())
-            await asyncio.sleep(interval)
+            seen = self.changes.version
+            healthy = self.core.health().device_healthy
+            yield load_report_to_pb(self.core.load_report(), sequence, time.time(), healthy)
+            await self.changes.wait(seen, interval_s)
 
     @map_errors
     async def GetModel(self, request: observe_pb2.GetModelRequest, context: grpc.aio.ServicerContext) -> Any:
@@ -137,6 +164,8 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     @map_errors
     async def Load(self, request: operate_pb2.LoadRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        options = request.options
+        drain_window_s("options.drain_timeout_ms", options.drain_timeout_ms, options.HasField("drain_timeout_ms"))
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[LoadProgress] = asyncio.Queue()
         started = time.monotonic()
@@ -144,19 +173,24 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         def progress(p: LoadProgress) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, p)
 
-        task = loop.run_in_executor(
-            None, self.core.load, request.alias, request.package, progress, request.options.replace
-        )
+        package = package_path(request.package)
+        task = loop.run_in_executor(None, self.core.load, request.alias, package, progress, options.replace)
+        # The load goes on if the caller leaves (operate.proto): health is published when it ends.
+        task.add_done_callback(self._load_ended)
         last: LoadProgress | None = None
-        while True:  # stream progress until the load returns or raises
-            getter: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
-            waiting: set[asyncio.Future[Any]] = {getter, task}
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if getter not in done:
+        getter: asyncio.Future[Any] | None = None
+        try:
+            while True:  # stream progress until the load returns or raises
+                getter = asyncio.ensure_future(queue.get())
+                waiting: set[asyncio.Future[Any]] = {getter, task}
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    break
+                last = getter.result()
+                yield progress_to_pb(last, time.monotonic() - started)
+        finally:
+            if getter is not None:
                 getter.cancel()
-                break
-            last = getter.result()
-            yield progress_to_pb(last, time.monotonic() - started)
         while not queue.empty():  # progress that raced the result
             last = queue.get_nowait()
             yield progress_to_pb(last, time.monotonic() - started)
@@ -169,16 +203,27 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
                 yield progress_to_pb(failed, time.monotonic() - started)
         await self.sync_health()
 
+    def _load_ended(self, task: asyncio.Future[Any]) -> None:
+        """On the loop when a load returns, whether or not its caller still listens."""
+        exc = None if task.cancelled() else task.exception()  # retrieved even if nobody streams it
+        if isinstance(exc, CalculetError):
+            log.info("load refused or failed: %s", exc)
+        elif exc is not None:
+            log.error("load crashed", exc_info=exc)
+        sync = asyncio.ensure_future(self.sync_health())
+        self._background.add(sync)
+        sync.add_done_callback(self._background.discard)
+
     @map_errors
     async def Unload(self, request: operate_pb2.UnloadRequest, context: grpc.aio.ServicerContext) -> Any:
-        timeout = _ms(request.drain_timeout_ms, request.HasField("drain_timeout_ms"))
+        timeout = drain_window_s("drain_timeout_ms", request.drain_timeout_ms, request.HasField("drain_timeout_ms"))
         generation = await self._blocking(self.core.unload, request.alias, timeout)
         await self.sync_health()
         return operate_pb2.UnloadResponse(generation=generation)
 
     @map_errors
     async def Drain(self, request: operate_pb2.DrainRequest, context: grpc.aio.ServicerContext) -> Any:
-        timeout = _ms(request.timeout_ms, request.HasField("timeout_ms"))
+        timeout = drain_window_s("timeout_ms", request.timeout_ms, request.HasField("timeout_ms"))
         self.core.stop_admitting()
         await self.sync_health()  # NOT_SERVING as soon as admission stops, before the wait ends
         drained, remaining, interrupted = await self._blocking(
@@ -195,30 +240,37 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     @map_errors
     async def Reset(self, request: operate_pb2.ResetRequest, context: grpc.aio.ServicerContext) -> Any:
-        kinds = {common_pb2.RESET_KIND_CCU: "ccu", common_pb2.RESET_KIND_CONFIGURATION: "configuration"}
-        kind = kinds.get(request.kind)
-        if kind is None:
-            raise InvalidArgument("reset kind: must be CCU or CONFIGURATION (device resets need a process restart)")
+        kind = reset_kind(request, lambda alias: self.core.models.serving(alias) is not None)
         started = time.monotonic()
         before = self.core.health()
-        ok, message = await self._blocking(self.core.reset, kind, request.reason)
+        result = operate_pb2.ResetResult(ok=True, kind=request.kind, reason=request.reason)
+        try:
+            result.ok, message = await self._blocking(self.core.reset, kind, request.reason)
+            log.info("operator %s reset (%s): %s", kind, request.reason, message)
+        except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
+            log.error("operator %s reset (%s) failed: %s", kind, request.reason, exc)
+            result.ok = False
+            result.error.CopyFrom(error_status(exc.kind, exc.message))
         after = self.core.health()
         await self.sync_health()
-        return operate_pb2.ResetResult(
-            ok=ok,
-            kind=request.kind,
-            reason=message,
-            health_before=health_to_pb(before).status,
-            health_after=health_to_pb(after).status,
-            duration_s=time.monotonic() - started,
-        )
+        if kind == "configuration":
+            now = {m.alias: m.generation for m in after.models}
+            result.generations.extend(
+                operate_pb2.GenerationChange(alias=m.alias, before=m.generation, after=now.get(m.alias, 0))
+                for m in before.models
+            )
+        result.health_before = health_to_pb(before).status
+        result.health_after = health_to_pb(after).status
+        result.duration_s = time.monotonic() - started
+        return result
 
     @map_errors
     async def InjectFault(self, request: operate_pb2.InjectFaultRequest, context: grpc.aio.ServicerContext) -> Any:
+        fault = fault_from_pb(request.fault) if request.HasField("fault") else None  # refuse before clearing
         if request.clear_existing:
             self.core.clear_faults()
-        if request.HasField("fault"):
-            self.core.inject_fault(fault_from_pb(request.fault))
+        if fault is not None:
+            self.core.inject_fault(fault)
         return operate_pb2.InjectFaultResponse(
             next_job_index=self.core.next_job_index(), planned_faults=self.core.planned_faults()
         )

@@ -121,7 +121,8 @@ class DaemonServicer:
     def Wait(self, request, context):
         """Inference plane. Stream a job's events from `from_event_index`: token chunks, then one
         Final; re-attachable. Errors: NOT_FOUND (job), INVALID_ARGUMENT (index beyond the events
-        produced).
+        produced), CANCELLED (the job was cancelled before this Wait attached; a Wait already
+        streaming gets the Final with FINISH_REASON_CANCELLED instead).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -168,8 +169,9 @@ class DaemonServicer:
     def Load(self, request, context):
         """Operations plane. Load a package under an alias; streams progress through the model
         lifecycle until READY or FAILED. Errors before the stream starts: INVALID_ARGUMENT (alias,
-        path), NOT_FOUND (package directory), FAILED_PRECONDITION (alias loaded without replace,
-        concurrent load, no room for another configuration), UNAVAILABLE (device unhealthy).
+        path, drain timeout), PERMISSION_DENIED (path outside the models root), NOT_FOUND (package
+        directory), FAILED_PRECONDITION (alias loaded without replace, concurrent load, no room for
+        another configuration), UNAVAILABLE (device unhealthy).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
