@@ -259,13 +259,22 @@ class DeviceCore:
         engine = self.engine
         healthy = self.device.healthy() and not engine.device_lost
         with engine.cond:
-            draining = not engine.admitting
-            models = tuple(ModelHealthView(rt.alias, rt.generation, rt.state) for rt in engine.aliases.values())
+            draining = healthy and not engine.admitting
+            models = tuple(
+                ModelHealthView(rt.alias, rt.generation, rt.state)
+                for rt in sorted(engine.aliases.values(), key=lambda r: r.alias)
+            )
             budget = engine.reset_budget.view()
-        reason = "" if healthy else "device lost or unusable"
-        if healthy and draining:
+        ready = any(m.state.serving for m in models)
+        if not healthy:
+            reason = "automatic reset budget exhausted" if budget.exhausted else "device lost or unusable"
+        elif draining:
             reason = "draining"
-        return HealthView(healthy and not draining, draining, healthy, models, budget, reason)
+        elif not ready:
+            reason = "no model is ready"
+        else:
+            reason = ""
+        return HealthView(reason == "", draining, healthy, models, budget, reason)
 
     def model_health(self, alias: str) -> bool:
         rt = self.models.serving(alias)

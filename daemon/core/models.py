@@ -43,7 +43,7 @@ from calculet.daemon.sampling.params import SamplingParams
 
 log = logging.getLogger(__name__)
 
-ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")  # common.proto: model alias
 
 
 @dataclass(frozen=True)
@@ -104,11 +104,14 @@ class ModelManager:
         """
         if not path:
             raise InvalidArgument("package path: must not be empty")
-        candidate = (self.models_root / path).resolve()
-        if not candidate.is_relative_to(self.models_root):
-            raise PermissionDenied(f"package path {path!r} is outside the models root {self.models_root}")
-        if not candidate.is_dir():
-            raise NotFound(f"package {path!r} not found under the models root")
+        try:
+            candidate = (self.models_root / path).resolve()
+            if not candidate.is_relative_to(self.models_root):
+                raise PermissionDenied(f"package path {path!r} is outside the models root {self.models_root}")
+            if not candidate.is_dir():
+                raise NotFound(f"package {path!r} not found under the models root")
+        except (OSError, ValueError) as exc:  # NUL bytes, names too long, loops
+            raise InvalidArgument(f"package path {path[:200]!r}: {exc}") from None
         return candidate
 
     # ---- load -----------------------------------------------------------------------------
@@ -137,7 +140,9 @@ class ModelManager:
                 check failed.
         """
         if not ALIAS_RE.match(alias):
-            raise InvalidArgument(f"alias {alias!r}: use 1-64 letters, digits, '.', '_' or '-'")
+            raise InvalidArgument(
+                f"alias {alias!r}: use 1-128 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit"
+            )
         package_dir = self.resolve_package(path)
         if not replace and self.serving(alias) is not None:
             raise FailedPrecondition(f"model {alias!r} is already loaded (use replace to reload it)")
