@@ -120,7 +120,7 @@ class DeviceCore:
         self.config = config
         self.device = device or load_driver(config.device).open(config.board, config.device_options)
         self.engine = Engine(self.device, config.engine_config())
-        self.models = ModelManager(self.engine, self.device, config.models_root)
+        self.models = ModelManager(self.engine, self.device, config.models_root, drain_timeout_s=config.drain_timeout_s)
         self.started_at = time.time()
         self._last_info: DeviceInfo | None = self.device.info()
         self._closed = False
@@ -176,10 +176,19 @@ class DeviceCore:
 
     # ---- operations plane ---------------------------------------------------------------------
 
-    def load(self, alias: str, path: str, progress: ProgressFn | None = None, replace: bool = False) -> ModelRuntime:
-        return self.models.load(alias, path, progress, replace=replace)
+    def load(
+        self,
+        alias: str,
+        path: str,
+        progress: ProgressFn | None = None,
+        replace: bool = False,
+        lanes: int | None = None,
+        drain_timeout_s: float | None = None,
+    ) -> ModelRuntime:
+        return self.models.load(alias, path, progress, replace=replace, lanes=lanes, drain_timeout_s=drain_timeout_s)
 
-    def unload(self, alias: str, timeout_s: float | None = None) -> int:
+    def unload(self, alias: str, timeout_s: float | None = None) -> ModelRuntime:
+        """Drain and release the alias's generation; the returned runtime counts drained/cut jobs."""
         return self.models.unload(alias, self.config.drain_timeout_s if timeout_s is None else timeout_s)
 
     def drain(self, timeout_s: float | None = None, interrupt: bool = False) -> tuple[bool, int, int]:

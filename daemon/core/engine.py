@@ -168,6 +168,10 @@ class Engine:
         with self.cond:
             self.runtimes.pop(generation, None)
 
+    def count_sequences(self, generation: int) -> int:
+        with self.cond:
+            return sum(1 for s in self.sequences.values() if s.generation == generation)
+
     def wait_generation_idle(self, generation: int, timeout: float) -> bool:
         """Block until the generation has no sequences and no jobs, or the timeout passes."""
         deadline = time.monotonic() + timeout

@@ -12,6 +12,7 @@ device to finish with every buffer before releasing the configuration.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import re
@@ -69,13 +70,22 @@ class ModelManager:
         device: the opened board.
         models_root: every package path must resolve inside this directory.
         warm_timeout_s: how long the golden check may take.
+        drain_timeout_s: default time a replaced generation may drain before its jobs are cut off.
     """
 
-    def __init__(self, engine: Engine, device: VirtualDevice, models_root: Path, warm_timeout_s: float = 120.0):
+    def __init__(
+        self,
+        engine: Engine,
+        device: VirtualDevice,
+        models_root: Path,
+        warm_timeout_s: float = 120.0,
+        drain_timeout_s: float = 30.0,
+    ):
         self.engine = engine
         self.device = device
         self.models_root = models_root.resolve()
         self.warm_timeout_s = warm_timeout_s
+        self.drain_timeout_s = drain_timeout_s
         self._lock = threading.Lock()
         self._loading: set[str] = set()
         self._generations = itertools.count(1)
@@ -124,17 +134,29 @@ class ModelManager:
             else str(package_dir)
         )
 
-    def load(self, alias: str, path: str, progress: ProgressFn | None = None, *, replace: bool = False) -> ModelRuntime:
+    def load(
+        self,
+        alias: str,
+        path: str,
+        progress: ProgressFn | None = None,
+        *,
+        replace: bool = False,
+        lanes: int | None = None,
+        drain_timeout_s: float | None = None,
+    ) -> ModelRuntime:
         """Load a package under `alias` and publish it when Ready.
 
         Args:
             replace: the alias may already serve; the new generation takes over when Ready.
+            lanes: configure fewer KV lanes than the package declares (None = all of them).
+            drain_timeout_s: how long a replaced generation may drain (None = the daemon default).
 
         Returns:
             The Ready runtime.
 
         Raises:
-            InvalidArgument: bad alias. PermissionDenied / NotFound: bad path.
+            InvalidArgument: bad alias, or lanes outside 1..the package's lanes.
+            PermissionDenied / NotFound: bad path.
             FailedPrecondition: the alias is already loading, or already serving without `replace`,
                 the package is invalid, it cannot be configured next to what is loaded, or its golden
                 check failed.
@@ -151,27 +173,35 @@ class ModelManager:
                 raise FailedPrecondition(f"model {alias!r} is already loading")
             self._loading.add(alias)
         try:
-            return self._load(alias, package_dir, progress or (lambda _p: None))
+            drain = self.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+            return self._load(alias, package_dir, progress or (lambda _p: None), lanes, drain)
         finally:
             with self._lock:
                 self._loading.discard(alias)
 
-    def _load(self, alias: str, package_dir: Path, progress: ProgressFn) -> ModelRuntime:
+    def _load(
+        self, alias: str, package_dir: Path, progress: ProgressFn, lanes: int | None, drain_s: float
+    ) -> ModelRuntime:
         report = validate_package(package_dir, self.limits)
         generation = next(self._generations)
         if report.manifest is None or not report.ok:
             problems = "; ".join(p.message for p in report.errors) or "manifest unreadable"
             progress(LoadProgress(alias, generation, ModelState.FAILED, problems, True, ErrorKind.FAILED_PRECONDITION))
             raise FailedPrecondition(f"package {package_dir.name} is invalid: {problems}")
-        rt = ModelRuntime(alias, generation, report.manifest, package_dir)
+        manifest = report.manifest
+        if lanes is not None:
+            if not 1 <= lanes <= manifest.kv.lanes:
+                raise InvalidArgument(f"lanes: must be 1..{manifest.kv.lanes} for package {manifest.name}, got {lanes}")
+            manifest = dataclasses.replace(manifest, kv=dataclasses.replace(manifest.kv, lanes=lanes))
+        rt = ModelRuntime(alias, generation, manifest, package_dir)
         step = _Stepper(rt, progress)
         step.move(ModelState.VALIDATING, f"validated {package_dir.name} ({len(report.warnings)} warnings)")
         with self._lock:
             self.runtimes[generation] = rt
         try:
             step.move(ModelState.CONFIGURING, "configuring on the device")
-            self._make_room(alias)
-            model = self.device.configure(package_dir, report.manifest)
+            self._make_room(alias, drain_s)
+            model = self.device.configure(package_dir, manifest)
             rt.attach(self.device, model, self.engine.executor.engine_slots, self.engine.config.synchronous)
             step.move(ModelState.WARMING, "running the golden prefill/decode check")
             self.engine.add_runtime(rt)
@@ -186,11 +216,11 @@ class ModelManager:
         rt.ready_at = time.time()
         old = self.engine.publish(rt)
         if old is not None:
-            self.retire(old, timeout=self.warm_timeout_s)
+            self.retire(old, timeout=drain_s)
         progress(LoadProgress(alias, generation, ModelState.READY, "ready", True))
         return rt
 
-    def _make_room(self, alias: str) -> None:
+    def _make_room(self, alias: str, drain_s: float) -> None:
         """Where the device cannot hold one more configuration, drain and unload the alias's old
         generation first (CalRT 0.7.6 holds one calbin)."""
         with self._lock:
@@ -202,7 +232,7 @@ class ModelManager:
             raise FailedPrecondition(
                 f"device holds {len(configured)} configured models (its maximum); unload one first"
             )
-        self.retire(old, timeout=self.warm_timeout_s)
+        self.retire(old, timeout=drain_s)
 
     def _golden_check(self, rt: ModelRuntime) -> None:
         golden = rt.manifest.golden
@@ -229,8 +259,9 @@ class ModelManager:
 
     # ---- unload ---------------------------------------------------------------------------
 
-    def unload(self, alias: str, timeout: float) -> int:
-        """Drain the alias's serving generation, then release it. Returns the generation.
+    def unload(self, alias: str, timeout: float) -> ModelRuntime:
+        """Drain the alias's serving generation, then release it. Returns the retired generation
+        (its `drained_jobs` / `interrupted_jobs` say how the drain went).
 
         Raises:
             NotFound: the alias is not loaded.
@@ -241,7 +272,7 @@ class ModelManager:
             raise NotFound(f"model {alias!r} is not loaded")
         if not self.retire(rt, timeout):
             raise FailedPrecondition(f"model {alias!r} generation {rt.generation} is already being unloaded")
-        return rt.generation
+        return rt
 
     def retire(self, rt: ModelRuntime, timeout: float) -> bool:
         """Ready -> Draining -> Unloading -> Unloaded: finish or cancel its work, then release.
@@ -256,8 +287,12 @@ class ModelManager:
             if rt.state is not ModelState.READY:
                 return False
             rt.lifecycle.move(ModelState.DRAINING)
-        if not self.engine.wait_generation_idle(rt.generation, timeout):
+        running = self.engine.count_sequences(rt.generation)
+        if self.engine.wait_generation_idle(rt.generation, timeout):
+            rt.drained_jobs = running
+        else:
             cancelled = self.engine.cancel_generation(rt.generation, f"model {rt.alias} unloaded")
+            rt.interrupted_jobs, rt.drained_jobs = cancelled, max(0, running - cancelled)
             log.warning("unload %s gen %s: cancelled %d jobs after %.1fs", rt.alias, rt.generation, cancelled, timeout)
             # Cancel only stops delivery; the device still owns in-flight buffers until it is done.
             self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)

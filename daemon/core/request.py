@@ -61,6 +61,7 @@ class ModelLimits:
     vocab_size: int
     context: int  # tokens a sequence may hold (prompt + completion)
     prefill_tokens: int  # largest prefill bucket
+    eos_token_ids: frozenset[int] = frozenset()
 
 
 def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
@@ -83,6 +84,12 @@ def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
         raise InvalidArgument(
             f"resume_tokens: {len(req.resume_tokens)} already generated leaves nothing of max_tokens={max_tokens}"
         )
+    stops = set(req.stopping.stop_token_ids) | (set() if req.stopping.ignore_eos else set(limits.eos_token_ids))
+    for i, tok in enumerate(req.resume_tokens):
+        if tok in stops:
+            raise InvalidArgument(
+                f"resume_tokens[{i}]: {tok} is a stop token, so the earlier attempt had already finished"
+            )
     prefill_len = len(req.prompt_tokens) + len(req.resume_tokens)
     if prefill_len > limits.prefill_tokens:
         raise InvalidArgument(

@@ -57,6 +57,8 @@ class ModelRuntime:
         self.eos_ids = frozenset(manifest.tokenizer.eos_token_ids)
         self.message = ""
         self.ready_at: float | None = None  # unix time of publication
+        self.drained_jobs = 0  # jobs that finished while it drained for unload
+        self.interrupted_jobs = 0  # jobs the drain timeout cut off (ERROR + UNAVAILABLE)
 
     @property
     def state(self) -> ModelState:
@@ -101,6 +103,7 @@ class ModelRuntime:
             vocab_size=self.model.vocab_size,
             context=min(self.model.lane_context, self.manifest.context),
             prefill_tokens=self.prefill.max_tokens,
+            eos_token_ids=self.eos_ids,
         )
 
     @property

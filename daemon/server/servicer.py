@@ -165,7 +165,10 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     @map_errors
     async def Load(self, request: operate_pb2.LoadRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         options = request.options
-        drain_window_s("options.drain_timeout_ms", options.drain_timeout_ms, options.HasField("drain_timeout_ms"))
+        drain_s = drain_window_s(
+            "options.drain_timeout_ms", options.drain_timeout_ms, options.HasField("drain_timeout_ms")
+        )
+        lanes = options.lanes if options.HasField("lanes") else None
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[LoadProgress] = asyncio.Queue()
         started = time.monotonic()
@@ -174,7 +177,9 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             loop.call_soon_threadsafe(queue.put_nowait, p)
 
         package = package_path(request.package)
-        task = loop.run_in_executor(None, self.core.load, request.alias, package, progress, options.replace)
+        task = loop.run_in_executor(
+            None, self.core.load, request.alias, package, progress, options.replace, lanes, drain_s
+        )
         # The load goes on if the caller leaves (operate.proto): health is published when it ends.
         task.add_done_callback(self._load_ended)
         last: LoadProgress | None = None
@@ -217,9 +222,13 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     @map_errors
     async def Unload(self, request: operate_pb2.UnloadRequest, context: grpc.aio.ServicerContext) -> Any:
         timeout = drain_window_s("drain_timeout_ms", request.drain_timeout_ms, request.HasField("drain_timeout_ms"))
-        generation = await self._blocking(self.core.unload, request.alias, timeout)
+        retired = await self._blocking(self.core.unload, request.alias, timeout)
         await self.sync_health()
-        return operate_pb2.UnloadResponse(generation=generation)
+        return operate_pb2.UnloadResponse(
+            generation=retired.generation,
+            drained_jobs=retired.drained_jobs,
+            interrupted_jobs=retired.interrupted_jobs,
+        )
 
     @map_errors
     async def Drain(self, request: operate_pb2.DrainRequest, context: grpc.aio.ServicerContext) -> Any:

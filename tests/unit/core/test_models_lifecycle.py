@@ -119,3 +119,22 @@ def test_drain_stops_admission_and_resume_restores_it(models: Path) -> None:
         assert core.resume() is True
         assert core.health().serving
         finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)
+
+
+def test_load_with_fewer_lanes_and_bad_lane_counts(models: Path) -> None:
+    with running_core(models) as core:
+        rt = core.load("two", "tiny", lanes=2)
+        assert rt.kv is not None and rt.kv.lanes == 2
+        assert [len(m.lanes) for m in core.status().models if m.alias == "two"] == [2]
+        for bad in (0, 5):
+            with pytest.raises(InvalidArgument, match="lanes"):
+                core.load("bad", "tiny", lanes=bad)
+
+
+def test_unload_reports_drained_and_interrupted_jobs_and_health_needs_a_ready_model(models: Path) -> None:
+    with running_core(models, device_options={"time_scale": 0.05}) as core:
+        core.submit(request((1, 2, 3), 200, seed=1))
+        retired = core.unload("tiny", timeout_s=0.1)
+        assert (retired.drained_jobs, retired.interrupted_jobs) == (0, 1)
+        health = core.health()
+        assert not health.serving and health.reason == "no model is ready"

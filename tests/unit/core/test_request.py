@@ -10,7 +10,7 @@ from calculet.daemon.core.request import GenerationRequest, ModelLimits, Stoppin
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.params import SamplingParams
 
-LIMITS = ModelLimits(vocab_size=512, context=256, prefill_tokens=256)
+LIMITS = ModelLimits(vocab_size=512, context=256, prefill_tokens=256, eos_token_ids=frozenset({2}))
 
 
 def req(prompt=(1, 2, 3), max_tokens=8, resume=(), stop=(), deadline=None) -> GenerationRequest:
@@ -32,6 +32,8 @@ def req(prompt=(1, 2, 3), max_tokens=8, resume=(), stop=(), deadline=None) -> Ge
         (req(max_tokens=3, resume=(1, 2, 3)), "resume_tokens"),
         (req(prompt=(1,) * 250, max_tokens=7), "prompt_tokens + max_tokens"),
         (req(deadline=0.0), "deadline"),
+        (req(resume=(5, 2, 7)), "resume_tokens[1]"),  # EOS: the earlier attempt had finished
+        (req(resume=(5, 9), stop=(9,)), "resume_tokens[1]"),
     ],
 )
 def test_invalid_request_names_the_field(request_: GenerationRequest, field: str) -> None:
@@ -44,7 +46,7 @@ def test_invalid_request_names_the_field(request_: GenerationRequest, field: str
     prompt_len=st.integers(1, 256),
     max_tokens=st.integers(1, 256),
     resumed=st.integers(0, 255),
-    token=st.integers(0, 511),
+    token=st.integers(3, 511),
 )
 def test_valid_iff_it_fits_the_context(prompt_len: int, max_tokens: int, resumed: int, token: int) -> None:
     r = req(prompt=(token,) * prompt_len, max_tokens=max_tokens, resume=(token,) * resumed)

@@ -225,7 +225,7 @@ def test_replace_while_the_old_generation_is_draining_for_an_unload_succeeds(mod
         go.set()
         unloader.join(TIMEOUT)
         assert isinstance(new, ModelRuntime) and new.generation > old.generation, new
-        assert unloaded == [old.generation]
+        assert unloaded == [old], "unload returns the retired generation"
         assert old.state is ModelState.UNLOADED
         assert _serving(core) is new and new.state is ModelState.READY
         assert finish(core, core.submit(request((1, 2, 3), 4, seed=1)).job_id)[1].reason is FinishReason.LENGTH
