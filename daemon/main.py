@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=POLICIES, help="continuous (default) or serial (today's product)")
     p.add_argument("--max-inflight", type=int, choices=(1, 2), help="jobs in flight (default 2)")
     p.add_argument("--job-timeout", type=float, help="seconds to wait for one device job before a reset")
+    p.add_argument(
+        "--orphan-timeout", type=float, help="cancel a job with no Wait stream for this many seconds (60; 0 = never)"
+    )
     p.add_argument("--drain-timeout", type=float, help="seconds unload/drain/shutdown wait for running jobs")
     p.add_argument("--queue-depth", type=int, help="waiting requests before Submit is refused")
     p.add_argument("--admission-timeout", type=float, help="seconds a request may wait for a KV lane")
@@ -64,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 FLAG_SETTINGS = (
     "board", "device", "listen", "models_root", "time_scale", "fault_plan", "fault_injection", "policy",
     "max_inflight", "job_timeout", "drain_timeout", "queue_depth", "admission_timeout", "decode_jobs_per_model",
-    "max_message_bytes", "log_level",
+    "orphan_timeout", "max_message_bytes", "log_level",
 )  # fmt: skip
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -176,6 +179,7 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         queue_depth=_int(settings, "queue_depth", 1024, 1),
         admission_timeout_s=_seconds(settings, "admission_timeout", 30.0, zero_ok=False),
         decode_jobs_per_model=_int(settings, "decode_jobs_per_model", 1, 1),
+        orphan_timeout_s=_seconds(settings, "orphan_timeout", 60.0, zero_ok=True) or None,
     )
 
 

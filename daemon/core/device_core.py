@@ -63,6 +63,7 @@ class DaemonConfig:
         job_timeout_s: wall-clock wait for one device job before the device is reset.
         fault_injection: allow the InjectFault RPC (calsim only).
         drain_timeout_s: default drain/unload timeout.
+        orphan_timeout_s: cancel a job that has had no Wait stream for this long (None = never).
     """
 
     board: int = 0
@@ -78,6 +79,7 @@ class DaemonConfig:
     queue_depth: int = 1024
     admission_timeout_s: float = 30.0
     decode_jobs_per_model: int = 1
+    orphan_timeout_s: float | None = 60.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -102,6 +104,7 @@ class DaemonConfig:
             max_inflight=1 if serial else self.max_inflight,
             synchronous=serial,
             job_timeout_s=self.job_timeout_s,
+            orphan_timeout_s=self.orphan_timeout_s,
         )
 
 

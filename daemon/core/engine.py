@@ -65,6 +65,8 @@ class EngineConfig:
         max_recoveries: re-prefills a sequence may need after lost KV before it fails.
         reset_limit / reset_window_s: automatic resets allowed per window before the board stops
             serving and waits for an operator.
+        orphan_timeout_s: a job with no Wait stream attached for this long is cancelled, so a client
+            that submits and disappears cannot hold a lane forever (None = never).
         retention: finished jobs kept for re-attaching `Wait` calls.
     """
 
@@ -76,6 +78,7 @@ class EngineConfig:
     retention: int = 4096
     reset_limit: int = 3
     reset_window_s: float = 600.0
+    orphan_timeout_s: float | None = 60.0
 
 
 @dataclass
@@ -376,10 +379,23 @@ class Engine:
         for seq in [s for s in self.scheduler.ready.values() if s.deadline is not None and s.deadline <= now]:
             self.scheduler.forget(seq)
             self.finish(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
+        limit = self.config.orphan_timeout_s
+        if limit is not None:
+            for seq in [s for s in self.sequences.values() if not s.internal and not s.cancel_requested]:
+                if seq.log.detached_for(now) >= limit:
+                    log.info("cancelling job %s: no Wait attached for %.0fs", seq.job_id, limit)
+                    self._cancel_locked(seq, FinishReason.CANCELLED, None, "")
 
     def _next_wakeup(self) -> float | None:
         times = [t for t in [self.scheduler.next_deadline()] if t is not None]
         times += [s.deadline for s in self.scheduler.ready.values() if s.deadline is not None]
+        limit = self.config.orphan_timeout_s
+        clients = [s for s in self.sequences.values() if not s.internal and not s.cancel_requested]
+        if limit is not None and clients:
+            # A reader detaching does not wake this thread, so look again within one timeout: an
+            # orphan is cancelled between one and two timeouts after its last Wait went away.
+            now = time.monotonic()
+            times += [now + limit - s.log.detached_for(now) for s in clients]
         return max(0.0, min(times) - time.monotonic()) if times else None
 
     # ---- the engine thread ------------------------------------------------------------------

@@ -10,6 +10,7 @@ client can re-attach after a disconnect.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -84,9 +85,16 @@ class EventLog:
     _listeners: list[Listener] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _tokens: int = 0
+    _detached_since: float | None = None  # monotonic time since when no reader is subscribed
 
     def __post_init__(self) -> None:
         self._tokens = self.start_token_index
+        self._detached_since = time.monotonic()
+
+    def detached_for(self, now: float) -> float:
+        """Seconds without any subscribed reader (0 while one is attached): the orphan clock."""
+        with self._lock:
+            return 0.0 if self._detached_since is None else now - self._detached_since
 
     @property
     def finished(self) -> bool:
@@ -133,11 +141,14 @@ class EventLog:
         """Call `listener()` after every append; returns an unsubscribe function."""
         with self._lock:
             self._listeners.append(listener)
+            self._detached_since = None
 
         def unsubscribe() -> None:
             with self._lock:
                 if listener in self._listeners:
                     self._listeners.remove(listener)
+                    if not self._listeners:
+                        self._detached_since = time.monotonic()
 
         return unsubscribe
 

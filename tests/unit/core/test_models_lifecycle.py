@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 
@@ -138,3 +140,21 @@ def test_unload_reports_drained_and_interrupted_jobs_and_health_needs_a_ready_mo
         assert (retired.drained_jobs, retired.interrupted_jobs) == (0, 1)
         health = core.health()
         assert not health.serving and health.reason == "no model is ready"
+
+
+def test_a_job_nobody_waits_for_is_cancelled_after_the_orphan_timeout(models: Path) -> None:
+    with running_core(models, device_options={"time_scale": 0.05}, orphan_timeout_s=0.3) as core:
+        orphan = core.submit(request((1, 2, 3), 200, seed=1)).job_id
+        watched = core.submit(request((4, 5, 6), 40, seed=2)).job_id
+        log = core.event_log(watched, for_wait=False)
+        unsubscribe = log.subscribe(lambda: None)  # a Wait stream is attached to this one
+        deadline = time.monotonic() + 20
+        while not core.event_log(orphan, for_wait=False).finished and time.monotonic() < deadline:
+            time.sleep(0.02)
+        tokens, final = finish(core, orphan)
+        assert final.reason is FinishReason.CANCELLED and final.error_kind is None
+        assert len(tokens) < 200
+        _, watched_final = finish(core, watched)
+        unsubscribe()
+        assert watched_final.reason is FinishReason.LENGTH, "an attached job is never an orphan"
+        assert core.status().cancelled == 1
