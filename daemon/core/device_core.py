@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,6 +288,12 @@ class DeviceCore:
         else:
             reason = ""
         return HealthView(reason == "", draining, healthy, models, budget, reason)
+
+    def on_health_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` (from an engine thread; it must not block) when the board stops
+        serving on its own: device lost, automatic reset budget used up, a crashed device thread."""
+        with self.engine.cond:
+            self.engine.health_listeners.append(listener)
 
     def model_health(self, alias: str) -> bool:
         rt = self.models.serving(alias)

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -125,6 +125,7 @@ class Engine:
         self._stopping = False
         self._applier = CompletionApplier(self)
         self._threads: list[threading.Thread] = []
+        self.health_listeners: list[Callable[[], None]] = []  # called when the board stops serving
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -520,8 +521,11 @@ class Engine:
         """Stop serving: fail every sequence except those of jobs still in flight, which the
         completion path fails when their job ends. A sequence in PREFILL/DECODE whose job never
         reached the executor (launch failed or crashed) is failed here too."""
-        self.device_lost = True
+        was_lost, self.device_lost = self.device_lost, True
         self.admitting = False
+        if not was_lost:
+            for listener in self.health_listeners:  # non-blocking by contract
+                listener()
         in_flight = {s.job_id for job in self.executor.inflight for s in job.plan.seqs}
         for seq in list(self.sequences.values()):
             if seq.job_id in in_flight:

@@ -60,6 +60,9 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         self._background: set[asyncio.Task[None]] = set()  # sync_health after loads whose caller left
         self._published: set[str] = set()  # aliases sync_health last published on grpc.health.v1
         self._sync_lock = asyncio.Lock()
+        # The engine stops serving on its own (device lost, reset budget used up): publish at once.
+        loop = asyncio.get_running_loop()
+        core.on_health_change(lambda: loop.call_soon_threadsafe(self._sync_in_background))
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -215,6 +218,10 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             log.info("load refused or failed: %s", exc)
         elif exc is not None:
             log.error("load crashed", exc_info=exc)
+        self._sync_in_background()
+
+    def _sync_in_background(self) -> None:
+        """Schedule `sync_health` on the loop (kept referenced until done)."""
         sync = asyncio.ensure_future(self.sync_health())
         self._background.add(sync)
         sync.add_done_callback(self._background.discard)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import FailedPrecondition
+from calculet.daemon.errors import FailedPrecondition, Unavailable
 
 from .helpers import assert_idle_soon
 from .oracle import make_requests, run_concurrent, run_sequential
@@ -55,3 +58,22 @@ def test_inject_fault_rpc_is_off_by_default_and_recovered_when_on(start_daemon) 
         assert list(g) == undisturbed
         assert g.recoveries == 1
         assert_idle_soon(client)
+
+
+def test_grpc_health_turns_not_serving_by_itself_when_the_device_is_lost(start_daemon, tmp_path: Path) -> None:
+    plan = tmp_path / "lost.json"
+    plan.write_text(json.dumps({"faults": [{"kind": "device_lost", "job": 12}]}))
+    daemon = start_daemon("--model", "tiny=tiny", "--fault-plan", str(plan))
+    with DaemonClient(daemon.target) as client, pytest.raises(Unavailable):
+        list(client.generate("tiny", [1, 2, 3], max_tokens=20, temperature=0.0))
+    # No further RPC to the Daemon service: the engine's own notice must reach grpc.health.v1.
+    with grpc.insecure_channel(daemon.target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        deadline = time.monotonic() + 10
+        status = None
+        while time.monotonic() < deadline:
+            status = stub.Check(health_pb2.HealthCheckRequest(service="")).status
+            if status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                break
+            time.sleep(0.05)
+        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
