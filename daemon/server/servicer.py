@@ -62,7 +62,11 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         self._sync_lock = asyncio.Lock()
         # The engine stops serving on its own (device lost, reset budget used up): publish at once.
         loop = asyncio.get_running_loop()
-        core.on_health_change(lambda: loop.call_soon_threadsafe(self._sync_in_background))
+
+        def board_changed() -> None:  # on an engine thread
+            loop.call_soon_threadsafe(self._sync_in_background)
+
+        core.on_health_change(board_changed)
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
