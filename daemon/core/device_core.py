@@ -228,11 +228,26 @@ class DeviceCore:
             self.engine.cond.notify_all()
             return was
 
-    def reset(self, kind: str, reason: str) -> tuple[bool, str]:
+    def reset(self, kind: str, reason: str, model: str = "") -> tuple[bool, str]:
         """Operator reset. kind: "ccu" (in-flight jobs end as CCU exceptions; their sequences
-        re-prefill) or "configuration" (every model's KV is cleared; every sequence re-prefills)."""
+        re-prefill) or "configuration" (the KV of `model`, or of every model when empty, is cleared;
+        its sequences re-prefill).
+
+        Raises:
+            InvalidArgument: unknown kind, or a model named for a CCU reset.
+            NotFound: `model` is not loaded.
+            DeviceError: the device failed the reset.
+        """
         if kind not in ("ccu", "configuration"):
             raise InvalidArgument(f"reset kind must be ccu or configuration, got {kind!r}")
+        if model and kind != "configuration":
+            raise InvalidArgument("model: only a configuration reset can be limited to one model")
+        targets = self.models.all()
+        if model:
+            serving = self.models.serving(model)
+            if serving is None:
+                raise NotFound(f"model {model!r} is not loaded")
+            targets = [serving]
         engine = self.engine
         with engine.cond:
             engine.counters.resets += 1
@@ -240,10 +255,11 @@ class DeviceCore:
         if kind == "ccu":
             self.device.reset_ccu()
             return True, "compute units reset"
-        for rt in self.models.all():
+        for rt in targets:
             if rt.model is not None:
                 engine.reset_configuration(rt, "configuration reset")
-        return True, "configurations reset; sequences re-prefill"
+        names = ", ".join(rt.alias for rt in targets) or "none"
+        return True, f"configuration reset ({names}); their sequences re-prefill"
 
     def inject_fault(self, fault: Any) -> Any:
         """Add a fault to calsim's plan (only when the daemon was started with fault injection)."""

@@ -265,7 +265,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         before = self.core.health()
         result = operate_pb2.ResetResult(ok=True, kind=request.kind, reason=request.reason)
         try:
-            result.ok, message = await self._blocking(self.core.reset, kind, request.reason)
+            result.ok, message = await self._blocking(self.core.reset, kind, request.reason, request.model)
             log.info("operator %s reset (%s): %s", kind, request.reason, message)
         except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
             log.error("operator %s reset (%s) failed: %s", kind, request.reason, exc)

@@ -13,7 +13,7 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.kv import LaneState
-from calculet.daemon.errors import ErrorKind
+from calculet.daemon.errors import ErrorKind, NotFound
 
 from .engine_factories import build_models, finish, generate_all, generate_each, request, running_core
 
@@ -181,3 +181,25 @@ def test_operator_reset_under_traffic_changes_no_token(models: Path, reference, 
             assert core.engine.counters.recoveries > 0, "running sequences should have lost their KV"
         assert_clean(core)
     assert got == reference
+
+
+def test_configuration_reset_of_one_model_leaves_the_other_alone(models: Path) -> None:
+    tiny_req = request((5, 6, 7), 40, seed=3, temperature=0.8)
+    qwen_req = request(tuple(range(100, 140)), 40, seed=4, temperature=0.8, model="qwen")
+    with running_core(models, device_options={"time_scale": 0.02}) as core:
+        core.load("qwen", "qwen")
+        alone = generate_each(core, [tiny_req, qwen_req])
+        ids = [core.submit(r).job_id for r in (tiny_req, qwen_req)]
+        log = core.event_log(ids[1], for_wait=False)
+        while log.token_count < 3:
+            time.sleep(0.005)
+        with pytest.raises(NotFound):
+            core.reset("configuration", "test", model="nope")
+        core.reset("configuration", "test", model="qwen")
+        got = [finish(core, j)[0] for j in ids]
+        tiny_seq, qwen_seq = (core.engine.sequence(j) for j in ids)
+        assert tiny_seq is not None and qwen_seq is not None
+        assert tiny_seq.recoveries == 0, "the other model's lanes were not touched"
+        assert qwen_seq.recoveries >= 1
+        assert_clean(core)
+    assert got == alone
