@@ -13,6 +13,7 @@ generation. Once the board stopped serving, a sequence is failed instead of requ
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,9 +41,6 @@ class CompletionApplier:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.submit_failures = 0
-        self.ccu_exceptions = 0
-        self.numeric_anomalies = 0
 
     # ---- per sequence setup --------------------------------------------------------------
 
@@ -88,7 +86,6 @@ class CompletionApplier:
             rt.pool.release(job.ctx)
             self._check_counters(job)
             engine.executor.retire(job)
-            engine.counters.tokens += sum(1 for r in results if r.token is not None)
             engine.cond.notify_all()
 
     def _row_done(self, rt: ModelRuntime, seq: Sequence, res: RowResult, r: Reservation) -> None:
@@ -97,7 +94,6 @@ class CompletionApplier:
         if res.token is None:  # NaN/Inf logits: the output is untrustworthy, so is the KV it wrote
             rt.kv.rollback(r)
             rt.kv.mark_unknown(r.lane)
-            self.numeric_anomalies += 1
             engine.executor.note_anomaly("non-finite logits")
             self.fail_or_recover(rt, seq, "non-finite logits from the device", lane_lost=True)
             return
@@ -114,7 +110,7 @@ class CompletionApplier:
         finished = seq.accept(res.token, logprob)
         if finished is not None:
             engine.finish(seq, finished, None, "")
-        elif seq.deadline is not None and seq.deadline <= _now():
+        elif seq.deadline is not None and seq.deadline <= time.monotonic():
             engine.finish(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
         elif engine.device_lost:  # the board stopped serving while this job ran: no next step will run
             engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "board stopped serving")
@@ -131,7 +127,6 @@ class CompletionApplier:
     def _fault_locked(self, job: InFlight, rt: ModelRuntime, status: JobStatus) -> None:
         engine = self.engine
         if not job.kv_lost:  # a deliberate configuration reset is not a device anomaly
-            self.ccu_exceptions += 1
             engine.executor.note_anomaly(f"job {job.job_id} ended {status.value}")
         assert rt.kv is not None and rt.pool is not None
         reason = "a configuration reset cleared its KV" if job.kv_lost else f"device job ended {status.value}"
@@ -217,9 +212,3 @@ class CompletionApplier:
         expected = len(engine.executor.inflight) - 1
         if left > expected:  # the device may be ahead of us (the other bank finished too), never behind
             engine.executor.note_anomaly(f"device reports {left} jobs left, executor expects {expected}")
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()

@@ -311,10 +311,6 @@ class DeviceCore:
         with self.engine.cond:
             self.engine.health_listeners.append(listener)
 
-    def model_health(self, alias: str) -> bool:
-        rt = self.models.serving(alias)
-        return rt is not None and rt.state.serving and self.health().serving
-
     def status(self) -> StatusView:
         engine = self.engine
         health = self.health()
@@ -387,23 +383,7 @@ class DeviceCore:
     def _model_view(self, rt: ModelRuntime, published: bool) -> ModelView:
         sched = self.engine.scheduler
         gen = rt.generation
-        queues = QueueView(
-            decode_ready=sum(1 for s in sched.ready.values() if s.generation == gen),
-            short_prefill=sum(
-                1
-                for s in self.engine.sequences.values()
-                if s.generation == gen
-                and s.state is SeqState.WAITING
-                and len(s.prefill_tokens) <= sched.policy.short_prefill_tokens
-            ),
-            long_prefill=sum(
-                1
-                for s in self.engine.sequences.values()
-                if s.generation == gen
-                and s.state is SeqState.WAITING
-                and len(s.prefill_tokens) > sched.policy.short_prefill_tokens
-            ),
-        )
+        queues = QueueView(*sched.depths(gen, self.engine.sequences.values()))
         lanes = rt.kv.snapshot() if rt.kv is not None else ()
         return ModelView(
             rt.alias,

@@ -84,17 +84,12 @@ class EngineConfig:
 @dataclass
 class EngineCounters:
     submitted: int = 0
-    deduplicated: int = 0
     rejected: int = 0
-    finished: int = 0
     completed: int = 0
     cancelled: int = 0
     failed: int = 0
-    jobs: int = 0
-    prefill_jobs: int = 0
     decode_jobs: int = 0
     decode_rows: int = 0
-    tokens: int = 0
     recoveries: int = 0
     resets: int = 0
     last_reset_reason: str = ""
@@ -244,7 +239,6 @@ class Engine:
         """
         with self.cond:
             if req.client_request_id and (req.model, req.client_request_id) in self.by_client_id:
-                self.counters.deduplicated += 1
                 return self.by_client_id[(req.model, req.client_request_id)], True
             rt = runtime or self._serving(req.model)
             if self.device_lost:  # warm-up probes too: nothing would ever run them
@@ -360,7 +354,6 @@ class Engine:
         if seq.internal:
             self.cond.notify_all()
             return
-        self.counters.finished += 1
         if reason in (FinishReason.STOP, FinishReason.LENGTH):
             self.counters.completed += 1
         elif reason is FinishReason.CANCELLED:
@@ -478,10 +471,7 @@ class Engine:
             log.error("no free job context for %s; waiting for a completion", plan.submodel.name)
             self.cond.wait(1.0)
             return None
-        self.counters.jobs += 1
-        if plan.task is TaskType.PREFILL:
-            self.counters.prefill_jobs += 1
-        else:
+        if plan.task is TaskType.DECODE:  # batch fill: decode_rows / decode_jobs
             self.counters.decode_jobs += 1
             self.counters.decode_rows += len(plan.seqs)
         self.cond.notify_all()
@@ -513,7 +503,6 @@ class Engine:
     def _launch_failed_locked(self, plan: JobPlan, exc: Exception) -> None:
         """The device refused the job (reservations already rolled back): fail its sequences."""
         log.warning("submit of %s job failed: %s", plan.task.value, exc)
-        self._applier.submit_failures += 1
         for seq in plan.seqs:
             self._applier.fail_or_recover(plan.runtime, seq, f"submit failed: {exc}", lane_lost=False)
 
@@ -593,5 +582,6 @@ class Engine:
     # ---- observation --------------------------------------------------------------------------
 
     def idle(self) -> bool:
+        """No sequence and no device job left (the leak check tests use)."""
         with self.cond:
             return not self.sequences and not self.executor.inflight

@@ -17,10 +17,9 @@ holds every ready lane, so the other slot takes the prefill. Callers hold the en
 
 from __future__ import annotations
 
-import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from calculet.daemon.core.admission import AdmissionQueue
@@ -130,19 +129,17 @@ class Scheduler:
         times = [t for t in (self.short.next_deadline(), self.long.next_deadline()) if t is not None]
         return min(times) if times else None
 
+    def depths(self, generation: int, sequences: Iterable[Sequence]) -> tuple[int, int, int]:
+        """(decode-ready, short-prefill, long-prefill) sequences of one generation, as queued."""
+        mine = [s for s in sequences if s.generation == generation]
+        return (
+            sum(1 for s in mine if s.job_id in self.ready),
+            sum(1 for s in mine if s.job_id in self.short),
+            sum(1 for s in mine if s.job_id in self.long),
+        )
+
     def waiting(self) -> int:
         return len(self.short) + len(self.long)
-
-    def drain_waiting(self, generation: int | None = None) -> list[Sequence]:
-        """Remove waiting sequences (of one generation, or all) and return them."""
-        out: list[Sequence] = []
-        for queue in (self.short, self.long):
-            for seq in queue.drain():
-                if generation is None or seq.generation == generation:
-                    out.append(seq)
-                else:
-                    queue.enqueue(seq.job_id, seq, deadline=math.inf, priority=seq.request.priority)
-        return out
 
     # ---- the choice ---------------------------------------------------------------------
 
@@ -212,9 +209,6 @@ class Scheduler:
             assert rt.prefill is not None
             return JobPlan(rt, TaskType.PREFILL, rt.prefill, [seq])
         return None
-
-    def has_work(self) -> bool:
-        return bool(self.ready or self.recover or self.waiting())
 
 
 __all__ = ["JobPlan", "Scheduler", "SchedulingPolicy", "SeqState"]
