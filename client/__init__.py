@@ -1,9 +1,12 @@
 """Python client of the Calculet board daemon (`calculet.v1.Daemon`, DESIGN.md sections 2 and 6).
 
 `DaemonClient` (blocking) and `AsyncDaemonClient` (asyncio) expose the three planes: inference
-(`submit`, `wait`, `cancel`, `generate` -> a streaming `Generation`), observation (`health`,
-`status`, `get_model`, `watch_load`) and operations (`load`, `load_and_wait`, `unload`, `drain`,
-`resume`, `reset`, `inject_fault`). Failures raise the typed `calculet.daemon.errors` classes.
+(`submit`, `wait`, `cancel`, `generate` -> a streaming `Generation` with `chunks()`), observation
+(`health`, `status`, `get_model` -> `ModelInfo`, `watch_load` -> `LoadReport`s, `watch_health` ->
+`ServingStatus`es) and operations (`load`, `load_and_wait`, `unload`, `drain`, `resume`, `reset`,
+`inject_fault`). Requests and results use the client's own types (`calculet.client.types`);
+failures raise the typed `calculet.daemon.errors` classes, re-exported here. Importing this package
+imports neither the daemon's engine, sampler, wire module nor numpy (a test checks).
 """
 
 from calculet.client.async_client import AsyncDaemonClient
@@ -11,15 +14,69 @@ from calculet.client.channel import Target, Transport, parse_target
 from calculet.client.generation import AsyncGeneration, Generation, StreamState
 from calculet.client.messages import SubmitResult
 from calculet.client.sync_client import DaemonClient
+from calculet.client.types import (
+    Event,
+    FinalEvent,
+    FinishReason,
+    LoadReport,
+    ModelInfo,
+    ModelLoad,
+    ModelState,
+    SamplingParams,
+    ServingStatus,
+    Timings,
+    TokenChunk,
+    TokenLogprob,
+    Usage,
+)
+from calculet.daemon.errors import (
+    Aborted,
+    CalculetError,
+    Cancelled,
+    DeadlineExceeded,
+    ErrorKind,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
 
 __all__ = [
+    "Aborted",
     "AsyncDaemonClient",
     "AsyncGeneration",
+    "CalculetError",
+    "Cancelled",
     "DaemonClient",
+    "DeadlineExceeded",
+    "ErrorKind",
+    "Event",
+    "FailedPrecondition",
+    "FinalEvent",
+    "FinishReason",
     "Generation",
+    "InvalidArgument",
+    "LoadReport",
+    "ModelInfo",
+    "ModelLoad",
+    "ModelState",
+    "NotFound",
+    "Overloaded",
+    "PermissionDenied",
+    "SamplingParams",
+    "ServingStatus",
     "StreamState",
     "SubmitResult",
     "Target",
+    "Timings",
+    "TokenChunk",
+    "TokenLogprob",
     "Transport",
+    "Unauthenticated",
+    "Unavailable",
+    "Usage",
     "parse_target",
 ]

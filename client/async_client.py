@@ -3,7 +3,8 @@
 Same API and semantics as `calculet.client.sync_client.DaemonClient` (read its docstring for data
 flow, deadlines and error mapping), with `async def` methods and async iterators for the server
 streams. The requests, checks, conversions and the generation bookkeeping are the same modules
-(`messages`, `generation`, `errors`); only the I/O differs.
+(`messages`, `convert`, `cursor`, `generation`, `errors`); only the I/O differs. This is the client
+the gateway uses: importing it pulls in neither the daemon's engine nor numpy.
 
 Ownership: the client owns its aio channel until `await close()`. Construct it inside the event
 loop that uses it (the channel binds to the running loop); it is not meant to be shared across
@@ -13,19 +14,20 @@ loops. Async iterators it returns own their call and cancel it when closed (`acl
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.client.channel import ClientSettings, Target, open_aio_channel, wait_ready_async
+from calculet.client.convert import event_from_pb, load_report_from_pb, model_info_from_pb, serving_status_from_health
 from calculet.client.errors import error_from_rpc
 from calculet.client.generation import DEFAULT_MAX_REATTACH, AsyncGeneration, WaitCursor
 from calculet.client.messages import (
     SubmitResult,
     drain_request,
-    generate_request,
     inject_fault_request,
     load_outcome,
     load_request,
@@ -37,11 +39,10 @@ from calculet.client.messages import (
     watch_load_request,
 )
 from calculet.client.state import ClientLife
-from calculet.daemon.core.events import Event
-from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.sampling.params import SamplingParams
-from calculet.daemon.wire import event_from_pb
+from calculet.client.types import Event, LoadReport, ModelInfo, SamplingParams, ServingStatus
 from calculet.v1 import daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
+
+T = TypeVar("T")
 
 
 class AsyncDaemonClient:
@@ -59,6 +60,7 @@ class AsyncDaemonClient:
         self._life = ClientLife(f"AsyncDaemonClient({target})")
         self._channel = open_aio_channel(self._settings.target)
         self._stub: Any = daemon_pb2_grpc.DaemonStub(self._channel)
+        self._health_stub: Any = health_pb2_grpc.HealthStub(self._channel)
 
     @property
     def target(self) -> Target:
@@ -81,13 +83,38 @@ class AsyncDaemonClient:
 
     # ---- inference plane ---------------------------------------------------------------
 
-    async def submit(self, req: GenerationRequest) -> SubmitResult:
+    async def submit(
+        self,
+        model: str,
+        prompt_tokens: Sequence[int],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
+        logprobs: int | None = None,
+        priority: int = 0,
+        client_request_id: str = "",
+        resume_tokens: Sequence[int] = (),
+        sampling: SamplingParams | None = None,
+        deadline_s: float | None = None,
+        session_id: str = "",
+    ) -> SubmitResult:
         """See `DaemonClient.submit`."""
-        return SubmitResult.from_pb(await self._unary("Submit", submit_request(req)))
+        pb = submit_request(
+            model, prompt_tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            seed=seed, stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, logprobs=logprobs, priority=priority,
+            client_request_id=client_request_id, resume_tokens=resume_tokens, sampling=sampling,
+            deadline_s=deadline_s, session_id=session_id,
+        )  # fmt: skip
+        return SubmitResult.from_pb(await self._unary("Submit", pb))
 
     def wait(self, job_id: str, from_index: int = 0) -> AsyncIterator[Event]:
         """See `DaemonClient.wait` (an async iterator)."""
-        return _events(self._stream("Wait", wait_request(job_id, from_index)))
+        return _mapped(self._stream("Wait", wait_request(job_id, from_index)), event_from_pb)
 
     async def cancel(self, job_id: str) -> bool:
         """See `DaemonClient.cancel`."""
@@ -114,8 +141,9 @@ class AsyncDaemonClient:
         deadline_s: float | None = None,
         session_id: str = "",
     ) -> AsyncGeneration:
-        """See `DaemonClient.generate`; returns an `AsyncGeneration` (`async for token in gen`)."""
-        pb = generate_request(
+        """See `DaemonClient.generate`; returns an `AsyncGeneration` (`async for token in gen`,
+        or `async for chunk in gen.chunks()`)."""
+        pb = submit_request(
             model, prompt_tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             seed=seed, stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, logprobs=logprobs, priority=priority,
             client_request_id=client_request_id, resume_tokens=resume_tokens, sampling=sampling,
@@ -137,12 +165,28 @@ class AsyncDaemonClient:
     async def status(self) -> observe_pb2.StatusResponse:
         return await self._unary("Status", observe_pb2.StatusRequest())
 
-    async def get_model(self, alias: str) -> observe_pb2.GetModelResponse:
-        return await self._unary("GetModel", observe_pb2.GetModelRequest(alias=alias))
+    async def get_model(self, alias: str) -> ModelInfo:
+        """See `DaemonClient.get_model`."""
+        return model_info_from_pb(await self._unary("GetModel", observe_pb2.GetModelRequest(alias=alias)))
 
-    def watch_load(self, interval_ms: int = 0) -> AsyncIterator[observe_pb2.LoadReport]:
+    def watch_load(self, interval_ms: int = 0) -> AsyncIterator[LoadReport]:
         """See `DaemonClient.watch_load` (an async iterator)."""
-        return self._stream("WatchLoad", watch_load_request(interval_ms))
+        return _mapped(self._stream("WatchLoad", watch_load_request(interval_ms)), load_report_from_pb)
+
+    def watch_health(self, service: str = "") -> AsyncIterator[ServingStatus]:
+        """The standard `grpc.health.v1` Watch of `service` ("" = the board, or a model alias).
+
+        Yields the status at once, then each change, until closed (`aclose()`): SERVING, or
+        NOT_SERVING for NOT_SERVING, SERVICE_UNKNOWN and UNKNOWN (the daemon publishes a
+        draining board as NOT_SERVING here; `watch_load` tells DRAINING apart).
+
+        Raises (while iterating):
+            Unavailable: the daemon is not reachable or the stream broke (no wait for the channel).
+        """
+        self._life.check_open()
+        request = health_pb2.HealthCheckRequest(service=service)
+        call = self._health_stub.Watch(request, metadata=self._settings.metadata)
+        return _changes(_mapped(_typed(call, "Watch"), serving_status_from_health))
 
     # ---- operations plane --------------------------------------------------------------
 
@@ -231,10 +275,21 @@ class AsyncDaemonClient:
         await wait_ready_async(self._channel, self.target, self.timeout, self._settings.metadata)
 
 
-async def _events(stream: AsyncGenerator[inference_pb2.WaitEvent, None]) -> AsyncGenerator[Event, None]:
+async def _mapped(stream: AsyncGenerator[Any, None], convert: Callable[[Any], T]) -> AsyncGenerator[T, None]:
+    """`stream`'s messages converted; closing this closes (cancels) the stream."""
     async with contextlib.aclosing(stream):
-        async for pb in stream:
-            yield event_from_pb(pb)
+        async for message in stream:
+            yield convert(message)
+
+
+async def _changes(statuses: AsyncGenerator[ServingStatus, None]) -> AsyncGenerator[ServingStatus, None]:
+    """The first status, then only those that differ from the one before."""
+    last: ServingStatus | None = None
+    async with contextlib.aclosing(statuses):
+        async for status in statuses:
+            if status is not last:
+                last = status
+                yield status
 
 
 async def _typed(call: Any, method: str) -> AsyncGenerator[Any, None]:

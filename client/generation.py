@@ -1,17 +1,19 @@
 """The result of `generate`: a job's tokens as they stream, re-attaching when the stream breaks.
 
-Data flow: the client submits, then hands this module the job's SubmitResult and two callables:
-`open_stream(from_index)` (a Wait stream of `WaitEvent` messages whose failures are already typed
-`CalculetError`s) and `wait_ready()` (blocks until the channel can carry a call again, or raises
-`Unavailable`). `WaitCursor` is the plain bookkeeping both the sync `Generation` and the async
-`AsyncGeneration` drive: it checks that event indexes and token positions are contiguous, collects
-tokens, keeps the Final, and decides whether a broken stream may be re-attached.
+Data flow: the client submits, then hands this module the job's SubmitResult (inside a
+`WaitCursor`, `calculet.client.cursor`) and two callables: `open_stream(from_index)` (a Wait stream
+of `WaitEvent` messages whose failures are already typed `CalculetError`s) and `wait_ready()`
+(blocks until the channel can carry a call again, or raises `Unavailable`). The cursor converts
+and checks every event; the generation objects queue the chunks that arrived (`PendingChunks`)
+and hand them out token by token (iterating the generation) or chunk by chunk (`chunks()`, with
+logprobs and the tokens that arrived together); both read the same queue, so they can be mixed.
 
 Re-attach rule: a Wait stream that fails with UNAVAILABLE (daemon restarting, connection lost) is
 reopened with `from_event_index` = the next index, after the channel is ready again, at most
-`max_reattach` times in a row without receiving an event. On a re-attach a NOT_FOUND answer means
-the daemon lost the job (it restarted): that is reported as `Unavailable`, i.e. "resubmit with
-resume_tokens elsewhere", not as an unknown job.
+`max_reattach` times in a row without receiving an event (0: a broken stream raises its
+`Unavailable` at once, without waiting for the channel, so a caller can fail over). On a re-attach
+a NOT_FOUND answer means the daemon lost the job (it restarted): that is reported as
+`Unavailable`, i.e. "resubmit with resume_tokens elsewhere", not as an unknown job.
 
 Ownership: a generation object owns its open Wait stream (closing it stops the stream, never the
 job; `cancel()` cancels the job). It is consumed by one reader; it is not thread-safe.
@@ -19,151 +21,14 @@ job; `cancel()` cancels the job). It is consumed by one reader; it is not thread
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from enum import Enum
-from typing import NoReturn
 
-from calculet.client.messages import SubmitResult
-from calculet.daemon.core.events import FinalEvent, TokenChunk
-from calculet.daemon.errors import CalculetError, ErrorKind, NotFound, Unavailable
-from calculet.daemon.lifecycle import Lifecycle, table
-from calculet.daemon.wire import event_from_pb, final_error
+from calculet.client.cursor import DEFAULT_MAX_REATTACH, PendingChunks, StreamState, WaitCursor
+from calculet.client.types import FinalEvent, TokenChunk
+from calculet.daemon.errors import CalculetError
 from calculet.v1 import inference_pb2
 
-DEFAULT_MAX_REATTACH = 3
-
-
-class StreamState(Enum):
-    ATTACHING = "attaching"  # no stream open yet: the first Wait is about to open
-    STREAMING = "streaming"  # a Wait stream is open
-    REATTACHING = "reattaching"  # the stream broke; the next Wait resumes from next_index
-    DONE = "done"  # the Final arrived (whatever its reason)
-    LOST = "lost"  # the stream could not be re-established or broke the protocol
-    CLOSED = "closed"  # the reader closed it before the Final
-
-
-STREAM_TRANSITIONS = table(
-    [
-        (StreamState.ATTACHING, [StreamState.STREAMING, StreamState.CLOSED]),
-        (StreamState.STREAMING, [StreamState.REATTACHING, StreamState.DONE, StreamState.LOST, StreamState.CLOSED]),
-        (StreamState.REATTACHING, [StreamState.STREAMING, StreamState.LOST, StreamState.CLOSED]),
-    ]
-)
-_TERMINAL = frozenset({StreamState.DONE, StreamState.LOST, StreamState.CLOSED})
-
-
-class WaitCursor:
-    """Bookkeeping of one job's Wait stream(s); no I/O.
-
-    Args:
-        submitted: the job's Submit answer.
-        resume_tokens: how many completion tokens the job starts after (its first chunk's
-            first_index).
-        max_reattach: re-attaches allowed in a row without an event arriving in between.
-    """
-
-    def __init__(self, submitted: SubmitResult, resume_tokens: int, max_reattach: int) -> None:
-        self.submitted = submitted
-        self.next_index = 0
-        self.tokens: list[int] = []
-        self.final: FinalEvent | None = None
-        self.final_pb: inference_pb2.Final | None = None
-        self._resume_tokens = resume_tokens
-        self._max_reattach = max_reattach
-        self._failures = 0
-        self._reattached = False
-        self._error: CalculetError | None = None
-        self.life = Lifecycle(f"Wait stream of job {submitted.job_id}", StreamState.ATTACHING, STREAM_TRANSITIONS)
-
-    @property
-    def state(self) -> StreamState:
-        return self.life.state
-
-    @property
-    def finished(self) -> bool:
-        """No more events will be read (Final received, stream lost or closed)."""
-        return self.life.state in _TERMINAL
-
-    @property
-    def error(self) -> CalculetError | None:
-        """The typed error the generation ended with (from the Final, or the lost stream)."""
-        return self._error
-
-    def attached(self) -> None:
-        """A Wait stream from `next_index` was opened."""
-        self.life.move(StreamState.STREAMING)
-
-    def accept(self, pb: inference_pb2.WaitEvent) -> tuple[int, ...]:
-        """Take one event; return its new tokens (empty for the Final).
-
-        Raises:
-            CalculetError: (INTERNAL) the event's index or token position is not the next one.
-        """
-        if pb.index != self.next_index:
-            self._lose(self._protocol(f"sent event index {pb.index}, expected {self.next_index}"))
-        event = event_from_pb(pb)
-        self.next_index += 1
-        self._failures = 0
-        if isinstance(event, TokenChunk):
-            expected = self._resume_tokens + len(self.tokens)
-            if event.first_index != expected:
-                self._lose(self._protocol(f"sent tokens from position {event.first_index}, expected {expected}"))
-            self.tokens.extend(event.tokens)
-            return event.tokens
-        self.final, self.final_pb = event, pb.final
-        self._error = final_error(pb.final)
-        self.life.move(StreamState.DONE)
-        return ()
-
-    def broke(self, err: CalculetError) -> None:
-        """The open stream failed with `err`; return if it may be re-attached, else raise.
-
-        Raises:
-            CalculetError: `err` itself when it is not UNAVAILABLE or the budget is spent;
-                `Unavailable` when a re-attach found the job gone (NOT_FOUND).
-        """
-        if self._reattached and isinstance(err, NotFound):
-            lost = Unavailable(
-                f"job {self.submitted.job_id} is gone from the daemon after its Wait stream broke "
-                f"({len(self.tokens)} tokens received); resubmit with resume_tokens"
-            )
-            lost.__cause__ = err
-            self._lose(lost)
-        if err.kind is not ErrorKind.UNAVAILABLE or self._failures >= self._max_reattach:
-            self._lose(err)
-        self._failures += 1
-        self._reattached = True
-        self.life.move(StreamState.REATTACHING)
-
-    def give_up(self, err: CalculetError) -> NoReturn:
-        """Re-attaching failed before a stream opened (channel not ready in time).
-
-        Raises:
-            CalculetError: `err`, which also becomes the generation's error.
-        """
-        self._lose(err)
-
-    def ended_early(self) -> NoReturn:
-        """The stream ended OK before the Final: a protocol violation.
-
-        Raises:
-            CalculetError: always (INTERNAL).
-        """
-        self._lose(self._protocol("ended without a final event"))
-
-    def close(self) -> None:
-        if not self.finished:
-            self.life.move(StreamState.CLOSED)
-
-    def _lose(self, err: CalculetError) -> NoReturn:
-        self._error = err
-        if not self.finished:
-            self.life.move(StreamState.LOST)
-        raise err
-
-    def _protocol(self, what: str) -> CalculetError:
-        return CalculetError(f"Wait stream of job {self.submitted.job_id} {what}", kind=ErrorKind.INTERNAL)
+__all__ = ["DEFAULT_MAX_REATTACH", "AsyncGeneration", "Generation", "StreamState", "WaitCursor"]
 
 
 class _GenerationView:
@@ -187,13 +52,13 @@ class _GenerationView:
     @property
     def generation(self) -> int:
         """Model generation: the one the job was admitted on, then the one of its last token."""
-        final = self._cursor.final_pb
+        final = self._cursor.final
         return final.generation if final is not None else self._cursor.submitted.generation
 
     @property
     def recoveries(self) -> int:
         """Transparent KV rebuilds of the job (0 until the Final arrived)."""
-        return self._cursor.final_pb.recoveries if self._cursor.final_pb is not None else 0
+        return self._cursor.final.recoveries if self._cursor.final is not None else 0
 
     @property
     def tokens(self) -> list[int]:
@@ -213,9 +78,19 @@ class _GenerationView:
     def state(self) -> StreamState:
         return self._cursor.state
 
+    def _raise_if_failed(self) -> None:
+        """Called when the stream is over and nothing is pending.
+
+        Raises:
+            CalculetError: the generation's error (from the Final or the lost stream), unless
+                the reader closed it.
+        """
+        if self._cursor.error is not None and self._cursor.state is not StreamState.CLOSED:
+            raise self._cursor.error
+
 
 class Generation(_GenerationView):
-    """A streaming generation (sync): iterate to get token ids as they arrive.
+    """A streaming generation (sync): iterate to get token ids as they arrive, or `chunks()`.
 
     Iterating to the end raises the job's typed error when the Final carries one (Overloaded,
     Aborted, Unavailable, DeadlineExceeded ...), or the stream's when it could not be kept.
@@ -240,20 +115,27 @@ class Generation(_GenerationView):
         self._wait_ready = wait_ready
         self._cancel = cancel
         self._stream: Iterator[inference_pb2.WaitEvent] | None = None
-        self._pending: deque[int] = deque()
+        self._pending = PendingChunks()
 
     def __iter__(self) -> Generation:
         return self
 
     def __next__(self) -> int:
-        while not self._pending:
-            if self._cursor.finished:
-                self._stop()
-                if self._cursor.error is not None and self._cursor.state is not StreamState.CLOSED:
-                    raise self._cursor.error
-                raise StopIteration
-            self._pull()
-        return self._pending.popleft()
+        if not self._fill():
+            raise StopIteration
+        return self._pending.token()
+
+    def chunks(self) -> Iterator[TokenChunk]:
+        """The job's token chunks as they arrive (tokens that arrived together, with logprobs).
+
+        Same re-attach and error semantics as iterating the tokens; `final` is set afterwards.
+        A chunk partly read token by token is handed out as its remaining tokens.
+
+        Raises (while iterating):
+            CalculetError: as iterating the tokens does.
+        """
+        while self._fill():
+            yield self._pending.chunk()
 
     def result(self) -> list[int]:
         """Read to the end and return every token; raises like iteration does."""
@@ -279,6 +161,16 @@ class Generation(_GenerationView):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _fill(self) -> bool:
+        """Read until a chunk is pending (True) or the stream is over (False); raises its error."""
+        while not self._pending:
+            if self._cursor.finished:
+                self._stop()
+                self._raise_if_failed()
+                return False
+            self._pull()
+        return True
+
     def _pull(self) -> None:
         if self._stream is None:
             if self._cursor.state is StreamState.REATTACHING:
@@ -298,7 +190,9 @@ class Generation(_GenerationView):
             self._stream = None
             self._cursor.broke(err)
             return
-        self._pending.extend(self._cursor.accept(pb))
+        chunk = self._cursor.accept(pb)
+        if chunk is not None:
+            self._pending.push(chunk)
 
     def _stop(self) -> None:
         stream, self._stream = self._stream, None
@@ -308,7 +202,9 @@ class Generation(_GenerationView):
 
 
 class AsyncGeneration(_GenerationView):
-    """A streaming generation (asyncio): `async for token in gen`. Same semantics as `Generation`.
+    """A streaming generation (asyncio): `async for token in gen` or `async for chunk in gen.chunks()`.
+
+    Same semantics as `Generation`.
 
     Args:
         cursor: the bookkeeping for this job.
@@ -329,20 +225,20 @@ class AsyncGeneration(_GenerationView):
         self._wait_ready = wait_ready
         self._cancel = cancel
         self._stream: AsyncIterator[inference_pb2.WaitEvent] | None = None
-        self._pending: deque[int] = deque()
+        self._pending = PendingChunks()
 
     def __aiter__(self) -> AsyncGeneration:
         return self
 
     async def __anext__(self) -> int:
-        while not self._pending:
-            if self._cursor.finished:
-                await self._stop()
-                if self._cursor.error is not None and self._cursor.state is not StreamState.CLOSED:
-                    raise self._cursor.error
-                raise StopAsyncIteration
-            await self._pull()
-        return self._pending.popleft()
+        if not await self._fill():
+            raise StopAsyncIteration
+        return self._pending.token()
+
+    async def chunks(self) -> AsyncIterator[TokenChunk]:
+        """See `Generation.chunks` (an async iterator)."""
+        while await self._fill():
+            yield self._pending.chunk()
 
     async def result(self) -> list[int]:
         """Read to the end and return every token; raises like iteration does."""
@@ -365,6 +261,16 @@ class AsyncGeneration(_GenerationView):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    async def _fill(self) -> bool:
+        """See `Generation._fill`."""
+        while not self._pending:
+            if self._cursor.finished:
+                await self._stop()
+                self._raise_if_failed()
+                return False
+            await self._pull()
+        return True
+
     async def _pull(self) -> None:
         if self._stream is None:
             if self._cursor.state is StreamState.REATTACHING:
@@ -384,7 +290,9 @@ class AsyncGeneration(_GenerationView):
             self._stream = None
             self._cursor.broke(err)
             return
-        self._pending.extend(self._cursor.accept(pb))
+        chunk = self._cursor.accept(pb)
+        if chunk is not None:
+            self._pending.push(chunk)
 
     async def _stop(self) -> None:
         stream, self._stream = self._stream, None

@@ -1,10 +1,11 @@
 """Request messages the clients send and the small results they return, built in one place.
 
 Owns the client-side argument checks that protobuf itself would turn into untyped ValueErrors
-(negative or oversized integers, unknown enum names, both fault triggers) and raises
+(negative or oversized integers, wrong types, unknown enum names, both fault triggers) and raises
 `InvalidArgument` for them, naming the field; everything the daemon can judge better (vocab,
-context, ranges the protocol documents) is left to the daemon. Data flow: client method
-arguments -> these builders (domain objects through `calculet.daemon.wire`) -> protobuf request.
+context, sampling ranges, the ranges the protocol documents) is left to the daemon. Data flow:
+client method arguments -> these builders (client types through `calculet.client.convert`) ->
+protobuf request. No daemon domain type is involved.
 """
 
 from __future__ import annotations
@@ -13,14 +14,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from calculet.daemon.core.request import GenerationRequest, StoppingParams
+from calculet.client.convert import error_from_status, sampling_to_pb
+from calculet.client.types import UINT32_MAX, UINT64_MAX, SamplingParams, check_integer
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
-from calculet.daemon.sampling.params import SamplingParams
-from calculet.daemon.wire import error_from_status, submit_request_to_pb
 from calculet.v1 import common_pb2, inference_pb2, observe_pb2, operate_pb2
 
-UINT32_MAX = 2**32 - 1
-UINT64_MAX = 2**64 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # The protocol's longest drain window (operate.proto); calls that may wait that long get it
 # added to the client's deadline when the caller leaves the window to the daemon's default.
@@ -48,17 +46,35 @@ class SubmitResult:
         return cls(pb.job_id, pb.deduplicated, pb.seed, pb.generation)
 
 
-def submit_request(req: GenerationRequest) -> inference_pb2.SubmitRequest:
-    """The wire form of a domain request (seed and max_tokens sent as given).
+def sampling_params(
+    sampling: SamplingParams | None,
+    *,
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    seed: int | None,
+    logprobs: int | None,
+) -> SamplingParams:
+    """The sampling of a request: `sampling` itself, or one built from the individual fields.
 
     Raises:
-        InvalidArgument: a field protobuf cannot carry (see `check_request`).
+        InvalidArgument: both `sampling` and an individual field given, or a field protobuf
+            cannot carry (see `SamplingParams`).
     """
-    check_request(req)
-    return submit_request_to_pb(req)
+    individual = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "logprobs": logprobs}
+    if sampling is not None:
+        given = sorted(name for name, value in individual.items() if value is not None)
+        if given:
+            raise InvalidArgument(f"sampling: give either `sampling` or {', '.join(given)}, not both")
+        if not isinstance(sampling, SamplingParams):
+            raise InvalidArgument(f"sampling: must be a calculet.client.SamplingParams, got {type(sampling).__name__}")
+        return sampling
+    return SamplingParams(
+        seed=seed, temperature=temperature, top_k=0 if top_k is None else top_k, top_p=top_p, logprobs=logprobs
+    )
 
 
-def generate_request(
+def submit_request(
     model: str,
     prompt_tokens: Sequence[int],
     *,
@@ -77,86 +93,61 @@ def generate_request(
     deadline_s: float | None,
     session_id: str,
 ) -> inference_pb2.SubmitRequest:
-    """The Submit message for `generate` (arguments as documented there).
+    """The Submit message for `submit` / `generate` (arguments as documented on `DaemonClient.generate`).
 
-    Unset temperature/top_p/top_k mean the daemon's defaults; an unset seed is left for the daemon
-    to pick and an unset max_tokens lets the job run until EOS or a full context. `priority`
-    follows the wire convention (lower is served first).
+    Unset (None) sampling fields, seed and max_tokens stay unset on the wire: the daemon applies its
+    defaults, picks the seed (returned in SubmitResponse.seed) and, without max_tokens, runs until
+    EOS or a full context. `priority` follows the wire convention (lower is served first).
 
     Raises:
-        InvalidArgument: both `sampling` and individual sampling fields given, a sampling field
-            out of range (SamplingParams), or a field protobuf cannot carry.
+        InvalidArgument: both `sampling` and individual sampling fields given, or a field protobuf
+            cannot carry (token id or max_tokens outside uint32, priority outside int32, seed
+            outside uint64, a deadline that is not a positive finite number of seconds, a
+            non-string id, a non-bool ignore_eos).
     """
-    individual = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "logprobs": logprobs}
-    if sampling is not None:
-        given = sorted(name for name, value in individual.items() if value is not None)
-        if given:
-            raise InvalidArgument(f"sampling: give either `sampling` or {', '.join(given)}, not both")
-        params = sampling
-    else:
-        params = SamplingParams(
-            seed=0 if seed is None else seed,
-            temperature=1.0 if temperature is None else temperature,
-            top_k=0 if top_k is None else top_k,
-            top_p=1.0 if top_p is None else top_p,
-            logprobs=logprobs,
-        )
-    _integer("priority", priority, INT32_MIN, INT32_MAX)
-    req = GenerationRequest(
+    params = sampling_params(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, logprobs=logprobs)
+    for name, value in (("model", model), ("client_request_id", client_request_id), ("session_id", session_id)):
+        if not isinstance(value, str):
+            raise InvalidArgument(f"{name}: must be a string, got {value!r}")
+    if not isinstance(ignore_eos, bool):
+        raise InvalidArgument(f"ignore_eos: must be a bool, got {ignore_eos!r}")
+    pb = inference_pb2.SubmitRequest(
         model=model,
-        prompt_tokens=tuple(prompt_tokens),
-        sampling=params,
-        stopping=StoppingParams(
-            max_tokens=0 if max_tokens is None else max_tokens,
-            stop_token_ids=tuple(stop_token_ids),
-            ignore_eos=ignore_eos,
-        ),
         client_request_id=client_request_id,
-        resume_tokens=tuple(resume_tokens),
-        priority=-priority,  # the domain serves larger first; wire.request_to_pb flips it back
-        deadline_s=deadline_s,
+        prompt_tokens=_token_ids("prompt_tokens", prompt_tokens),
+        resume_tokens=_token_ids("resume_tokens", resume_tokens),
+        sampling=sampling_to_pb(params),
+        stopping=inference_pb2.StoppingParams(
+            stop_token_ids=_token_ids("stop_token_ids", stop_token_ids), ignore_eos=ignore_eos
+        ),
+        priority=check_integer("priority", priority, INT32_MIN, INT32_MAX),
         session_id=session_id,
     )
-    check_request(req, max_tokens_set=max_tokens is not None)
-    return submit_request_to_pb(
-        req, seed_from_daemon=sampling is None and seed is None, max_tokens_from_daemon=max_tokens is None
-    )
+    if max_tokens is not None:
+        pb.stopping.max_tokens = check_integer("max_tokens", max_tokens, 0, UINT32_MAX)
+    if deadline_s is not None:
+        pb.deadline_ms = _deadline_ms(deadline_s)
+    return pb
 
 
-def check_request(req: GenerationRequest, *, max_tokens_set: bool = True) -> None:
-    """Check that every field of `req` fits its wire type.
-
-    Raises:
-        InvalidArgument: a token id outside uint32, max_tokens outside uint32, priority outside
-            int32, a deadline that is not a positive finite number of seconds, a non-string id.
-    """
-    for name in ("model", "client_request_id", "session_id"):
-        if not isinstance(getattr(req, name), str):
-            raise InvalidArgument(f"{name}: must be a string, got {getattr(req, name)!r}")
-    _token_ids("prompt_tokens", req.prompt_tokens)
-    _token_ids("resume_tokens", req.resume_tokens)
-    _token_ids("stop_token_ids", req.stopping.stop_token_ids)
-    if max_tokens_set:
-        _integer("max_tokens", req.stopping.max_tokens, 0, UINT32_MAX)
-    _integer("priority", req.priority, -INT32_MAX, -INT32_MIN)
-    if not isinstance(req.stopping.ignore_eos, bool):
-        raise InvalidArgument(f"ignore_eos: must be a bool, got {req.stopping.ignore_eos!r}")
-    if req.deadline_s is not None:
-        d = req.deadline_s
-        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
-            raise InvalidArgument(f"deadline_s: must be a positive number of seconds, got {d!r}")
-        if d * 1000 > UINT32_MAX:
-            raise InvalidArgument(f"deadline_s: at most {UINT32_MAX // 1000} seconds, got {d}")
+def _deadline_ms(d: object) -> int:
+    if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
+        raise InvalidArgument(f"deadline_s: must be a positive number of seconds, got {d!r}")
+    if d * 1000 > UINT32_MAX:
+        raise InvalidArgument(f"deadline_s: at most {UINT32_MAX // 1000} seconds, got {d}")
+    return max(1, round(d * 1000))
 
 
 def wait_request(job_id: str, from_index: int) -> inference_pb2.WaitRequest:
     """Raises: InvalidArgument: from_index not an integer in uint64 range."""
-    return inference_pb2.WaitRequest(job_id=job_id, from_event_index=_integer("from_index", from_index, 0, UINT64_MAX))
+    return inference_pb2.WaitRequest(
+        job_id=job_id, from_event_index=check_integer("from_index", from_index, 0, UINT64_MAX)
+    )
 
 
 def watch_load_request(interval_ms: int) -> observe_pb2.WatchLoadRequest:
     """Raises: InvalidArgument: interval_ms not a uint32 (the daemon checks its range)."""
-    return observe_pb2.WatchLoadRequest(interval_ms=_integer("interval_ms", interval_ms, 0, UINT32_MAX))
+    return observe_pb2.WatchLoadRequest(interval_ms=check_integer("interval_ms", interval_ms, 0, UINT32_MAX))
 
 
 def load_request(
@@ -165,9 +156,9 @@ def load_request(
     """Raises: InvalidArgument: drain_timeout_ms or lanes not a uint32."""
     options = operate_pb2.LoadOptions(replace=replace)
     if drain_timeout_ms is not None:
-        options.drain_timeout_ms = _integer("drain_timeout_ms", drain_timeout_ms, 0, UINT32_MAX)
+        options.drain_timeout_ms = check_integer("drain_timeout_ms", drain_timeout_ms, 0, UINT32_MAX)
     if lanes is not None:
-        options.lanes = _integer("lanes", lanes, 0, UINT32_MAX)
+        options.lanes = check_integer("lanes", lanes, 0, UINT32_MAX)
     return operate_pb2.LoadRequest(alias=alias, package=package, options=options)
 
 
@@ -175,7 +166,7 @@ def unload_request(alias: str, drain_timeout_ms: int | None) -> operate_pb2.Unlo
     """Raises: InvalidArgument: drain_timeout_ms not a uint32."""
     pb = operate_pb2.UnloadRequest(alias=alias)
     if drain_timeout_ms is not None:
-        pb.drain_timeout_ms = _integer("drain_timeout_ms", drain_timeout_ms, 0, UINT32_MAX)
+        pb.drain_timeout_ms = check_integer("drain_timeout_ms", drain_timeout_ms, 0, UINT32_MAX)
     return pb
 
 
@@ -183,7 +174,7 @@ def drain_request(timeout_ms: int | None, interrupt_remaining: bool) -> operate_
     """Raises: InvalidArgument: timeout_ms not a uint32."""
     pb = operate_pb2.DrainRequest(interrupt_remaining=interrupt_remaining)
     if timeout_ms is not None:
-        pb.timeout_ms = _integer("timeout_ms", timeout_ms, 0, UINT32_MAX)
+        pb.timeout_ms = check_integer("timeout_ms", timeout_ms, 0, UINT32_MAX)
     return pb
 
 
@@ -221,11 +212,11 @@ def inject_fault_request(
         raise InvalidArgument("trigger: give at most one of job_index and probability")
     fault = operate_pb2.FaultSpec(
         kind=_enum_by_name("kind", operate_pb2.FaultKind, "FAULT_KIND_", kind),  # type: ignore[arg-type]
-        seed=_integer("seed", seed, 0, UINT64_MAX),
-        delay_ms=_integer("delay_ms", delay_ms, 0, UINT32_MAX),
+        seed=check_integer("seed", seed, 0, UINT64_MAX),
+        delay_ms=check_integer("delay_ms", delay_ms, 0, UINT32_MAX),
     )
     if job_index is not None:
-        fault.job_index = _integer("job_index", job_index, 0, UINT64_MAX)
+        fault.job_index = check_integer("job_index", job_index, 0, UINT64_MAX)
     elif probability is not None:
         if isinstance(probability, bool) or not isinstance(probability, int | float):
             raise InvalidArgument(f"probability: must be a number, got {probability!r}")
@@ -259,17 +250,8 @@ def operation_timeout(base_s: float, window_ms: int | None) -> float:
     return base_s + window_s
 
 
-def _token_ids(name: str, ids: Sequence[int]) -> None:
-    for i, tok in enumerate(ids):
-        _integer(f"{name}[{i}]", tok, 0, UINT32_MAX)
-
-
-def _integer(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name}: must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise InvalidArgument(f"{name}: must be in [{low}, {high}], got {value}")
-    return value
+def _token_ids(name: str, ids: Sequence[int]) -> list[int]:
+    return [check_integer(f"{name}[{i}]", tok, 0, UINT32_MAX) for i, tok in enumerate(ids)]
 
 
 def _enum_by_name(field: str, enum: object, prefix: str, name: str) -> int:

@@ -1,15 +1,17 @@
 """`DaemonClient`: the blocking Python client of one board daemon (`calculet.v1.Daemon`).
 
-Data flow: method arguments -> `calculet.client.messages` (checks, protobuf requests, domain
-conversions through `calculet.daemon.wire`) -> the gRPC stub on the client's channel, with the
-bearer-token metadata -> responses. Inference results come back as domain objects
-(`SubmitResult`, `calculet.daemon.core.events` events, `Generation`); observation and operations
-answers are the protobuf messages themselves (they are for tools). Every failed call raises the
-typed `calculet.daemon.errors` class of its status (`calculet.client.errors`).
+Data flow: method arguments (client types, `calculet.client.types`) -> `calculet.client.messages`
+(checks, protobuf requests through `calculet.client.convert`) -> the gRPC stub on the client's
+channel, with the bearer-token metadata -> responses. Inference and routing results come back as
+client types (`SubmitResult`, `TokenChunk` / `FinalEvent` events, `Generation`, `ModelInfo`,
+`LoadReport`, `ServingStatus`); the other observation and operations answers are the protobuf
+messages themselves (they are for tools such as calctl). Every failed call raises the typed
+`calculet.daemon.errors` class of its status (`calculet.client.errors`). Nothing here imports the
+daemon's engine or numpy.
 
 Deadlines: each unary call gets `timeout` seconds; Unload and Drain also get their drain window
 (or the protocol's maximum window when the daemon's default applies); server streams (Wait,
-WatchLoad, Load) have no deadline: close the iterator to stop one.
+WatchLoad, Load, health Watch) have no deadline: close the iterator to stop one.
 
 Ownership: the client owns its channel until `close()`; it is safe to share between threads.
 Iterators it returns own their call and cancel it when closed or garbage-collected.
@@ -18,18 +20,19 @@ Iterators it returns own their call and cancel it when closed or garbage-collect
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.client.channel import ClientSettings, Target, open_channel, wait_ready
+from calculet.client.convert import event_from_pb, load_report_from_pb, model_info_from_pb, serving_status_from_health
 from calculet.client.errors import error_from_rpc
 from calculet.client.generation import DEFAULT_MAX_REATTACH, Generation, WaitCursor
 from calculet.client.messages import (
     SubmitResult,
     drain_request,
-    generate_request,
     inject_fault_request,
     load_outcome,
     load_request,
@@ -41,11 +44,10 @@ from calculet.client.messages import (
     watch_load_request,
 )
 from calculet.client.state import ClientLife
-from calculet.daemon.core.events import Event
-from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.sampling.params import SamplingParams
-from calculet.daemon.wire import event_from_pb
+from calculet.client.types import Event, LoadReport, ModelInfo, SamplingParams, ServingStatus
 from calculet.v1 import daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
+
+T = TypeVar("T")
 
 
 class DaemonClient:
@@ -74,6 +76,7 @@ class DaemonClient:
         self._life = ClientLife(f"DaemonClient({target})")
         self._channel = open_channel(self._settings.target)
         self._stub: Any = daemon_pb2_grpc.DaemonStub(self._channel)
+        self._health_stub: Any = health_pb2_grpc.HealthStub(self._channel)
 
     @property
     def target(self) -> Target:
@@ -96,24 +99,56 @@ class DaemonClient:
 
     # ---- inference plane ---------------------------------------------------------------
 
-    def submit(self, req: GenerationRequest) -> SubmitResult:
-        """Enqueue a job (seed and max_tokens sent as the request has them).
+    def submit(
+        self,
+        model: str,
+        prompt_tokens: Sequence[int],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
+        logprobs: int | None = None,
+        priority: int = 0,
+        client_request_id: str = "",
+        resume_tokens: Sequence[int] = (),
+        sampling: SamplingParams | None = None,
+        deadline_s: float | None = None,
+        session_id: str = "",
+    ) -> SubmitResult:
+        """Enqueue a job without reading it (arguments as `generate`); read it with `wait`.
+
+        Returns:
+            The job id, the seed it samples with (the daemon's pick when none was given), the
+            model generation it was admitted on, and whether it was deduplicated.
 
         Raises:
             InvalidArgument / NotFound / Unavailable / Overloaded / FailedPrecondition: as the
                 daemon refuses (Submit in daemon.proto); InvalidArgument also for fields protobuf
                 cannot carry.
         """
-        return SubmitResult.from_pb(self._unary("Submit", submit_request(req)))
+        pb = submit_request(
+            model, prompt_tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            seed=seed, stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, logprobs=logprobs, priority=priority,
+            client_request_id=client_request_id, resume_tokens=resume_tokens, sampling=sampling,
+            deadline_s=deadline_s, session_id=session_id,
+        )  # fmt: skip
+        return SubmitResult.from_pb(self._unary("Submit", pb))
 
     def wait(self, job_id: str, from_index: int = 0) -> Iterator[Event]:
-        """Stream a job's events from `from_index` (no re-attach; see `generate`).
+        """Stream a job's events (`TokenChunk`s, then one `FinalEvent`) from `from_index`.
+
+        No re-attach and no error raised for a failed Final (read `FinalEvent.error`); see
+        `generate` for both.
 
         Raises (while iterating):
             NotFound: unknown job. InvalidArgument: index beyond the events produced.
             Unavailable: the stream broke.
         """
-        return _events(self._stream("Wait", wait_request(job_id, from_index)))
+        return _mapped(self._stream("Wait", wait_request(job_id, from_index)), event_from_pb)
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job. Returns True if it was still running. Raises: NotFound: unknown job."""
@@ -140,7 +175,7 @@ class DaemonClient:
         deadline_s: float | None = None,
         session_id: str = "",
     ) -> Generation:
-        """Submit a job and return its streaming result (iterate for token ids).
+        """Submit a job and return its streaming result (iterate for token ids, or `chunks()`).
 
         Args:
             model: model alias.
@@ -153,7 +188,8 @@ class DaemonClient:
             priority: lower is served first (vLLM convention), -1000..1000.
             client_request_id: idempotency key for retried Submits.
             resume_tokens: tokens an earlier attempt already delivered (failover).
-            sampling: full sampling parameters instead of the individual fields (its seed is sent).
+            sampling: full sampling parameters (`calculet.client.SamplingParams`) instead of the
+                individual fields; its None fields, seed included, are left to the daemon.
             deadline_s: seconds from Submit to the Final; None = none.
             session_id: affinity / prefix-reuse key.
 
@@ -161,7 +197,7 @@ class DaemonClient:
             InvalidArgument: bad arguments (here or at the daemon). NotFound / Unavailable /
                 Overloaded / FailedPrecondition: Submit refused. Iterating raises the job's error.
         """
-        pb = generate_request(
+        pb = submit_request(
             model, prompt_tokens, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             seed=seed, stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, logprobs=logprobs, priority=priority,
             client_request_id=client_request_id, resume_tokens=resume_tokens, sampling=sampling,
@@ -183,17 +219,35 @@ class DaemonClient:
     def status(self) -> observe_pb2.StatusResponse:
         return self._unary("Status", observe_pb2.StatusRequest())
 
-    def get_model(self, alias: str) -> observe_pb2.GetModelResponse:
-        """Raises: NotFound: unknown alias."""
-        return self._unary("GetModel", observe_pb2.GetModelRequest(alias=alias))
+    def get_model(self, alias: str) -> ModelInfo:
+        """Manifest summary, state, tokenizer.json and chat template of an alias.
 
-    def watch_load(self, interval_ms: int = 0) -> Iterator[observe_pb2.LoadReport]:
+        Raises: NotFound: unknown alias.
+        """
+        return model_info_from_pb(self._unary("GetModel", observe_pb2.GetModelRequest(alias=alias)))
+
+    def watch_load(self, interval_ms: int = 0) -> Iterator[LoadReport]:
         """Load reports, one at once and then every interval (0 = daemon default) until closed.
 
-        Raises:
-            InvalidArgument: interval out of range (0 or 50..60000).
+        Raises (while iterating):
+            InvalidArgument: interval out of range (0 or 50..60000). Unavailable: the stream broke.
         """
-        return self._stream("WatchLoad", watch_load_request(interval_ms))
+        return _mapped(self._stream("WatchLoad", watch_load_request(interval_ms)), load_report_from_pb)
+
+    def watch_health(self, service: str = "") -> Iterator[ServingStatus]:
+        """The standard `grpc.health.v1` Watch of `service` ("" = the board, or a model alias).
+
+        Yields the status at once, then each change, until closed: SERVING, or NOT_SERVING for
+        NOT_SERVING, SERVICE_UNKNOWN and UNKNOWN (the daemon publishes a draining board as
+        NOT_SERVING here; `watch_load` tells DRAINING apart).
+
+        Raises (while iterating):
+            Unavailable: the daemon is not reachable or the stream broke (no wait for the channel).
+        """
+        self._life.check_open()
+        request = health_pb2.HealthCheckRequest(service=service)
+        call = self._health_stub.Watch(request, metadata=self._settings.metadata)
+        return _changes(_mapped(_typed(call, "Watch"), serving_status_from_health))
 
     # ---- operations plane --------------------------------------------------------------
 
@@ -304,10 +358,21 @@ class DaemonClient:
         wait_ready(self._channel, self.target, self.timeout, self._settings.metadata)
 
 
-def _events(stream: Generator[inference_pb2.WaitEvent, None, None]) -> Iterator[Event]:
+def _mapped(stream: Generator[Any, None, None], convert: Callable[[Any], T]) -> Generator[T, None, None]:
+    """`stream`'s messages converted; closing this closes (cancels) the stream."""
     with contextlib.closing(stream):
-        for pb in stream:
-            yield event_from_pb(pb)
+        for message in stream:
+            yield convert(message)
+
+
+def _changes(statuses: Generator[ServingStatus, None, None]) -> Generator[ServingStatus, None, None]:
+    """The first status, then only those that differ from the one before."""
+    last: ServingStatus | None = None
+    with contextlib.closing(statuses):
+        for status in statuses:
+            if status is not last:
+                last = status
+                yield status
 
 
 def _typed(call: Any, method: str) -> Generator[Any, None, None]:

@@ -1,6 +1,9 @@
-"""The one place where protobuf meets domain objects (and error kinds meet status codes).
+"""The daemon's one place where protobuf meets domain objects (requests, events, errors).
 
-Server and client both convert through here, so no domain module imports `*_pb2`. Conventions:
+The servicer converts through here (and `wire_views` for the observation/operations planes), so
+no domain module imports `*_pb2`. The error-kind <-> gRPC code table is `calculet.daemon.error_codes`
+(shared with the client, re-exported here); the client has its own light conversions
+(`calculet.client.convert`) and never imports this module. Conventions:
 - priority: the wire follows vLLM (lower is served first); the domain queue treats larger as more
   urgent, so the sign flips here;
 - an unset seed is drawn here from the OS and returned in SubmitResponse, so a retry or failover
@@ -13,10 +16,7 @@ Server and client both convert through here, so no domain module imports `*_pb2`
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import Any
-
-import grpc
 
 from calculet.daemon.core.events import (
     Event,
@@ -29,77 +29,20 @@ from calculet.daemon.core.events import (
 )
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
-from calculet.daemon.errors import (
-    Aborted,
-    CalculetError,
-    Cancelled,
-    DeadlineExceeded,
-    ErrorKind,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    Overloaded,
-    PermissionDenied,
-    Unauthenticated,
-    Unavailable,
-)
+from calculet.daemon.error_codes import ERROR_CLASS as ERROR_CLASS  # re-exported: the table lives there
+from calculet.daemon.error_codes import GRPC_CODE as GRPC_CODE
+from calculet.daemon.error_codes import KIND_OF_CODE as KIND_OF_CODE
+from calculet.daemon.error_codes import RETRY_AFTER_KEY as RETRY_AFTER_KEY
+from calculet.daemon.error_codes import error_from_kind as error_from_kind
+from calculet.daemon.error_codes import kind_from_pb, kind_to_pb
+from calculet.daemon.errors import ErrorKind, InvalidArgument
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.v1 import common_pb2, inference_pb2
 
 # ---- errors --------------------------------------------------------------------------------
 
-GRPC_CODE: dict[ErrorKind, grpc.StatusCode] = {
-    ErrorKind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorKind.OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorKind.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
-    ErrorKind.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
-    ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-    ErrorKind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
-    ErrorKind.ABORTED: grpc.StatusCode.ABORTED,
-    ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
-    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
-}
-KIND_OF_CODE: dict[grpc.StatusCode, ErrorKind] = {code: kind for kind, code in GRPC_CODE.items()}
-ERROR_CLASS: dict[ErrorKind, type[CalculetError]] = {
-    ErrorKind.INVALID_ARGUMENT: InvalidArgument,
-    ErrorKind.NOT_FOUND: NotFound,
-    ErrorKind.OVERLOADED: Overloaded,
-    ErrorKind.UNAVAILABLE: Unavailable,
-    ErrorKind.DEADLINE_EXCEEDED: DeadlineExceeded,
-    ErrorKind.PERMISSION_DENIED: PermissionDenied,
-    ErrorKind.UNAUTHENTICATED: Unauthenticated,
-    ErrorKind.FAILED_PRECONDITION: FailedPrecondition,
-    ErrorKind.ABORTED: Aborted,
-    ErrorKind.CANCELLED: Cancelled,
-}
-RETRY_AFTER_KEY = "calculet-retry-after-s"
 PRIORITY_RANGE = (-1000, 1000)  # SubmitRequest.priority
 MAX_ID_BYTES = 128  # SubmitRequest.client_request_id and session_id
-
-
-def kind_to_pb(kind: ErrorKind) -> int:
-    return int(common_pb2.ErrorKind.Value(f"ERROR_KIND_{kind.name}"))
-
-
-def kind_from_pb(value: int) -> ErrorKind:
-    """Unknown numbers (a newer peer) read as INTERNAL rather than failing the whole stream."""
-    try:
-        name = common_pb2.ErrorKind.Name(value).removeprefix("ERROR_KIND_")
-    except ValueError:
-        return ErrorKind.INTERNAL
-    return ErrorKind[name] if name in ErrorKind.__members__ else ErrorKind.INTERNAL
-
-
-def error_from_kind(kind: ErrorKind, message: str, retry_after_s: float | None = None) -> CalculetError:
-    """Rebuild a typed domain error (client side)."""
-    cls = ERROR_CLASS.get(kind)
-    if cls is Overloaded:
-        return Overloaded(message, retry_after_s=1.0 if retry_after_s is None else retry_after_s)
-    if cls is None:
-        return CalculetError(message, kind=kind)
-    return cls(message)
 
 
 def error_status(kind: ErrorKind, message: str) -> common_pb2.ErrorStatus:
@@ -287,44 +230,3 @@ def event_from_pb(pb: inference_pb2.WaitEvent) -> Event:
         error_kind=kind,
         error_message=f.error.message if f.HasField("error") else "",
     )
-
-
-def tokens_of(events: Iterable[Event]) -> list[int]:
-    return [tok for e in events if isinstance(e, TokenChunk) for tok in e.tokens]
-
-
-# ---- client side (calculet.client) ---------------------------------------------------------
-
-
-def submit_request_to_pb(
-    req: GenerationRequest, *, seed_from_daemon: bool = False, max_tokens_from_daemon: bool = False
-) -> inference_pb2.SubmitRequest:
-    """`request_to_pb`, optionally leaving seed and/or max_tokens unset on the wire.
-
-    The domain request always carries both (they are required there); a client that wants the
-    daemon to pick the seed (returned in SubmitResponse.seed) or to run until the context is full
-    clears the field here, because an explicit 0 means something else on the wire.
-    """
-    pb = request_to_pb(req)
-    if seed_from_daemon:
-        pb.sampling.ClearField("seed")
-    if max_tokens_from_daemon:
-        pb.stopping.ClearField("max_tokens")
-    return pb
-
-
-def error_from_status(status: common_pb2.ErrorStatus) -> CalculetError:
-    """Rebuild the typed error an in-band ErrorStatus (Final, LoadProgress, ResetResult) describes.
-
-    An unknown or missing kind (a newer or broken daemon) becomes INTERNAL rather than a crash.
-    """
-    known = status.kind != common_pb2.ERROR_KIND_UNSPECIFIED and status.kind in common_pb2.ErrorKind.values()
-    kind = kind_from_pb(status.kind) if known else ErrorKind.INTERNAL
-    message = status.message or f"the daemon reported {kind.value} without a message"
-    retry_after_s = status.retry_after_s if status.HasField("retry_after_s") else None
-    return error_from_kind(kind, message, retry_after_s)
-
-
-def final_error(final: inference_pb2.Final) -> CalculetError | None:
-    """The typed error a Final event carries (finish_reason ERROR), or None."""
-    return error_from_status(final.error) if final.HasField("error") else None

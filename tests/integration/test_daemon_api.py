@@ -1,8 +1,11 @@
 """The gRPC surface of a real daemon: idempotent Submit, Wait re-attach, health per alias,
-reflection, GetModel, config file + flags, and calctl against it."""
+reflection, GetModel, the client's chunks/logprobs, WatchLoad and health Watch, config file +
+flags, and calctl against it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -12,25 +15,33 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tokenizers import Tokenizer
 
-from calculet.client import DaemonClient
-from calculet.daemon.core.events import FinalEvent, TokenChunk
-from calculet.daemon.core.request import GenerationRequest, StoppingParams
-from calculet.daemon.sampling.params import SamplingParams
+from calculet.client import (
+    AsyncDaemonClient,
+    DaemonClient,
+    FinalEvent,
+    FinishReason,
+    ModelState,
+    SamplingParams,
+    ServingStatus,
+    SubmitResult,
+    TokenChunk,
+)
 from calculet.ops import calctl
 
 pytestmark = pytest.mark.integration
 
 
-def _req(client_id: str = "") -> GenerationRequest:
-    return GenerationRequest("tiny", (5, 6, 7), SamplingParams(seed=3, temperature=0.9), StoppingParams(12), client_id)
+def _submit(c: DaemonClient, client_id: str = "") -> SubmitResult:
+    sampling = SamplingParams(seed=3, temperature=0.9)
+    return c.submit("tiny", (5, 6, 7), sampling=sampling, max_tokens=12, client_request_id=client_id)
 
 
 def test_submit_with_the_same_client_request_id_returns_the_same_job(start_daemon) -> None:
     daemon = start_daemon("--model", "tiny=tiny")
     with DaemonClient(daemon.target) as c:
-        first = c.submit(_req("abc"))
-        again = c.submit(_req("abc"))
-        other = c.submit(_req("xyz"))
+        first = _submit(c, "abc")
+        again = _submit(c, "abc")
+        other = _submit(c, "xyz")
         assert again.job_id == first.job_id and again.deduplicated and not first.deduplicated
         assert other.job_id != first.job_id
         assert c.status().job_counters.accepted == 2
@@ -39,7 +50,7 @@ def test_submit_with_the_same_client_request_id_returns_the_same_job(start_daemo
 def test_wait_reattaches_from_an_event_index(start_daemon) -> None:
     daemon = start_daemon("--model", "tiny=tiny")
     with DaemonClient(daemon.target) as c:
-        job = c.submit(_req()).job_id
+        job = _submit(c).job_id
         events = list(c.wait(job))
         assert isinstance(events[-1], FinalEvent) and len(events) == 13
         tail = list(c.wait(job, from_index=5))
@@ -66,15 +77,48 @@ def test_grpc_health_per_alias_reflection_and_get_model(start_daemon) -> None:
     with DaemonClient(daemon.target) as c:
         model = c.get_model("tiny")
         tok = Tokenizer.from_str(model.tokenizer_json.decode())
-        assert tok.get_vocab_size() == model.model.vocab_size == 512
+        assert tok.get_vocab_size() == model.vocab_size == 512
         assert "<|im_start|>" in model.chat_template
-        assert model.model.context == 256 and list(model.model.eos_token_ids)
+        assert model.context == 256 and model.eos_token_ids and model.state is ModelState.READY
+        assert model.alias == "tiny" and model.generation >= 1 and model.package_name == "calsim-tiny"
         c.drain(timeout_ms=1000)
     with grpc.insecure_channel(daemon.target) as ch:
         health = health_pb2_grpc.HealthStub(ch)
         assert (
             health.Check(health_pb2.HealthCheckRequest(service="")).status == health_pb2.HealthCheckResponse.NOT_SERVING
         )
+
+
+def test_chunks_logprobs_load_reports_and_health_watch(start_daemon) -> None:
+    daemon = start_daemon("--model", "tiny=tiny")
+    with DaemonClient(daemon.target) as c:
+        gen = c.generate("tiny", [5, 6, 7], max_tokens=8, temperature=0.0, logprobs=2, ignore_eos=True)
+        chunks = list(gen.chunks())
+        assert [t for ch in chunks for t in ch.tokens] == gen.tokens and len(gen.tokens) == 8
+        for ch in chunks:
+            assert [lp.token for lp in ch.logprobs] == list(ch.tokens)
+            assert all(lp.logprob <= 0 and len(lp.top) == 2 for lp in ch.logprobs)
+            # greedy: the sampled token is the most likely one
+            assert all(lp.top[0][0] == lp.token for lp in ch.logprobs)
+        assert gen.final is not None and gen.final.reason is FinishReason.LENGTH
+        assert gen.final.usage.completion_tokens == 8 and gen.final.error is None
+        with contextlib.closing(c.watch_load(50)) as reports:
+            first = next(reports)
+        assert first.status is ServingStatus.SERVING and first.sequence == 0
+        assert [(m.alias, m.state, m.ready) for m in first.models] == [("tiny", ModelState.READY, True)]
+
+    async def watch() -> list[ServingStatus]:
+        async with AsyncDaemonClient(daemon.target) as ac:
+            statuses = ac.watch_health()
+            async with contextlib.aclosing(statuses):  # type: ignore[type-var]
+                seen = [await anext(statuses)]
+                await ac.drain(timeout_ms=0)  # the daemon publishes a draining board as NOT_SERVING
+                seen.append(await asyncio.wait_for(anext(statuses), 10))
+                await ac.resume()
+                seen.append(await asyncio.wait_for(anext(statuses), 10))
+            return seen
+
+    assert asyncio.run(watch()) == [ServingStatus.SERVING, ServingStatus.NOT_SERVING, ServingStatus.SERVING]
 
 
 def test_config_file_with_flag_override_and_calctl(start_daemon, tmp_path: Path, capsys) -> None:

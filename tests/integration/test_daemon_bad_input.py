@@ -74,6 +74,10 @@ def _gen(client: DaemonClient, **kw: object) -> Callable[[], object]:
         ("NaN temperature", {"temperature": math.nan}, ErrorKind.INVALID_ARGUMENT),
         ("top_p zero", {"top_p": 0.0, "temperature": 1.0}, ErrorKind.INVALID_ARGUMENT),
         ("top_p above one", {"top_p": 1.5, "temperature": 1.0}, ErrorKind.INVALID_ARGUMENT),
+        # the client leaves these value checks to the daemon (it only checks what protobuf cannot carry)
+        ("logprobs above 20", {"logprobs": 21}, ErrorKind.INVALID_ARGUMENT),
+        ("top_k above vocab", {"top_k": 513, "temperature": 1.0}, ErrorKind.INVALID_ARGUMENT),
+        ("infinite temperature", {"temperature": math.inf}, ErrorKind.INVALID_ARGUMENT),
     ],
 )
 def test_bad_request_is_refused_with_its_code(client: DaemonClient, case: str, kwargs: dict, kind: ErrorKind) -> None:

@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calculet.daemon import wire
+from calculet.daemon import error_codes, wire
 from calculet.daemon.core.events import FinalEvent, FinishReason, Timings, TokenChunk, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.errors import ErrorKind, InvalidArgument, Overloaded
 from calculet.daemon.sampling.params import SamplingParams
+from calculet.daemon.server import errors as server_errors
 from calculet.v1 import common_pb2
 
 
@@ -23,6 +24,16 @@ def test_every_error_kind_has_one_grpc_code_and_maps_back() -> None:
         assert wire.kind_from_pb(wire.kind_to_pb(kind)) is kind
         # The wire enum's numbers are the gRPC status codes (common.proto).
         assert wire.kind_to_pb(kind) == code.value[0]
+
+
+def test_the_code_table_lives_in_one_place_shared_with_the_client() -> None:
+    from calculet.client import errors as client_errors
+
+    for table in (wire.GRPC_CODE, server_errors.GRPC_CODE):
+        assert table is error_codes.GRPC_CODE
+    assert wire.KIND_OF_CODE is client_errors.KIND_OF_CODE is error_codes.KIND_OF_CODE
+    assert wire.RETRY_AFTER_KEY == server_errors.RETRY_AFTER_KEY == client_errors.RETRY_AFTER_KEY
+    assert wire.error_from_kind is client_errors.error_from_kind is error_codes.error_from_kind
 
 
 def test_overloaded_keeps_its_retry_hint_and_unknown_numbers_read_as_internal() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2_grpc
 
 from calculet.v1 import daemon_pb2_grpc
 
@@ -20,9 +21,11 @@ def fake() -> FakeDaemon:
 
 
 def start_server(fake: FakeDaemon, sock: Path) -> grpc.Server:
-    """Serve `fake` on the Unix socket `sock` (gRPC replaces a stale socket file)."""
+    """Serve `fake` and its grpc.health.v1 servicer on the Unix socket `sock` (gRPC replaces a
+    stale socket file)."""
     server = grpc.server(ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-daemon"))
     daemon_pb2_grpc.add_DaemonServicer_to_server(fake, server)
+    health_pb2_grpc.add_HealthServicer_to_server(fake.health, server)
     server.add_insecure_port(f"unix://{sock}")
     server.start()
     return server

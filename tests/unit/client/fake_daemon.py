@@ -6,7 +6,8 @@ UNAVAILABLE ...), jobs whose Wait streams follow the index/first_index rules and
 Final, Load streams through the lifecycle, and a realistic StatusResponse. Tests steer it through
 plain attributes (`script`, `fail`, `packages`, `models`, ...), block a stream at an event with a
 `threading.Event` gate, and break a stream with UNAVAILABLE at an event index once. Every call is
-recorded with its request and metadata (`calls`).
+recorded with its request and metadata (`calls`). Beside it runs the standard `grpc.health.v1`
+servicer (`health`), which tests set directly (the fake starts with "" SERVING).
 
 Ownership: gRPC's server threads run the handlers; every mutable field is guarded by `lock`.
 """
@@ -21,7 +22,9 @@ from typing import Any, NoReturn
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health, health_pb2
 
+from calculet.client import Event, TokenChunk
 from calculet.v1 import common_pb2, daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
 
 VOCAB = 1000
@@ -36,6 +39,11 @@ def completion_tokens(prompt: list[int], start: int, count: int) -> list[int]:
     """The fake model: token i of the completion is a function of the prompt and i only."""
     base = sum(prompt)
     return [(base + 7 * i + 3) % VOCAB for i in range(start, start + count)]
+
+
+def tokens_of(events: list[Event]) -> list[int]:
+    """Every token of a job's client events, in order."""
+    return [tok for e in events if isinstance(e, TokenChunk) for tok in e.tokens]
 
 
 def chunk_event(index: int, first_index: int, tokens: list[int]) -> inference_pb2.WaitEvent:
@@ -127,6 +135,8 @@ class FakeDaemon(daemon_pb2_grpc.DaemonServicer):
         self.planned_faults = 0
         self.tokenizer_json = b'{"version": "1.0", "model": {"type": "BPE"}}'
         self.load_reports = 5
+        self.health = health.HealthServicer()
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self._job_counter = 0
         self._generation = 3
 

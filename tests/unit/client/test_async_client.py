@@ -1,5 +1,6 @@
 """`AsyncDaemonClient` against the in-process fake daemon: the same behaviour as the sync client
-(streaming, re-attach, typed errors, metadata), each test one `asyncio.run`."""
+(streaming tokens and chunks, re-attach, typed errors, metadata, health Watch), each test one
+`asyncio.run`."""
 
 from __future__ import annotations
 
@@ -12,10 +13,21 @@ from typing import TypeVar
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 
-from calculet.client import AsyncDaemonClient, StreamState
-from calculet.daemon.core.events import FinalEvent
-from calculet.daemon.core.request import GenerationRequest, StoppingParams
+from calculet.client import (
+    AsyncDaemonClient,
+    FinalEvent,
+    FinishReason,
+    LoadReport,
+    ModelInfo,
+    ModelState,
+    SamplingParams,
+    ServingStatus,
+    StreamState,
+    TokenChunk,
+)
+from calculet.daemon.error_codes import RETRY_AFTER_KEY
 from calculet.daemon.errors import (
     Aborted,
     FailedPrecondition,
@@ -24,11 +36,10 @@ from calculet.daemon.errors import (
     Overloaded,
     Unavailable,
 )
-from calculet.daemon.sampling.params import SamplingParams
-from calculet.daemon.wire import RETRY_AFTER_KEY, tokens_of
 from calculet.v1 import common_pb2, inference_pb2
 
-from .fake_daemon import DAEMON_SEED, Failure, FakeDaemon, completion_tokens, final_event
+from .conftest import start_server
+from .fake_daemon import DAEMON_SEED, Failure, FakeDaemon, completion_tokens, final_event, tokens_of
 
 T = TypeVar("T")
 
@@ -102,6 +113,54 @@ def test_the_reattach_budget_is_bounded(daemon: str, fake: FakeDaemon) -> None:
     assert len(fake.calls_of("Wait")) == 2
 
 
+def test_chunks_stream_across_a_reattach(daemon: str, fake: FakeDaemon) -> None:
+    fake.next_breaks = {1}
+
+    async def body(client: AsyncDaemonClient) -> None:
+        gen = await client.generate("tiny", [3, 4], max_tokens=5)
+        chunks = [c async for c in gen.chunks()]
+        want = completion_tokens([3, 4], 0, 5)
+        assert [c.tokens for c in chunks] == [tuple(want[0:2]), tuple(want[2:4]), tuple(want[4:5])]
+        assert [(c.index, c.first_index) for c in chunks] == [(0, 0), (1, 2), (2, 4)]
+        assert all(isinstance(c, TokenChunk) and c.logprobs == () for c in chunks)
+        assert gen.final is not None and gen.final.reason is FinishReason.LENGTH and gen.tokens == want
+
+    with_client(daemon, body)
+    assert [req.from_event_index for req, _ in fake.calls_of("Wait")] == [0, 1]
+
+
+def test_chunks_raise_the_final_error(daemon: str, fake: FakeDaemon) -> None:
+    error = common_pb2.ErrorStatus(kind=common_pb2.ERROR_KIND_UNAVAILABLE, message="model draining")
+    fake.script = lambda req, generation: [
+        inference_pb2.WaitEvent(index=0, tokens=inference_pb2.TokenChunk(first_index=0, tokens=[7])),
+        final_event(1, inference_pb2.FINISH_REASON_ERROR, error=error),
+    ]
+
+    async def body(client: AsyncDaemonClient) -> None:
+        gen = await client.generate("tiny", [1])
+        got: list[TokenChunk] = []
+        with pytest.raises(Unavailable, match="model draining"):
+            async for chunk in gen.chunks():
+                got.append(chunk)
+        assert [c.tokens for c in got] == [(7,)]
+        assert gen.final is not None and isinstance(gen.final.error, Unavailable)
+
+    with_client(daemon, body)
+
+
+def test_max_reattach_zero_fails_over_at_once(daemon: str, fake: FakeDaemon) -> None:
+    fake.next_breaks = {1}
+
+    async def body(client: AsyncDaemonClient) -> None:
+        gen = await client.generate("tiny", [8], max_tokens=6)
+        with pytest.raises(Unavailable, match="Socket closed"):
+            _ = [c async for c in gen.chunks()]
+        assert gen.tokens == completion_tokens([8], 0, 2) and gen.state is StreamState.LOST
+
+    with_client(daemon, body, max_reattach=0)
+    assert len(fake.calls_of("Wait")) == 1
+
+
 def test_a_failed_final_raises_its_typed_error(daemon: str, fake: FakeDaemon) -> None:
     error = common_pb2.ErrorStatus(kind=common_pb2.ERROR_KIND_ABORTED, message="recovery budget exhausted")
     fake.script = lambda req, generation: [final_event(0, inference_pb2.FINISH_REASON_ERROR, error=error)]
@@ -116,8 +175,8 @@ def test_a_failed_final_raises_its_typed_error(daemon: str, fake: FakeDaemon) ->
 
 def test_submit_wait_cancel(daemon: str) -> None:
     async def body(client: AsyncDaemonClient) -> None:
-        req = GenerationRequest("tiny", (5, 6), SamplingParams(seed=1), StoppingParams(max_tokens=3))
-        job = await client.submit(req)
+        job = await client.submit("tiny", (5, 6), sampling=SamplingParams(seed=1), max_tokens=3)
+        assert job.seed == 1
         events = [e async for e in client.wait(job.job_id)]
         assert tokens_of(events) == completion_tokens([5, 6], 0, 3) and isinstance(events[-1], FinalEvent)
         assert await client.cancel(job.job_id) is True
@@ -152,14 +211,62 @@ def test_observation_plane(daemon: str, fake: FakeDaemon) -> None:
     async def body(client: AsyncDaemonClient) -> None:
         assert (await client.health()).status == common_pb2.SERVING_STATUS_SERVING
         assert len((await client.status()).models[0].lanes) == 4
-        assert (await client.get_model("tiny")).tokenizer_json == fake.tokenizer_json
+        model = await client.get_model("tiny")
+        assert isinstance(model, ModelInfo) and model.tokenizer_json == fake.tokenizer_json
+        assert (model.vocab_size, model.state, model.eos_token_ids, model.bos_token_id) == (
+            1000,
+            ModelState.READY,
+            (2,),
+            1,
+        )
         reports = client.watch_load(50)
         async with contextlib.aclosing(reports):  # type: ignore[type-var]
-            assert [(await anext(reports)).sequence for _ in range(3)] == [0, 1, 2]
+            got = [await anext(reports) for _ in range(3)]
+        assert [r.sequence for r in got] == [0, 1, 2]
+        assert all(isinstance(r, LoadReport) and r.status is ServingStatus.SERVING for r in got)
+        assert [(m.alias, m.ready, m.queue_depth, m.free_lanes) for m in got[2].models] == [("tiny", True, 2, 3)]
         with pytest.raises(InvalidArgument, match="interval_ms"):
             await anext(client.watch_load(70000))
 
     with_client(daemon, body)
+
+
+def test_watch_health_follows_the_standard_health_service(daemon: str, fake: FakeDaemon) -> None:
+    async def body(client: AsyncDaemonClient) -> None:
+        board = client.watch_health()
+        async with contextlib.aclosing(board):  # type: ignore[type-var]
+            assert await anext(board) is ServingStatus.SERVING
+            fake.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+            assert await anext(board) is ServingStatus.NOT_SERVING
+            fake.health.set("", health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)  # same mapped status: skipped
+            fake.health.set("", health_pb2.HealthCheckResponse.SERVING)
+            assert await anext(board) is ServingStatus.SERVING
+        model = client.watch_health("tiny")
+        async with contextlib.aclosing(model):  # type: ignore[type-var]
+            assert await anext(model) is ServingStatus.NOT_SERVING  # SERVICE_UNKNOWN: not published yet
+
+    with_client(daemon, body)
+
+
+def test_watch_health_of_a_dead_daemon_is_unavailable(tmp_path: Path, fake: FakeDaemon) -> None:
+    sock = tmp_path / "w.sock"
+    server = start_server(fake, sock)
+
+    async def main() -> None:
+        async with AsyncDaemonClient(str(tmp_path / "nobody.sock"), timeout=5.0) as gone:
+            with pytest.raises(Unavailable):
+                await anext(gone.watch_health())
+        async with AsyncDaemonClient(f"unix://{sock}", timeout=5.0) as client:
+            statuses = client.watch_health()
+            assert await anext(statuses) is ServingStatus.SERVING
+            server.stop(grace=None).wait(5)
+            with pytest.raises(Unavailable):
+                await anext(statuses)
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop(grace=None).wait(5)
 
 
 def test_operations_plane(daemon: str, fake: FakeDaemon) -> None:

@@ -2,9 +2,9 @@
 
 The script is a job's event list plus, per event index, how many times the stream breaks with
 UNAVAILABLE before that event is delivered. The property: whatever the chunking and breaks, the
-reader gets exactly the job's tokens, re-attaching from the right index, unless some index breaks
-more often in a row than the budget allows, in which case it gets the tokens before it and then
-`Unavailable`.
+reader gets exactly the job's tokens (token by token, or chunk by chunk with `chunks()`),
+re-attaching from the right index, unless some index breaks more often in a row than the budget
+allows, in which case it gets the tokens before it and then `Unavailable`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calculet.client import FinishReason, TokenChunk, TokenLogprob
 from calculet.client.generation import AsyncGeneration, Generation, StreamState, WaitCursor
 from calculet.client.messages import SubmitResult
-from calculet.daemon.core.events import FinishReason
 from calculet.daemon.errors import (
     Aborted,
     CalculetError,
@@ -107,6 +107,29 @@ def read_sync(gen: Generation) -> tuple[list[int], CalculetError | None]:
     return got, None
 
 
+def read_sync_chunks(gen: Generation) -> tuple[list[TokenChunk], CalculetError | None]:
+    got: list[TokenChunk] = []
+    try:
+        for chunk in gen.chunks():
+            got.append(chunk)
+    except CalculetError as err:
+        return got, err
+    return got, None
+
+
+def read_async_chunks(gen: AsyncGeneration) -> tuple[list[TokenChunk], CalculetError | None]:
+    async def read() -> tuple[list[TokenChunk], CalculetError | None]:
+        got: list[TokenChunk] = []
+        try:
+            async for chunk in gen.chunks():
+                got.append(chunk)
+        except CalculetError as err:
+            return got, err
+        return got, None
+
+    return asyncio.run(read())
+
+
 def read_async(gen: AsyncGeneration) -> tuple[list[int], CalculetError | None]:
     async def read() -> tuple[list[int], CalculetError | None]:
         got: list[int] = []
@@ -179,6 +202,123 @@ def test_async_generation_has_the_same_semantics(script: tuple) -> None:
     assert got == want == gen.tokens
     assert isinstance(err, Unavailable) if lost else err is None
     assert job.opened_from == [0, *reattaches]
+
+
+def assert_contiguous(chunks: list[TokenChunk], resumed: int) -> None:
+    """Event indexes 0, 1, 2 ... and token positions from `resumed` without gaps."""
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    position = resumed
+    for chunk in chunks:
+        assert chunk.first_index == position and chunk.tokens
+        position += len(chunk.tokens)
+
+
+@settings(max_examples=100, deadline=None)
+@given(scripts())
+def test_sync_chunks_deliver_every_chunk_once_across_breaks(script: tuple) -> None:
+    chunks, resumed, breaks, budget = script
+    job = ScriptedJob(events_for(chunks, resumed), dict(breaks))
+    gen = sync_generation(job, resumed, budget)
+    got, err = read_sync_chunks(gen)
+    want, lost, reattaches = expected_outcome(chunks, breaks, budget)
+    assert [t for c in got for t in c.tokens] == want == gen.tokens
+    assert [list(c.tokens) for c in got] == chunks[: len(got)], "tokens that arrived together stay together"
+    assert_contiguous(got, resumed)
+    if lost:
+        assert isinstance(err, Unavailable) and gen.state is StreamState.LOST and gen.final is None
+    else:
+        assert err is None and gen.state is StreamState.DONE
+        assert gen.final is not None and gen.final.reason is FinishReason.LENGTH
+    assert job.opened_from == [0, *reattaches]
+    assert job.ready_waits == len(reattaches)
+    assert job.closed == len(job.opened_from)
+
+
+@settings(max_examples=40, deadline=None)
+@given(scripts())
+def test_async_chunks_have_the_same_semantics(script: tuple) -> None:
+    chunks, resumed, breaks, budget = script
+    job = ScriptedJob(events_for(chunks, resumed), dict(breaks))
+    gen = async_generation(job, resumed, budget)
+    got, err = read_async_chunks(gen)
+    want, lost, reattaches = expected_outcome(chunks, breaks, budget)
+    assert [t for c in got for t in c.tokens] == want == gen.tokens
+    assert [list(c.tokens) for c in got] == chunks[: len(got)]
+    assert_contiguous(got, resumed)
+    assert isinstance(err, Unavailable) if lost else err is None
+    assert gen.final is None if lost else gen.final is not None
+    assert job.opened_from == [0, *reattaches]
+    assert job.ready_waits == len(reattaches)
+
+
+def logprob_events() -> list[inference_pb2.WaitEvent]:
+    def lp(token: int, value: float) -> inference_pb2.TokenLogprob:
+        top = [inference_pb2.TopLogprob(token=token, logprob=value), inference_pb2.TopLogprob(token=7, logprob=-3.0)]
+        return inference_pb2.TokenLogprob(token=token, logprob=value, top=top)
+
+    first = inference_pb2.TokenChunk(first_index=0, tokens=[4, 5, 6], logprobs=[lp(4, -0.5), lp(5, -1.0), lp(6, -2.0)])
+    second = inference_pb2.TokenChunk(first_index=3, tokens=[8], logprobs=[lp(8, -0.25)])
+    events = [inference_pb2.WaitEvent(index=0, tokens=first), inference_pb2.WaitEvent(index=1, tokens=second)]
+    return [*events, final_event(2, completion=4)]
+
+
+def test_chunks_carry_their_logprobs() -> None:
+    got, err = read_sync_chunks(sync_generation(ScriptedJob(logprob_events())))
+    assert err is None
+    assert got == [
+        TokenChunk(
+            0,
+            0,
+            (4, 5, 6),
+            (
+                TokenLogprob(4, -0.5, ((4, -0.5), (7, -3.0))),
+                TokenLogprob(5, -1.0, ((5, -1.0), (7, -3.0))),
+                TokenLogprob(6, -2.0, ((6, -2.0), (7, -3.0))),
+            ),
+        ),
+        TokenChunk(1, 3, (8,), (TokenLogprob(8, -0.25, ((8, -0.25), (7, -3.0))),)),
+    ]
+
+
+def test_token_and_chunk_reads_can_be_mixed() -> None:
+    def check(first: int, rest: list[TokenChunk], gen: Generation | AsyncGeneration) -> None:
+        assert first == 4
+        # the rest of the partly read chunk keeps its event index; positions and logprobs advance
+        assert [(c.index, c.first_index, c.tokens) for c in rest] == [(0, 1, (5, 6)), (1, 3, (8,))]
+        assert [lp.token for lp in rest[0].logprobs] == [5, 6]
+        assert gen.final is not None and gen.tokens == [4, 5, 6, 8]
+
+    gen = sync_generation(ScriptedJob(logprob_events()))
+    first = next(gen)
+    check(first, list(gen.chunks()), gen)
+
+    async def run() -> None:
+        agen = async_generation(ScriptedJob(logprob_events()))
+        first = await anext(agen)
+        check(first, [c async for c in agen.chunks()], agen)
+
+    asyncio.run(run())
+
+
+def test_chunks_raise_the_final_error_after_the_chunks() -> None:
+    events = error_final(common_pb2.ERROR_KIND_UNAVAILABLE, "model draining")
+    for read, make in ((read_sync_chunks, sync_generation), (read_async_chunks, async_generation)):
+        gen = make(ScriptedJob(list(events)))  # type: ignore[operator]
+        got, err = read(gen)  # type: ignore[operator]
+        assert [c.tokens for c in got] == [(4, 5), (6,)]
+        assert type(err) is Unavailable and err.message == "model draining"
+        assert gen.final is not None and gen.final.error is err and gen.final.reason is FinishReason.ERROR
+
+
+def test_max_reattach_zero_raises_unavailable_at_once_without_waiting_for_the_channel() -> None:
+    for read, make in ((read_sync, sync_generation), (read_async, async_generation)):
+        job = ScriptedJob(events_for([[1, 2], [3]]), breaks={1: 1})
+        gen = make(job, 0, 0)  # type: ignore[operator]
+        got, err = read(gen)  # type: ignore[operator]
+        assert got == [1, 2]
+        assert isinstance(err, Unavailable) and err.message == "Socket closed"
+        assert job.ready_waits == 0, "no wait for the channel: the caller fails over at once"
+        assert job.opened_from == [0] and gen.state is StreamState.LOST
 
 
 def error_final(kind: int, message: str, retry: float | None = None) -> list[inference_pb2.WaitEvent]:
@@ -295,6 +435,19 @@ def test_channel_not_ready_in_time_loses_the_stream() -> None:
         ([chunk_event(1, 0, [1]), final_event(2)], "event index 1, expected 0"),
         ([chunk_event(0, 0, [1]), chunk_event(1, 5, [2]), final_event(2)], "position 5, expected 1"),
         ([chunk_event(0, 0, [1])], "ended without a final event"),
+        ([chunk_event(0, 0, []), final_event(1)], "event 0 without tokens"),
+        (
+            [
+                inference_pb2.WaitEvent(
+                    index=0,
+                    tokens=inference_pb2.TokenChunk(
+                        first_index=0, tokens=[1, 2], logprobs=[inference_pb2.TokenLogprob(token=1)]
+                    ),
+                ),
+                final_event(1),
+            ],
+            "1 logprobs for 2 tokens",
+        ),
     ],
 )
 def test_protocol_violations_are_internal_errors(events: list[inference_pb2.WaitEvent], match: str) -> None:

@@ -8,24 +8,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calculet.client import SamplingParams
 from calculet.client.messages import (
     MAX_DRAIN_WINDOW_S,
-    check_request,
     drain_request,
-    generate_request,
     inject_fault_request,
     load_outcome,
     load_request,
     operation_timeout,
     reset_request,
+    sampling_params,
     submit_request,
     unload_request,
     wait_request,
     watch_load_request,
 )
-from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.errors import CalculetError, ErrorKind, FailedPrecondition, InvalidArgument, Overloaded
-from calculet.daemon.sampling.params import SamplingParams
 from calculet.v1 import common_pb2, inference_pb2, operate_pb2
 
 
@@ -36,16 +34,22 @@ def gen(**overrides: Any) -> inference_pb2.SubmitRequest:
         session_id="",
     )  # fmt: skip
     args.update(overrides)
-    return generate_request("tiny", args.pop("prompt", [5, 6, 7]), **args)
+    return submit_request(args.pop("model", "tiny"), args.pop("prompt", [5, 6, 7]), **args)
 
 
-def test_defaults_leave_seed_and_max_tokens_to_the_daemon() -> None:
+def test_defaults_leave_seed_max_tokens_and_sampling_to_the_daemon() -> None:
     pb = gen()
     assert not pb.sampling.HasField("seed")
     assert not pb.stopping.HasField("max_tokens")
     assert not pb.HasField("deadline_ms")
     assert list(pb.prompt_tokens) == [5, 6, 7]
-    assert pb.sampling.temperature == 1.0 and pb.sampling.top_p == 1.0 and pb.sampling.top_k == 0
+    # unset = the daemon's default (inference.proto: temperature 1.0, top_p 1.0, no penalty, no logprobs)
+    for name in ("temperature", "top_p", "repetition_penalty", "logprobs"):
+        assert not pb.sampling.HasField(name), name
+    s = pb.sampling
+    assert (s.top_k, s.min_p, s.presence_penalty, s.frequency_penalty, s.return_logits) == (0, 0.0, 0.0, 0.0, False)
+    assert (pb.priority, pb.client_request_id, pb.session_id, list(pb.resume_tokens)) == (0, "", "", [])
+    assert list(pb.stopping.stop_token_ids) == [] and not pb.stopping.ignore_eos
 
 
 @given(
@@ -67,13 +71,40 @@ def test_given_fields_reach_the_wire_unchanged(
 
 
 def test_sampling_object_is_sent_with_its_seed() -> None:
-    params = SamplingParams(seed=9, temperature=0.0, top_k=4, top_p=0.5, min_p=0.1, logprobs=3)
+    params = SamplingParams(
+        seed=9, temperature=0.0, top_k=4, top_p=0.5, min_p=0.1, repetition_penalty=1.25, presence_penalty=-0.5,
+        frequency_penalty=1.5, logprobs=3,
+    )  # fmt: skip
     pb = gen(sampling=params, ignore_eos=True, deadline_s=1.5, session_id="s", client_request_id="r")
     s = pb.sampling
     assert (s.seed, s.temperature, s.top_k, s.min_p, s.logprobs) == (9, 0.0, 4, pytest.approx(0.1), 3)
-    assert s.top_p == pytest.approx(0.5)
+    assert s.HasField("temperature") and s.HasField("seed")
+    assert s.top_p == pytest.approx(0.5) and s.repetition_penalty == 1.25
+    assert (s.presence_penalty, s.frequency_penalty) == (-0.5, 1.5)
     assert pb.stopping.ignore_eos and pb.deadline_ms == 1500
     assert (pb.session_id, pb.client_request_id) == ("s", "r")
+
+
+def test_a_sampling_object_without_a_seed_leaves_the_seed_to_the_daemon() -> None:
+    pb = gen(sampling=SamplingParams(temperature=0.5))
+    assert not pb.sampling.HasField("seed") and pb.sampling.temperature == 0.5
+    assert not pb.sampling.HasField("top_p")
+
+
+def test_individual_fields_build_the_sampling() -> None:
+    params = sampling_params(None, temperature=0.25, top_p=0.75, top_k=5, seed=3, logprobs=0)
+    assert params == SamplingParams(seed=3, temperature=0.25, top_k=5, top_p=0.75, logprobs=0)
+    assert sampling_params(None, temperature=None, top_p=None, top_k=None, seed=None, logprobs=None) == SamplingParams()
+    given = SamplingParams(seed=1)
+    assert sampling_params(given, temperature=None, top_p=None, top_k=None, seed=None, logprobs=None) is given
+
+
+def test_a_daemon_sampling_object_is_refused_by_name() -> None:
+    class Other:  # e.g. calculet.daemon.sampling.params.SamplingParams, which the client does not take
+        seed = 1
+
+    with pytest.raises(InvalidArgument, match=r"sampling: must be a calculet\.client\.SamplingParams"):
+        gen(sampling=Other())
 
 
 @pytest.mark.parametrize("field", ["temperature", "top_p", "top_k", "seed", "logprobs"])
@@ -99,13 +130,20 @@ def test_sampling_and_individual_fields_are_exclusive(field: str) -> None:
         ({"deadline_s": 0}, "deadline_s"),
         ({"deadline_s": float("nan")}, "deadline_s"),
         ({"deadline_s": 5e6}, "deadline_s"),
-        ({"temperature": -1.0}, "temperature"),
-        ({"top_p": 0.0}, "top_p"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": True}, "temperature"),
+        ({"top_p": [0.5]}, "top_p"),
         ({"top_k": -1}, "top_k"),
+        ({"top_k": 2**32}, "top_k"),
+        ({"top_k": 2.0}, "top_k"),
         ({"seed": 2**64}, "seed"),
-        ({"logprobs": 21}, "logprobs"),
+        ({"seed": -1}, "seed"),
+        ({"logprobs": -1}, "logprobs"),
+        ({"logprobs": 2**32}, "logprobs"),
         ({"ignore_eos": 1}, "ignore_eos"),
         ({"client_request_id": 7}, "client_request_id"),
+        ({"session_id": None}, "session_id"),
+        ({"model": b"tiny"}, "model"),
     ],
 )
 def test_bad_generate_arguments_are_invalid(overrides: dict[str, Any], field: str) -> None:
@@ -113,18 +151,35 @@ def test_bad_generate_arguments_are_invalid(overrides: dict[str, Any], field: st
         gen(**overrides)
 
 
-def test_submit_request_sends_the_domain_request_as_is() -> None:
-    req = GenerationRequest("tiny", (1, 2), SamplingParams(seed=0), StoppingParams(max_tokens=4), priority=3)
-    pb = submit_request(req)
-    assert pb.sampling.HasField("seed") and pb.sampling.seed == 0
-    assert pb.stopping.max_tokens == 4
-    assert pb.priority == -3  # domain: larger first; wire: lower first
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("min_p", "x"),
+        ("repetition_penalty", "1.1"),
+        ("presence_penalty", None),
+        ("frequency_penalty", 10**400),
+        ("temperature", b"1"),
+    ],
+)
+def test_sampling_params_refuse_what_protobuf_cannot_carry(field: str, value: object) -> None:
+    with pytest.raises(InvalidArgument, match=f"^{field}: "):
+        SamplingParams(**{field: value})  # type: ignore[arg-type]
 
 
-def test_check_request_refuses_what_protobuf_cannot_carry() -> None:
-    req = GenerationRequest("tiny", (1, 2**33), SamplingParams(), StoppingParams(max_tokens=4))
-    with pytest.raises(InvalidArgument, match="prompt_tokens\\[1\\]"):
-        check_request(req)
+@pytest.mark.parametrize(
+    ("overrides", "field", "sent"),
+    [
+        ({"temperature": -1.0}, "temperature", -1.0),
+        ({"top_p": 0.0}, "top_p", 0.0),
+        ({"logprobs": 21}, "logprobs", 21),
+        ({"top_k": 10**6}, "top_k", 10**6),
+    ],
+)
+def test_values_the_daemon_judges_reach_the_wire_unchanged(overrides: dict[str, Any], field: str, sent: object) -> None:
+    # inference.proto documents these ranges and the daemon refuses them with INVALID_ARGUMENT
+    # (tests/integration/test_daemon_bad_input.py); the client only checks what protobuf cannot carry.
+    pb = gen(**overrides)
+    assert getattr(pb.sampling, field) == sent
 
 
 def test_wait_and_watch_requests() -> None:

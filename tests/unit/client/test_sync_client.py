@@ -1,17 +1,31 @@
 """`DaemonClient` against the in-process fake daemon on a Unix socket: every RPC, its refusals as
-typed errors, metadata, streaming, re-attach, and the message size limit."""
+typed errors, metadata, streaming (tokens and chunks), re-attach, health Watch, and the message
+size limit."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 
-from calculet.client import DaemonClient, StreamState
-from calculet.daemon.core.events import FinalEvent, FinishReason, TokenChunk
-from calculet.daemon.core.request import GenerationRequest, StoppingParams
+from calculet.client import (
+    DaemonClient,
+    FinalEvent,
+    FinishReason,
+    LoadReport,
+    ModelInfo,
+    ModelLoad,
+    ModelState,
+    SamplingParams,
+    ServingStatus,
+    StreamState,
+    TokenChunk,
+)
+from calculet.daemon.error_codes import RETRY_AFTER_KEY
 from calculet.daemon.errors import (
     Aborted,
     CalculetError,
@@ -23,12 +37,18 @@ from calculet.daemon.errors import (
     Unauthenticated,
     Unavailable,
 )
-from calculet.daemon.sampling.params import SamplingParams
-from calculet.daemon.wire import RETRY_AFTER_KEY, tokens_of
 from calculet.v1 import common_pb2, inference_pb2
 
 from .conftest import start_server
-from .fake_daemon import DAEMON_SEED, DEFAULT_MAX_TOKENS, Failure, FakeDaemon, completion_tokens, final_event
+from .fake_daemon import (
+    DAEMON_SEED,
+    DEFAULT_MAX_TOKENS,
+    Failure,
+    FakeDaemon,
+    completion_tokens,
+    final_event,
+    tokens_of,
+)
 
 
 @pytest.fixture
@@ -108,17 +128,50 @@ def test_a_failed_final_raises_its_typed_error(client: DaemonClient, fake: FakeD
     error = common_pb2.ErrorStatus(kind=common_pb2.ERROR_KIND_ABORTED, message="recovery budget exhausted")
     fake.script = lambda req, generation: [final_event(0, inference_pb2.FINISH_REASON_ERROR, error=error)]
     gen = client.generate("tiny", [1])
-    with pytest.raises(Aborted, match="recovery budget exhausted"):
+    with pytest.raises(Aborted, match="recovery budget exhausted") as info:
         list(gen)
-    assert gen.final is not None and gen.final.error_kind is ErrorKind.ABORTED
+    assert gen.final is not None and gen.final.reason is FinishReason.ERROR
+    assert gen.final.error is info.value and gen.final.error.kind is ErrorKind.ABORTED
+
+
+def test_chunks_stream_the_tokens_that_arrived_together(client: DaemonClient, fake: FakeDaemon) -> None:
+    fake.next_breaks = {1, 2}  # re-attached twice on the way
+    gen = client.generate("tiny", [3, 4], max_tokens=5)
+    chunks = list(gen.chunks())
+    want = completion_tokens([3, 4], 0, 5)
+    assert [c.tokens for c in chunks] == [tuple(want[0:2]), tuple(want[2:4]), tuple(want[4:5])]
+    assert [(c.index, c.first_index) for c in chunks] == [(0, 0), (1, 2), (2, 4)]
+    assert gen.tokens == want and gen.state is StreamState.DONE
+    assert gen.final is not None and gen.final.index == 3 and gen.final.reason is FinishReason.LENGTH
+    assert [req.from_event_index for req, _ in fake.calls_of("Wait")] == [0, 1, 2]
+
+
+def test_chunks_raise_the_jobs_error(client: DaemonClient, fake: FakeDaemon) -> None:
+    fake.next_breaks, fake.next_lost_on_break = {1}, True
+    gen = client.generate("tiny", [8], max_tokens=6)
+    got: list[TokenChunk] = []
+    with pytest.raises(Unavailable, match="resubmit with resume_tokens"):
+        for chunk in gen.chunks():
+            got.append(chunk)
+    assert [t for c in got for t in c.tokens] == completion_tokens([8], 0, 2) == gen.tokens
+
+
+def test_max_reattach_zero_fails_over_at_once(daemon: str, fake: FakeDaemon) -> None:
+    fake.next_breaks = {1}
+    with DaemonClient(daemon, max_reattach=0) as client:
+        gen = client.generate("tiny", [8], max_tokens=6)
+        with pytest.raises(Unavailable, match="Socket closed"):
+            gen.result()
+        assert gen.tokens == completion_tokens([8], 0, 2) and gen.state is StreamState.LOST
+    assert len(fake.calls_of("Wait")) == 1
+    assert fake.calls_of("Health") == []
 
 
 def test_submit_wait_cancel(client: DaemonClient, fake: FakeDaemon) -> None:
-    req = GenerationRequest(
-        "tiny", (5, 6), SamplingParams(seed=1), StoppingParams(max_tokens=3), client_request_id="r1"
-    )
-    submitted = client.submit(req)
+    submitted = client.submit("tiny", (5, 6), sampling=SamplingParams(seed=1), max_tokens=3, client_request_id="r1")
     assert (submitted.job_id, submitted.seed, submitted.generation, submitted.deduplicated) == ("job-1", 1, 3, False)
+    ((req, _),) = fake.calls_of("Submit")
+    assert req.client_request_id == "r1" and req.sampling.seed == 1 and req.stopping.max_tokens == 3
     events = list(client.wait(submitted.job_id))
     assert [e.index for e in events] == list(range(len(events)))
     assert tokens_of(events) == completion_tokens([5, 6], 0, 3)
@@ -131,10 +184,27 @@ def test_submit_wait_cancel(client: DaemonClient, fake: FakeDaemon) -> None:
         client.cancel("nope")
 
 
+def test_submit_takes_the_same_arguments_as_generate(client: DaemonClient, fake: FakeDaemon) -> None:
+    job = client.submit(
+        "tiny", [1, 2], max_tokens=4, temperature=0.5, top_p=0.9, top_k=7, stop_token_ids=[9], ignore_eos=True,
+        logprobs=2, priority=-5, resume_tokens=[3], deadline_s=2.0, session_id="s1",
+    )  # fmt: skip
+    assert job.seed == DAEMON_SEED
+    ((req, _),) = fake.calls_of("Submit")
+    s = req.sampling
+    assert not s.HasField("seed") and s.temperature == 0.5 and s.top_p == pytest.approx(0.9) and s.top_k == 7
+    assert s.logprobs == 2 and req.priority == -5 and req.deadline_ms == 2000 and req.session_id == "s1"
+    assert list(req.stopping.stop_token_ids) == [9] and req.stopping.ignore_eos and list(req.resume_tokens) == [3]
+    events = list(client.wait(job.job_id))
+    assert tokens_of(events) == completion_tokens([1, 2], 1, 3)
+    with pytest.raises(InvalidArgument, match="sampling"):
+        client.submit("tiny", [1], seed=1, sampling=SamplingParams())
+
+
 def test_wait_refusals_are_typed(client: DaemonClient) -> None:
     with pytest.raises(NotFound):
         list(client.wait("nope"))
-    job = client.submit(GenerationRequest("tiny", (1,), SamplingParams(), StoppingParams(max_tokens=2)))
+    job = client.submit("tiny", (1,), max_tokens=2)
     with pytest.raises(InvalidArgument, match="from_event_index"):
         list(client.wait(job.job_id, from_index=99))
 
@@ -195,7 +265,12 @@ def test_health_status_and_model(client: DaemonClient, fake: FakeDaemon) -> None
     status = client.status()
     assert [m.alias for m in status.models] == ["tiny"] and len(status.device.chips) == 2
     model = client.get_model("tiny")
-    assert model.model.vocab_size == 1000 and model.tokenizer_json == fake.tokenizer_json
+    assert model == ModelInfo(
+        alias="tiny", generation=3, state=ModelState.READY, package_name="tiny", package_hash="ab" * 32,
+        family="qwen3_moe", quantization="bf16", vocab_size=1000, context=256, lanes=4, eos_token_ids=(2,),
+        bos_token_id=1, pad_token_id=None, model_max_length=256, tokenizer_json=fake.tokenizer_json,
+        chat_template="{{ messages }}",
+    )  # fmt: skip
     with pytest.raises(NotFound, match="ghost"):
         client.get_model("ghost")
 
@@ -209,10 +284,41 @@ def test_watch_load_streams_reports_until_closed(client: DaemonClient, fake: Fak
     reports = client.watch_load(100)
     first = [next(reports) for _ in range(3)]
     assert [r.sequence for r in first] == [0, 1, 2]
-    assert first[0].models[0].alias == "tiny" and first[0].models[0].ready
+    tiny = ModelLoad("tiny", 3, ModelState.READY, True, queue_depth=1, running=1, free_lanes=3, lanes_total=4)
+    assert first[1] == LoadReport(board="fake-0", status=ServingStatus.SERVING, sequence=1, models=(tiny,))
     reports.close()  # type: ignore[attr-defined]
+    fake.draining = True
+    with contextlib.closing(client.watch_load()) as drained:
+        assert next(drained).status is ServingStatus.DRAINING
     with pytest.raises(InvalidArgument, match="interval_ms"):
         next(client.watch_load(10))
+
+
+def test_watch_health_follows_the_standard_health_service(client: DaemonClient, fake: FakeDaemon) -> None:
+    board = client.watch_health()
+    assert next(board) is ServingStatus.SERVING
+    fake.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    assert next(board) is ServingStatus.NOT_SERVING
+    fake.health.set("", health_pb2.HealthCheckResponse.SERVING)
+    assert next(board) is ServingStatus.SERVING
+    board.close()  # type: ignore[attr-defined]
+    with contextlib.closing(client.watch_health("tiny")) as model:
+        assert next(model) is ServingStatus.NOT_SERVING  # SERVICE_UNKNOWN until the alias is published
+        fake.health.set("tiny", health_pb2.HealthCheckResponse.SERVING)
+        assert next(model) is ServingStatus.SERVING
+
+
+def test_watch_health_of_a_dead_daemon_is_unavailable(tmp_path: Path, fake: FakeDaemon) -> None:
+    with DaemonClient(str(tmp_path / "nobody.sock"), timeout=5.0) as client, pytest.raises(Unavailable):
+        next(client.watch_health())
+    sock = tmp_path / "w.sock"
+    server = start_server(fake, sock)
+    with DaemonClient(f"unix://{sock}", timeout=5.0) as client:
+        statuses = client.watch_health()
+        assert next(statuses) is ServingStatus.SERVING
+        server.stop(grace=None).wait(5)
+        with pytest.raises(Unavailable):
+            next(statuses)
 
 
 # ---- operations plane ------------------------------------------------------------------

@@ -1,0 +1,282 @@
+"""The client's own message types: what callers of `calculet.client` pass and get back.
+
+Frozen dataclasses and enums with plain Python fields (no numpy, no protobuf), so a program that
+only talks to daemons (the gateway, scripts) imports none of the daemon's engine. Data flow:
+callers build `SamplingParams` -> `calculet.client.convert` turns it into the Submit message;
+Wait events, GetModel and WatchLoad answers come back through `convert` as `TokenChunk` /
+`FinalEvent`, `ModelInfo` and `LoadReport`. The daemon keeps its own domain types
+(`calculet.daemon.core`, `calculet.daemon.sampling`); both sides meet only on the wire
+(`protos/calculet/v1/*.proto`, whose comments define every field's meaning and units).
+
+Enums read from the wire: a number this client does not know (a newer daemon) maps to a safe value
+rather than failing a whole stream: `FinishReason.ERROR`, `ModelState.UNKNOWN`,
+`ServingStatus.NOT_SERVING`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from calculet.daemon.errors import CalculetError, InvalidArgument
+
+UINT32_MAX = 2**32 - 1
+UINT64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How each token is drawn (inference.proto `SamplingParams`); None = the daemon's default.
+
+    Attributes:
+        seed: RNG seed, 0..2**64-1; None = the daemon picks one (`SubmitResult.seed` / `Generation.seed`).
+        temperature: None = 1.0; 0 = greedy.
+        top_k: keep the k most likely tokens; 0 = off.
+        top_p: nucleus mass; None = 1.0 (off).
+        min_p: drop tokens below min_p x the most likely one's probability; 0 = off.
+        repetition_penalty: None = 1.0 (none).
+        presence_penalty / frequency_penalty: OpenAI penalties; 0 = none.
+        logprobs: None = none; N = the sampled token's logprob and the N most likely.
+
+    Only what protobuf cannot carry is checked here (types, uint32/uint64 ranges); the daemon
+    judges the values (temperature >= 0, 0 < top_p <= 1, logprobs <= 20, ...) and refuses with
+    `InvalidArgument`.
+
+    Raises:
+        InvalidArgument: a field of the wrong type or outside its wire range, naming the field.
+    """
+
+    seed: int | None = None
+    temperature: float | None = None
+    top_k: int = 0
+    top_p: float | None = None
+    min_p: float = 0.0
+    repetition_penalty: float | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seed is not None:
+            check_integer("seed", self.seed, 0, UINT64_MAX)
+        check_integer("top_k", self.top_k, 0, UINT32_MAX)
+        if self.logprobs is not None:
+            check_integer("logprobs", self.logprobs, 0, UINT32_MAX)
+        for name in ("temperature", "top_p", "repetition_penalty"):
+            value = getattr(self, name)
+            if value is not None:
+                check_number(name, value)
+        for name in ("min_p", "presence_penalty", "frequency_penalty"):
+            check_number(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Log-probability of one sampled token and its most likely alternatives.
+
+    Attributes:
+        token: the sampled token id.
+        logprob: its natural-log probability under the raw model logits.
+        top: (token id, logprob) of the most likely tokens, by descending logprob.
+    """
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """Consecutive completion tokens that arrived together (one Wait event).
+
+    Attributes:
+        index: the event's index in the job's stream (0, 1, 2, ... without gaps).
+        first_index: completion index of tokens[0] (len(resume_tokens) for a resumed job's first).
+        tokens: the token ids, at least one.
+        logprobs: empty unless logprobs were requested; then one entry per token.
+    """
+
+    index: int
+    first_index: int
+    tokens: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+class FinishReason(Enum):
+    """Why a job ended (inference.proto `FinishReason`)."""
+
+    STOP = "stop"  # an EOS id or a stop token id was sampled
+    LENGTH = "length"  # max_tokens reached or the context is full
+    CANCELLED = "cancelled"  # Cancel or the daemon's orphan timeout
+    ERROR = "error"  # FinalEvent.error says why (a deadline is DeadlineExceeded)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of a finished job (completion_tokens includes resumed_tokens)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    resumed_tokens: int
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds on the daemon's monotonic clock from Submit's acceptance (0 = phase never happened)."""
+
+    queue_s: float
+    prefill_s: float
+    ttft_s: float
+    decode_s: float
+    e2e_s: float
+
+
+@dataclass(frozen=True)
+class FinalEvent:
+    """The last event of a job.
+
+    Attributes:
+        index: the event's index in the job's stream.
+        reason: why the job ended.
+        usage / timings: counts and phase times.
+        error: with reason ERROR, the typed error (Unavailable = resume elsewhere with
+            resume_tokens; DeadlineExceeded, Overloaded, Aborted are final); else None.
+        stop_token_id: with reason STOP, the token that stopped the job; else None.
+        generation: model generation that produced the job's last token.
+        recoveries: times the daemon transparently rebuilt the job's KV.
+    """
+
+    index: int
+    reason: FinishReason
+    usage: Usage
+    timings: Timings
+    error: CalculetError | None
+    stop_token_id: int | None
+    generation: int
+    recoveries: int
+
+
+Event = TokenChunk | FinalEvent
+
+
+class ModelState(Enum):
+    """Lifecycle state of a model alias (common.proto `ModelState`), values the lowercase names."""
+
+    UNLOADED = "unloaded"
+    VALIDATING = "validating"
+    CONFIGURING = "configuring"
+    WARMING = "warming"
+    READY = "ready"
+    DRAINING = "draining"
+    UNLOADING = "unloading"
+    FAILED = "failed"
+    UNKNOWN = "unknown"  # unspecified, or a state this client does not know (a newer daemon)
+
+
+class ServingStatus(Enum):
+    """Whether a board (or a model) accepts new work (common.proto `ServingStatus`)."""
+
+    SERVING = "serving"
+    DRAINING = "draining"  # refuses new jobs, finishes the ones it has
+    NOT_SERVING = "not_serving"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What GetModel returns: the manifest summary, state, tokenizer and chat template of an alias.
+
+    Attributes:
+        alias / generation / state: the alias, its current generation (0 = none) and lifecycle state.
+        package_name / package_hash: package name and SHA-256 of its manifest.
+        family / quantization: architecture family and quantization label.
+        vocab_size: every token id must be below it.
+        context: tokens a sequence may hold (prompt + completion).
+        lanes: sequences that can run at once.
+        eos_token_ids / bos_token_id / pad_token_id: special tokens (None = the tokenizer has none).
+        model_max_length: tokenizer model_max_length clamped to `context`.
+        tokenizer_json: the package's tokenizer.json, byte for byte (empty before validation).
+        chat_template: Jinja2 chat template ("" if none).
+    """
+
+    alias: str
+    generation: int
+    state: ModelState
+    package_name: str
+    package_hash: str
+    family: str
+    quantization: str
+    vocab_size: int
+    context: int
+    lanes: int
+    eos_token_ids: tuple[int, ...]
+    bos_token_id: int | None
+    pad_token_id: int | None
+    model_max_length: int
+    tokenizer_json: bytes
+    chat_template: str
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """One model's load figures in a `LoadReport`.
+
+    Attributes:
+        alias / generation / state: which model and where it is in its lifecycle.
+        ready: Submit would be admitted now (READY on a SERVING board).
+        queue_depth: jobs queued. running: jobs holding a lane.
+        free_lanes / lanes_total: lanes FREE / lanes of the current generation.
+    """
+
+    alias: str
+    generation: int
+    state: ModelState
+    ready: bool
+    queue_depth: int
+    running: int
+    free_lanes: int
+    lanes_total: int
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """One WatchLoad message: a board's load, for routing.
+
+    Attributes:
+        board: the board's name.
+        status: overall serving status.
+        sequence: report number on this stream, from 0.
+        models: one entry per known alias, sorted by alias.
+    """
+
+    board: str
+    status: ServingStatus
+    sequence: int
+    models: tuple[ModelLoad, ...]
+
+
+def check_integer(name: str, value: object, low: int, high: int) -> int:
+    """Return `value` if it is an int (not a bool) in [low, high].
+
+    Raises:
+        InvalidArgument: otherwise, naming the field.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name}: must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{name}: must be in [{low}, {high}], got {value}")
+    return value
+
+
+def check_number(name: str, value: object) -> float:
+    """Return `value` as a float if it is a real number (int or float, not a bool).
+
+    Raises:
+        InvalidArgument: otherwise, naming the field. (NaN and infinities pass: the daemon judges them.)
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{name}: must be a number, got {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range
+        raise InvalidArgument(f"{name}: {value} is beyond the float range") from None
