@@ -221,6 +221,7 @@ def model_info_to_pb(m: ModelInfoView) -> observe_pb2.GetModelResponse:
         generation=m.generation,
         state=model_state_to_pb(m.state),  # type: ignore[arg-type]
         package_name=m.package_name,
+        package_hash=m.package_hash,
         model_role=m.model_role,
         family=m.family,
         quantization=m.quantization,

@@ -9,6 +9,7 @@ block the caller, never the engine threads.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -42,6 +43,7 @@ from calculet.daemon.device.errors import DeviceLost
 from calculet.daemon.device.registry import load_driver
 from calculet.daemon.device.types import DeviceCapabilities, DeviceInfo, JobCounters, MemoryUsage
 from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from calculet.daemon.package.manifest import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
@@ -442,6 +444,7 @@ class DeviceCore:
         try:
             tokenizer = (rt.package_dir / m.tokenizer.path).read_bytes()
             template = (rt.package_dir / m.tokenizer.chat_template).read_text(encoding="utf-8")
+            package_hash = hashlib.sha256((rt.package_dir / MANIFEST_NAME).read_bytes()).hexdigest()
         except OSError as exc:
             raise Unavailable(f"model {alias!r}: cannot read tokenizer files: {exc.strerror}") from None
         limits = rt.limits
@@ -450,6 +453,7 @@ class DeviceCore:
             generation=rt.generation,
             state=rt.state,
             package_name=m.name,
+            package_hash=package_hash,
             model_role=m.model_role,
             family=m.architecture.family,
             quantization=m.quantization,

@@ -130,6 +130,7 @@ class ModelInfoView:
     generation: int
     state: ModelState
     package_name: str
+    package_hash: str  # SHA-256 of calculet-package.json (which lists every file's hash)
     model_role: str
     family: str
     quantization: str
