@@ -1,19 +1,132 @@
-"""`calculet-gateway` entry point. The gateway (DESIGN.md section 7) is not built yet; the command
-exists so the distribution's console scripts are complete, and it says so instead of pretending."""
+"""`calculet-gateway`: the OpenAI-compatible HTTP gateway in front of many board daemons.
+
+Data flow: argv -> `build_parser` -> settings (the `[gateway]` table of `--config`, then the flags
+given) -> `config_from` (every value checked) -> uvicorn serving `api.app.create_app`, whose
+lifespan opens the fleet (discovery, one connection per daemon) inside the server's loop. A bad
+setting ends the process with one line on stderr and exit status 2.
+
+    calculet-gateway --listen 127.0.0.1:8000 --daemon unix:run/board0.sock --daemon unix:run/board1.sock
+"""
 
 from __future__ import annotations
 
+import argparse
+import gc
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from calculet.daemon.errors import InvalidArgument
+from calculet.gateway.api.app import create_app
+from calculet.gateway.config import GatewayConfig, config_from, read_config
+from calculet.gateway.fleet.connection import ClientConnection
+from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver
+from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.router import Router
+from calculet.gateway.serving.choice import RetryPolicy
+from calculet.gateway.serving.service import GatewayService
+
+log = logging.getLogger("calculet.gateway")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="calculet-gateway", description="OpenAI-compatible gateway over board daemons.")
+    p.add_argument("--config", type=Path, help="TOML file ([gateway] table); flags override it")
+    p.add_argument("--listen", help="HOST:PORT or unix:PATH (default 127.0.0.1:8000)")
+    p.add_argument("--daemon", action="append", default=[], metavar="TARGET", help="board daemon (repeatable)")
+    p.add_argument("--dns", action="append", default=[], metavar="NAME:PORT", help="DNS name of daemons (repeatable)")
+    p.add_argument("--dns-interval", type=float, help="seconds between DNS re-resolutions (10)")
+    p.add_argument("--dns-hosts-file", help="resolve --dns names from this hosts-format file, re-read each round")
+    p.add_argument("--load-interval-ms", type=int, help="WatchLoad report period asked of daemons (1000)")
+    p.add_argument("--max-attempts", type=int, help="submits per choice across boards, retries included (6)")
+    p.add_argument("--failover-wait", type=float, help="mid-stream seconds to wait for a board to come back (15)")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (INFO)")
+    return p
+
+
+def settings_from(args: argparse.Namespace) -> dict[str, Any]:
+    """Config file table, then flags (lists from flags replace the file's)."""
+    settings = read_config(args.config) if args.config else {}
+    for key in (
+        "listen",
+        "dns-interval",
+        "dns-hosts-file",
+        "load-interval-ms",
+        "max-attempts",
+        "failover-wait",
+        "log-level",
+    ):
+        value = getattr(args, key.replace("-", "_"))
+        if value is not None:
+            settings[key] = value
+    if args.daemon:
+        settings["daemons"] = args.daemon
+    if args.dns:
+        settings["dns"] = args.dns
+    return settings
+
+
+def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
+    """The app's service context: the fleet is built and closed inside the server's loop."""
+
+    async def make_service() -> AsyncIterator[GatewayService]:
+        resolver = HostsFileResolver(Path(cfg.dns_hosts_file)) if cfg.dns_hosts_file else None
+        discovery = Discovery(cfg.daemons, cfg.dns, resolver)
+        fleet = Fleet(
+            discovery, lambda t: ClientConnection(t, load_interval_ms=cfg.load_interval_ms), cfg.dns_interval_s
+        )
+        await fleet.start()
+        gc.freeze()  # start-up objects out of the collector's way (DESIGN.md section 9: GC pauses)
+        try:
+            yield GatewayService(fleet, Router(fleet), RetryPolicy(cfg.max_attempts, cfg.failover_wait_s))
+        finally:
+            await fleet.close()
+
+    return make_service
+
+
+def uvicorn_config(cfg: GatewayConfig) -> uvicorn.Config:
+    app = create_app(service_factory(cfg))
+    where: dict[str, Any]
+    if cfg.listen.startswith("unix:"):
+        where = {"uds": cfg.listen.removeprefix("unix:")}
+    else:
+        host, sep, port = cfg.listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise InvalidArgument(f"listen: expected HOST:PORT or unix:PATH, got {cfg.listen!r}")
+        where = {"host": host.strip("[]"), "port": int(port)}
+    loop = "uvloop" if _has("uvloop") else "asyncio"
+    http = "httptools" if _has("httptools") else "h11"
+    return uvicorn.Config(
+        app, **where, loop=loop, http=http, log_level=cfg.log_level.lower(), access_log=False,
+        timeout_graceful_shutdown=30,
+    )  # fmt: skip
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print(
-        "calculet-gateway: the OpenAI-compatible gateway is not built yet; "
-        "talk to a board daemon directly with calctl or calculet.client.DaemonClient",
-        file=sys.stderr,
-    )
-    return 1
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from(settings_from(args))
+        config = uvicorn_config(cfg)
+    except InvalidArgument as err:
+        print(f"calculet-gateway: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.info("gateway on %s; daemons %s; dns %s", cfg.listen, list(cfg.daemons), list(cfg.dns))
+    uvicorn.Server(config).run()
+    return 0
 
 
 if __name__ == "__main__":

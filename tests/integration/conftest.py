@@ -20,6 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.ops.sim_packages.build import build_sim_package
+from tests.integration.gateway_process import GatewayProcess
 
 STARTUP_TIMEOUT_S = 60.0
 
@@ -35,10 +36,13 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class DaemonProcess:
     """One daemon process under test."""
 
-    def __init__(self, workdir: Path, models_root: Path, args: list[str]) -> None:
+    def __init__(self, workdir: Path, models_root: Path, args: list[str], listen: str | None = None) -> None:
         self.workdir = workdir
-        self.socket = workdir / "board0.sock"
-        self.target = f"unix:{self.socket}"
+        self.socket = (
+            Path(listen.removeprefix("unix:")) if listen and listen.startswith("unix:") else workdir / "board0.sock"
+        )
+        self.target = listen or f"unix:{self.socket}"
+        self._tcp = not self.target.startswith("unix:")
         self.log_path = workdir / "daemon.log"
         cmd = [
             sys.executable, "-m", "calculet.daemon.main",
@@ -60,7 +64,7 @@ class DaemonProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"daemon exited with {self.proc.returncode} during startup:\n{self.log()}")
-            if self.socket.exists():
+            if self._tcp or self.socket.exists():
                 try:
                     with grpc.insecure_channel(self.target) as ch:
                         stub = health_pb2_grpc.HealthStub(ch)
@@ -91,13 +95,14 @@ class DaemonProcess:
 def start_daemon(
     tmp_path: Path, models_root: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., DaemonProcess]]:
-    """`start_daemon(*flags)` -> a SERVING DaemonProcess; stopped (log shown on failure) at teardown."""
+    """`start_daemon(*flags, listen=None)` -> a SERVING DaemonProcess (on `listen`, default a Unix
+    socket in its own temp dir); stopped (log shown on failure) at teardown."""
     started: list[DaemonProcess] = []
 
-    def start(*args: str) -> DaemonProcess:
+    def start(*args: str, listen: str | None = None) -> DaemonProcess:
         workdir = tmp_path / f"d{len(started)}"
         workdir.mkdir()
-        daemon = DaemonProcess(workdir, models_root, list(args))
+        daemon = DaemonProcess(workdir, models_root, list(args), listen)
         started.append(daemon)
         daemon.wait_serving()
         return daemon
@@ -108,6 +113,27 @@ def start_daemon(
         rep = getattr(request.node, "rep_call", None)
         if (rep is not None and rep.failed) or code not in (0, -signal.SIGTERM):
             print(f"---- daemon log ({daemon.workdir}, exit {code}) ----\n{daemon.log()}")
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., GatewayProcess]]:
+    """`start_gateway(*flags)` -> a GatewayProcess on a Unix socket, ready (some board can serve)."""
+    started: list[GatewayProcess] = []
+
+    def start(*args: str, wait_ready: bool = True) -> GatewayProcess:
+        workdir = tmp_path / f"gw{len(started)}"
+        workdir.mkdir()
+        gateway = GatewayProcess(workdir, list(args))
+        started.append(gateway)
+        gateway.wait_up(ready=wait_ready)
+        return gateway
+
+    yield start
+    for gateway in started:
+        code = gateway.stop()
+        rep = getattr(request.node, "rep_call", None)
+        if (rep is not None and rep.failed) or code not in (0, -signal.SIGTERM):
+            print(f"---- gateway log ({gateway.workdir}, exit {code}) ----\n{gateway.log()}")
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -1,0 +1,168 @@
+"""The FastAPI application: routes that parse, call `GatewayService`, and format.
+
+Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`, `GET /health`
+(the process answers), `GET /ready` (some board can serve: 200, else 503), `GET /metrics` (a
+minimal Prometheus text until the observability issue). Bodies are read raw and validated by
+`schemas.parse_body` (strict types, unknown fields ignored); every `CalculetError` becomes its
+HTTP status through `errors.error_response`, the only place that decides statuses; any other
+exception is logged and answered 500 without details.
+
+Ownership: the lifespan creates the fleet inside the server's event loop (gRPC aio channels bind
+to it) and closes it on shutdown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response, StreamingResponse
+
+from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.gateway.api import formats, streaming
+from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
+from calculet.gateway.errors import error_response, internal_error_response
+from calculet.gateway.fleet.board import BoardState
+from calculet.gateway.serving.service import GatewayService
+
+log = logging.getLogger("calculet.gateway.http")
+
+SESSION_HEADER = "x-session-id"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
+
+
+def session_key(request: Request, user: str | None) -> str:
+    """Affinity key: the session header, else the OpenAI `user`; hashed to the daemon's 128-byte limit."""
+    raw = request.headers.get(SESSION_HEADER) or user or ""
+    return hashlib.blake2b(raw.encode(), digest_size=16).hexdigest() if raw else ""
+
+
+def create_app(make_service: Callable[[], AsyncIterator[GatewayService]]) -> FastAPI:
+    """The app. `make_service` is an async context (generator) yielding the running service."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with asynccontextmanager(make_service)() as service:
+            app.state.service = service
+            yield
+
+    app = FastAPI(title="Calculet gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.exception_handler(CalculetError)
+    async def calculet_error(_: Request, err: CalculetError) -> Response:
+        if err.kind is ErrorKind.INTERNAL:
+            log.error("internal error: %s", err)
+        return error_response(err)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, err: StarletteHTTPException) -> Response:
+        kind = ErrorKind.NOT_FOUND if err.status_code == 404 else ErrorKind.INVALID_ARGUMENT
+        resp = error_response(CalculetError(str(err.detail), kind=kind))
+        resp.status_code = err.status_code
+        return resp
+
+    @app.exception_handler(Exception)
+    async def bug(_: Request, err: Exception) -> Response:
+        log.exception("unhandled error", exc_info=err)
+        return internal_error_response()
+
+    def service_of(request: Request) -> GatewayService:
+        return request.app.state.service
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        req = parse_body(ChatCompletionRequest, await request.body())
+        service = service_of(request)
+        prepared = await streaming.unless_disconnected(
+            request, service.prepare_chat(req, session_key(request, req.user))
+        )
+        logprobs = req.logprobs
+        events = prepared.events()
+        if req.stream:
+            first = await streaming.first_event(request, events)
+            body = streaming.sse_chat(prepared, first, events, logprobs=logprobs, include_usage=req.include_usage)
+            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        states = await streaming.unless_disconnected(request, streaming.collect(prepared, events, chat=True))
+        return json_response(
+            formats.chat_response(
+                prepared.request_id, prepared.created, prepared.model, states, prepared.prompt_token_count, logprobs
+            )
+        )
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        req = parse_body(CompletionRequest, await request.body())
+        service = service_of(request)
+        prepared = await streaming.unless_disconnected(
+            request, service.prepare_completion(req, session_key(request, req.user))
+        )
+        logprobs = req.logprobs is not None
+        events = prepared.events()
+        if req.stream:
+            first = await streaming.first_event(request, events)
+            body = streaming.sse_completion(prepared, first, events, logprobs=logprobs, include_usage=req.include_usage)
+            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        states = await streaming.unless_disconnected(request, streaming.collect(prepared, events, chat=False))
+        return json_response(
+            formats.completion_response(
+                prepared.request_id, prepared.created, prepared.model, states, prepared.prompt_token_count, logprobs
+            )
+        )
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        service = service_of(request)
+        data = []
+        for alias, ready in sorted(service.fleet.known_models().items()):
+            if ready == 0:
+                continue
+            context = await service.model_context(alias)
+            data.append(
+                {
+                    "id": alias,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "calculet",
+                    "max_model_len": context,
+                    "context_length": context,
+                    "boards": ready,
+                }
+            )
+        return json_response({"object": "list", "data": data})
+
+    @app.get("/health")
+    async def health() -> Response:
+        return json_response({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready(request: Request) -> Response:
+        fleet = service_of(request).fleet
+        models = fleet.known_models()
+        ok = any(n > 0 for n in models.values())
+        body = {
+            "status": "ready" if ok else "not_ready",
+            "boards": {b.target: b.state.value for b in fleet.boards.values()},
+            "models": models,
+        }
+        return json_response(body, 200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        fleet = service_of(request).fleet
+        lines = ["# TYPE calculet_gateway_boards gauge"]
+        for state in BoardState:
+            n = sum(1 for b in fleet.boards.values() if b.state is state)
+            lines.append(f'calculet_gateway_boards{{state="{state.value}"}} {n}')
+        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    return app

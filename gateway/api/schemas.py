@@ -1,0 +1,172 @@
+"""OpenAI request bodies, parsed strictly: unknown fields are ignored, wrong types are 400.
+
+Bodies are validated from the raw JSON with pydantic in strict mode (`parse_body`), so `"5"` is
+not taken for 5 and `true` not for 1, as OpenAI's own API does; a pydantic `ValidationError` or a
+body that is not JSON becomes `InvalidArgument` naming the field, which the one error mapping
+turns into a 400 in OpenAI's shape (never FastAPI's 422). Ranges follow OpenAI where OpenAI has
+them and the daemon's protocol (inference.proto) for the extensions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from calculet.daemon.errors import InvalidArgument
+
+MAX_N = 16
+MAX_STOPS = 16
+MAX_TOP_LOGPROBS = 20
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+
+class _Lenient(BaseModel):
+    """Strict types, unknown fields ignored (OpenAI adds fields; old clients send removed ones)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class _Sampling(_Lenient):
+    """Fields shared by chat and text completions."""
+
+    model: Annotated[str, Field(min_length=1, max_length=128)]
+    max_tokens: Annotated[int, Field(ge=1, le=2**32 - 1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
+    seed: Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)] | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    user: Annotated[str, Field(max_length=256)] | None = None
+    # Extensions (vLLM's names).
+    top_k: Annotated[int, Field(ge=-1)] | None = None  # -1 or 0 = disabled
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
+    ignore_eos: bool = False
+    stop_token_ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=64)] | None = None
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class TextPart(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Lenient):
+    role: Annotated[str, Field(min_length=1, max_length=64)]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+    def template_view(self) -> dict[str, Any]:
+        """The message as the chat template sees it: content as one string.
+
+        Raises:
+            InvalidArgument: a content part that is not text (images are not served).
+        """
+        content = self.content
+        if isinstance(content, list):
+            texts = []
+            for i, part in enumerate(content):
+                try:
+                    texts.append(TextPart.model_validate(part, strict=False).text)
+                except ValidationError as err:
+                    raise InvalidArgument(
+                        f"content[{i}]: only parts of type 'text' with a string 'text' are supported"
+                    ) from err
+            content = "".join(texts)
+        view: dict[str, Any] = {"role": self.role, "content": content if content is not None else ""}
+        if self.name is not None:
+            view["name"] = self.name
+        return view
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=1, le=2**32 - 1)] | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    add_generation_prompt: bool = True
+
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def logprobs_count(self) -> int | None:
+        """Daemon `SamplingParams.logprobs`: None = none, 0 = the sampled token's only."""
+        if not self.logprobs:
+            if self.top_logprobs:
+                raise InvalidArgument("top_logprobs: requires logprobs = true")
+            return None
+        return self.top_logprobs or 0
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
+
+    def token_limit(self) -> int | None:
+        # OpenAI's legacy default is 16 tokens.
+        return 16 if self.max_tokens is None else self.max_tokens
+
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, each a text or a list of token ids.
+
+        Raises:
+            InvalidArgument: an empty prompt list, or options this gateway does not serve.
+        """
+        if self.echo:
+            raise InvalidArgument("echo: not supported")
+        if self.suffix:
+            raise InvalidArgument("suffix: not supported")
+        if self.best_of is not None and self.best_of != self.n:
+            raise InvalidArgument("best_of: only best_of = n is supported")
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise InvalidArgument("prompt: must not be empty")
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]  # type: ignore[arg-type]
+        return list(p)  # type: ignore[arg-type]
+
+
+Body = TypeVar("Body", bound=_Lenient)
+
+
+def parse_body(cls: type[Body], raw: bytes) -> Body:
+    """Validate a JSON request body.
+
+    Raises:
+        InvalidArgument: not JSON, not an object, a missing field, a wrong type or a value out of
+            range (the message names the first offending field).
+    """
+    try:
+        return cls.model_validate_json(raw, strict=True)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        if first["type"] == "json_invalid":
+            raise InvalidArgument(f"body: not valid JSON ({first['msg']})") from err
+        raise InvalidArgument(f"{where}: {first['msg']}") from err

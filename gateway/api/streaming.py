@@ -1,0 +1,151 @@
+"""Running a prepared request for HTTP: SSE streams, whole answers, and the client's disconnect.
+
+`first_event` waits for a request's first event while watching the connection, so errors that
+happen before any output (every board overloaded or draining) still become a proper HTTP status,
+and a client that leaves during the prefill cancels its jobs at once. `sse_chat` / `sse_completion`
+turn choice events into `data: {...}` lines (tokens that arrived together become one event) and
+end with `data: [DONE]`; an error after the first byte is sent in-band as `data: {"error": ...}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import orjson
+from starlette.requests import Request
+
+from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.gateway.api import formats
+from calculet.gateway.errors import error_body
+from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, ChoiceEvent
+from calculet.gateway.serving.service import Prepared
+
+log = logging.getLogger("calculet.gateway.http")
+
+T = TypeVar("T")
+Events = AsyncIterator[tuple[int, ChoiceEvent]]
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`; cancel it if the client disconnects first.
+
+    Raises:
+        CalculetError: (CANCELLED) the client went away; whatever `work` raises.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise CalculetError("client disconnected", kind=ErrorKind.CANCELLED)
+    return task.result()
+
+
+async def first_event(request: Request, events: Events) -> tuple[int, ChoiceEvent] | None:
+    """The first event of `events` (None if there is none), watching for a disconnect."""
+
+    async def head() -> tuple[int, ChoiceEvent] | None:
+        return await anext(events, None)
+
+    return await unless_disconnected(request, head())
+
+
+async def _chain(first: tuple[int, ChoiceEvent] | None, events: Events) -> Events:
+    if first is not None:
+        yield first
+    async for item in events:
+        yield item
+
+
+async def sse_chat(
+    prepared: Prepared, first: tuple[int, ChoiceEvent] | None, events: Events, *, logprobs: bool, include_usage: bool
+) -> AsyncIterator[bytes]:
+    rid, created, model, text = prepared.request_id, prepared.created, prepared.model, prepared.text
+    started: set[int] = set()
+    completion_tokens = 0
+    try:
+        async for index, event in _chain(first, events):
+            out = []
+            if index not in started:
+                started.add(index)
+                role = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                        "finish_reason": None}  # fmt: skip
+                out.append(sse(formats.chat_chunk(rid, created, model, role, include_usage)))
+            if isinstance(event, ChoiceDelta):
+                lp = {"content": formats.chat_logprobs(text, event.logprobs)} if logprobs else None
+                choice = {"index": index, "delta": {"content": event.text}, "logprobs": lp, "finish_reason": None}
+                out.append(sse(formats.chat_chunk(rid, created, model, choice, include_usage)))
+            elif isinstance(event, ChoiceEnd):
+                completion_tokens += event.completion_tokens
+                choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": event.finish_reason}
+                out.append(sse(formats.chat_chunk(rid, created, model, choice, include_usage)))
+            yield b"".join(out)
+        if include_usage:
+            used = formats.usage(prepared.prompt_token_count, completion_tokens)
+            yield sse(formats.chat_chunk(rid, created, model, None, with_usage=False) | {"choices": [], "usage": used})
+    except CalculetError as err:
+        log.warning("%s: stream failed: %s", rid, err)
+        yield sse(error_body(err))
+    yield DONE
+
+
+async def sse_completion(
+    prepared: Prepared, first: tuple[int, ChoiceEvent] | None, events: Events, *, logprobs: bool, include_usage: bool
+) -> AsyncIterator[bytes]:
+    rid, created, model, text = prepared.request_id, prepared.created, prepared.model, prepared.text
+    completion_tokens = 0
+    offsets: dict[int, int] = {}
+    try:
+        async for index, event in _chain(first, events):
+            if isinstance(event, ChoiceDelta):
+                lp = None
+                if logprobs:
+                    legacy = formats.CompletionLogprobs()
+                    legacy.add(text, event.logprobs, offsets.get(index, 0))
+                    lp = legacy.as_dict()
+                offsets[index] = offsets.get(index, 0) + len(event.text)
+                choice = {"index": index, "text": event.text, "logprobs": lp, "finish_reason": None}
+            else:
+                completion_tokens += event.completion_tokens
+                choice = {"index": index, "text": "", "logprobs": None, "finish_reason": event.finish_reason}
+            yield sse(formats.completion_chunk(rid, created, model, choice, include_usage))
+        if include_usage:
+            used = formats.usage(prepared.prompt_token_count, completion_tokens)
+            yield sse(
+                formats.completion_chunk(rid, created, model, None, with_usage=False) | {"choices": [], "usage": used}
+            )
+    except CalculetError as err:
+        log.warning("%s: stream failed: %s", rid, err)
+        yield sse(error_body(err))
+    yield DONE
+
+
+async def collect(prepared: Prepared, events: Events, *, chat: bool) -> list[formats.ChoiceState]:
+    """Every choice's whole output (non-streamed answers). Raises: CalculetError."""
+    n = len(prepared.runners)
+    states = [formats.ChoiceState(i) for i in range(n)]
+    async for index, event in events:
+        state = states[index]
+        if isinstance(event, ChoiceDelta):
+            state.add(event, prepared.text, chat)
+        else:
+            state.finish_reason = event.finish_reason
+            state.completion_tokens = event.completion_tokens
+    return states

@@ -1,0 +1,121 @@
+"""The gateway's settings: the `[gateway]` table of a TOML file, overridden by flags.
+
+Keys are spelled like the flags (`-` or `_`); unknown keys are refused so a typo cannot be
+silently ignored. Every value is checked here; `GatewayConfig` holds only valid settings.
+
+    [gateway]
+    listen = "127.0.0.1:8000"          # or "unix:/run/calculet/gateway.sock"
+    daemons = ["unix:/run/calculet/board0.sock", "unix:/run/calculet/board1.sock"]
+    dns = ["calculet-boards.default.svc.cluster.local:50051"]
+    dns-interval = 10                  # seconds between DNS re-resolutions
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from calculet.daemon.errors import InvalidArgument
+
+KEYS = frozenset(
+    {
+        "listen", "daemons", "dns", "dns-interval", "dns-hosts-file", "load-interval-ms", "max-attempts",
+        "failover-wait", "log-level",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Attributes:
+    listen: `HOST:PORT` or `unix:PATH` for HTTP.
+    daemons: static daemon targets.
+    dns: `NAME:PORT` names whose addresses are daemons (re-resolved every `dns_interval_s`).
+    dns_hosts_file: resolve `dns` names from this hosts-format file instead of the system ("" = system).
+    load_interval_ms: WatchLoad period asked of each daemon.
+    max_attempts: submits per choice across boards (first try, retries and failovers).
+    failover_wait_s: mid-stream, how long to wait for a board to come (back) up.
+    log_level: DEBUG, INFO, WARNING, ERROR.
+    """
+
+    listen: str = "127.0.0.1:8000"
+    daemons: tuple[str, ...] = ()
+    dns: tuple[str, ...] = ()
+    dns_interval_s: float = 10.0
+    dns_hosts_file: str = ""
+    load_interval_ms: int = 1000
+    max_attempts: int = 6
+    failover_wait_s: float = 15.0
+    log_level: str = "INFO"
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The `[gateway]` table of `path`, keys normalised to dashes.
+
+    Raises:
+        InvalidArgument: unreadable, not TOML, no `[gateway]` table, or unknown keys.
+    """
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise InvalidArgument(f"config {path}: {err}") from err
+    table = document.get("gateway")
+    if not isinstance(table, dict):
+        raise InvalidArgument(f"config {path}: needs a [gateway] table")
+    settings = {key.replace("_", "-"): value for key, value in table.items()}
+    unknown = sorted(set(settings) - KEYS)
+    if unknown:
+        raise InvalidArgument(f"config {path}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})")
+    return settings
+
+
+def config_from(settings: dict[str, Any]) -> GatewayConfig:
+    """Check every setting.
+
+    Raises:
+        InvalidArgument: a wrong type or a value out of range, naming the key; no board at all.
+    """
+    cfg = GatewayConfig(
+        listen=_text(settings, "listen", GatewayConfig.listen),
+        daemons=_texts(settings, "daemons"),
+        dns=_texts(settings, "dns"),
+        dns_interval_s=_number(settings, "dns-interval", GatewayConfig.dns_interval_s, 0.1, 86400),
+        dns_hosts_file=_text(settings, "dns-hosts-file", "-").removeprefix("-"),
+        load_interval_ms=int(_number(settings, "load-interval-ms", GatewayConfig.load_interval_ms, 50, 60000)),
+        max_attempts=int(_number(settings, "max-attempts", GatewayConfig.max_attempts, 1, 100)),
+        failover_wait_s=_number(settings, "failover-wait", GatewayConfig.failover_wait_s, 0, 3600),
+        log_level=_text(settings, "log-level", GatewayConfig.log_level).upper(),
+    )
+    if cfg.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")
+    if not cfg.daemons and not cfg.dns:
+        raise InvalidArgument("no boards: give --daemon TARGET or --dns NAME:PORT (or daemons/dns in the config)")
+    return cfg
+
+
+def _text(settings: dict[str, Any], key: str, default: str) -> str:
+    value = settings.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{key}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def _texts(settings: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = settings.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidArgument(f"{key}: must be a list of non-empty strings, got {value!r}")
+    return tuple(value)
+
+
+def _number(settings: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgument(f"{key}: must be a number, got {value!r}")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{key}: must be in [{low:g}, {high:g}], got {value}")
+    return float(value)

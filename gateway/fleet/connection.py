@@ -1,0 +1,165 @@
+"""The gateway's view of one daemon: an ABC over what it calls, and its `calculet.client` adapter.
+
+The gateway needs five things from a board daemon: start a generation (Submit + Wait), describe
+a model (GetModel), stream load reports (WatchLoad), stream health (grpc.health.v1 Watch), and
+close. `DaemonConnection` states exactly that, so unit tests drive the fleet, router and
+failover logic with fakes implementing the same ABC, and `ClientConnection` adapts
+`calculet.client.AsyncDaemonClient` (which owns the gRPC channel) for real daemons.
+
+Failover needs broken streams to surface at once: the adapter's client re-attaches a broken Wait
+stream zero times (`max_reattach=0`) and the gateway resubmits elsewhere with resume_tokens.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from calculet.client import AsyncDaemonClient, AsyncGeneration, SamplingParams
+from calculet.client.types import FinalEvent, LoadReport, ModelInfo, ServingStatus, TokenChunk
+
+# How long a single call (Submit, GetModel, Cancel) may take before the board counts as unreachable.
+CALL_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One choice's request to a daemon, the same on every board it may be sent to.
+
+    Attributes:
+        model: alias.
+        prompt_tokens: the tokenized prompt.
+        sampling: with the seed always set (failover must resend the same seed).
+        max_tokens: completion budget (resume tokens count toward it); None = up to the context.
+        stop_token_ids: extra stop ids; ignore_eos: do not stop at EOS.
+        priority: lower is served first.
+        session_id: affinity key ("" = none).
+    """
+
+    model: str
+    prompt_tokens: tuple[int, ...]
+    sampling: SamplingParams
+    max_tokens: int | None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    priority: int = 0
+    session_id: str = ""
+
+
+class DaemonStream(abc.ABC):
+    """One running job's event stream on one daemon. Owned by one reader."""
+
+    @abc.abstractmethod
+    def chunks(self) -> AsyncIterator[TokenChunk]:
+        """Token chunks as they arrive; ends after the Final.
+
+        Raises:
+            CalculetError: the stream broke (Unavailable: the board is gone) or the job failed
+                (the Final's typed error).
+        """
+
+    @property
+    @abc.abstractmethod
+    def final(self) -> FinalEvent | None:
+        """The Final, once the iteration ended normally or with the job's own error."""
+
+    @abc.abstractmethod
+    async def cancel(self) -> None:
+        """Cancel the job on the daemon; never raises (the board may be gone already)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop reading (does not cancel the job)."""
+
+
+class DaemonConnection(abc.ABC):
+    """What the gateway calls on one board daemon."""
+
+    target: str
+
+    @abc.abstractmethod
+    async def start(self, job: JobSpec, resume_tokens: Sequence[int]) -> DaemonStream:
+        """Submit the job (continuing after `resume_tokens`) and open its Wait stream.
+
+        Raises:
+            CalculetError: Submit refused (InvalidArgument, NotFound, Overloaded, Unavailable...).
+        """
+
+    @abc.abstractmethod
+    async def get_model(self, alias: str) -> ModelInfo:
+        """GetModel. Raises: CalculetError (NotFound, Unavailable)."""
+
+    @abc.abstractmethod
+    def watch_load(self) -> AsyncIterator[LoadReport]:
+        """WatchLoad reports. Raises: CalculetError when the stream breaks."""
+
+    @abc.abstractmethod
+    def watch_health(self) -> AsyncIterator[ServingStatus]:
+        """grpc.health.v1 Watch of the whole board. Raises: CalculetError when it breaks."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the channel; open streams end."""
+
+
+class ClientStream(DaemonStream):
+    """`DaemonStream` over a `calculet.client.AsyncGeneration`."""
+
+    def __init__(self, generation: AsyncGeneration) -> None:
+        self._gen = generation
+
+    def chunks(self) -> AsyncIterator[TokenChunk]:
+        return self._gen.chunks()
+
+    @property
+    def final(self) -> FinalEvent | None:
+        return self._gen.final
+
+    async def cancel(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._gen.cancel()
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()
+
+
+class ClientConnection(DaemonConnection):
+    """`DaemonConnection` over `AsyncDaemonClient`. Construct inside the running event loop.
+
+    Args:
+        target: the daemon's address (`unix:PATH` or `host:port`).
+        load_interval_ms: WatchLoad period (reports also come at once on state changes).
+    """
+
+    def __init__(self, target: str, *, load_interval_ms: int = 1000) -> None:
+        self.target = target
+        self._client = AsyncDaemonClient(target, timeout=CALL_TIMEOUT_S, max_reattach=0)
+        self._interval_ms = load_interval_ms
+
+    async def start(self, job: JobSpec, resume_tokens: Sequence[int]) -> DaemonStream:
+        gen = await self._client.generate(
+            job.model,
+            job.prompt_tokens,
+            max_tokens=job.max_tokens,
+            sampling=job.sampling,
+            stop_token_ids=job.stop_token_ids,
+            ignore_eos=job.ignore_eos,
+            priority=job.priority,
+            resume_tokens=tuple(resume_tokens),
+            session_id=job.session_id,
+        )
+        return ClientStream(gen)
+
+    async def get_model(self, alias: str) -> ModelInfo:
+        return await self._client.get_model(alias)
+
+    def watch_load(self) -> AsyncIterator[LoadReport]:
+        return self._client.watch_load(self._interval_ms)
+
+    def watch_health(self) -> AsyncIterator[ServingStatus]:
+        return self._client.watch_health("")
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -1,0 +1,245 @@
+"""`ChoiceRunner`: one choice of one request, kept alive across boards until it really ends.
+
+Data flow: the service gives a `JobSpec` (prompt tokens, seed, limits), the model's text and the
+first board. The runner submits there and turns the daemon's token chunks into `ChoiceDelta`s
+(text from the `Detokenizer`, cut by the `StopMatcher`), then one `ChoiceEnd`.
+
+Retry and failover (DESIGN.md "Recovery without loss"): every token received is remembered. When
+a board refuses the job (UNAVAILABLE, RESOURCE_EXHAUSTED, NOT_FOUND during a rollout) or its
+stream breaks (daemon killed, drained with interruption: UNAVAILABLE), the same `JobSpec` goes to
+another board with `resume_tokens` = the tokens received so far and the same seed. Sampling draws
+are keyed by (seed, completion index), so the continuation is exactly the undisturbed run's and
+the client never sees the switch. Only boards serving the same package (same tokenizer) qualify.
+Mid-stream, when no other board is left, the runner waits up to `failover_wait_s` for one to come
+(back) up; before the first token it fails at once, so the client can go elsewhere.
+
+Ownership: the runner owns the daemon streams it opens (closes them; cancels the job when the
+reader stops early or a stop string matched) and the board it borrowed (`acquire`/`released`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Coroutine
+from dataclasses import dataclass
+
+from calculet.client.types import FinishReason, TokenChunk, TokenLogprob
+from calculet.daemon.errors import CalculetError, ErrorKind, Overloaded, Unavailable
+from calculet.gateway.fleet.board import Board
+from calculet.gateway.fleet.connection import JobSpec
+from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.router import Router
+from calculet.gateway.text.detokenizer import Detokenizer
+from calculet.gateway.text.model_text import ModelText
+from calculet.gateway.text.stops import StopMatcher
+
+log = logging.getLogger("calculet.gateway.choice")
+
+_tasks: set[asyncio.Task[None]] = set()  # strong references to fire-and-forget cancels
+
+
+def _background(coro: Coroutine[None, None, None]) -> None:
+    task = asyncio.get_running_loop().create_task(coro)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+
+
+# Kinds after which the same request may succeed on another board.
+RETRYABLE = frozenset({ErrorKind.UNAVAILABLE, ErrorKind.OVERLOADED, ErrorKind.NOT_FOUND})
+
+
+@dataclass(frozen=True)
+class ChoiceDelta:
+    """New output of one choice: text that may be sent, and the tokens behind it."""
+
+    text: str
+    tokens: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...]
+
+
+@dataclass(frozen=True)
+class ChoiceEnd:
+    """The choice is over: OpenAI finish_reason ("stop" or "length") and tokens generated."""
+
+    finish_reason: str
+    completion_tokens: int
+
+
+ChoiceEvent = ChoiceDelta | ChoiceEnd
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Attempts per choice (submits on any board) and the mid-stream wait for a board to return."""
+
+    max_attempts: int = 6
+    failover_wait_s: float = 15.0
+
+
+class ChoiceRunner:
+    """Runs one choice to its end over the fleet.
+
+    Args:
+        fleet / router: the boards and how to pick one.
+        text: the model's tokenizer (its package hash restricts which boards may continue).
+        job: the request, seed included.
+        stops: stop strings.
+        first: the board the service already picked (its text was used to tokenize).
+        policy: retry budget.
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        router: Router,
+        text: ModelText,
+        job: JobSpec,
+        stops: tuple[str, ...],
+        first: Board,
+        policy: RetryPolicy,
+    ) -> None:
+        self._fleet, self._router, self._text, self._job = fleet, router, text, job
+        self._first: Board | None = first
+        self._policy = policy
+        self._tokens: list[int] = []
+        self._detok = Detokenizer(text.tokenizer, text.tokenizer_size)
+        self._stops = StopMatcher(stops)
+        self._stop_ids = frozenset(job.stop_token_ids) | (
+            frozenset() if job.ignore_eos else frozenset(text.facts.eos_token_ids)
+        )
+        self._failed: dict[str, int] = {}  # board target -> its epoch when this choice failed there
+        self.failovers = 0
+
+    async def run(self) -> AsyncGenerator[ChoiceEvent, None]:
+        """The choice's events: deltas, then one ChoiceEnd.
+
+        Raises:
+            CalculetError: the choice cannot go on (no board left, retry budget spent, or an
+                error no other board would change: InvalidArgument, DeadlineExceeded, Aborted).
+        """
+        attempts, last_err = 0, None
+        wait_until: float | None = None
+        while True:
+            board = await self._next_board(last_err, wait_until)
+            if board is None:
+                if self._tokens and wait_until is None:
+                    wait_until = time.monotonic() + self._policy.failover_wait_s
+                    continue
+                raise self._give_up(last_err)
+            if attempts >= self._policy.max_attempts:
+                raise self._give_up(last_err)
+            attempts += 1
+            board.acquire()
+            try:
+                async with contextlib.aclosing(self._attempt(board)) as events:
+                    async for event in events:
+                        yield event
+                        if isinstance(event, ChoiceEnd):
+                            return
+            except CalculetError as err:
+                if err.kind not in RETRYABLE:
+                    raise
+                last_err = err
+                self._failed[board.target] = board.epoch
+                if self._tokens:
+                    self.failovers += 1
+                log.info(
+                    "choice on %s failed after %d tokens (%s); trying another board",
+                    board.target, len(self._tokens), err,
+                )  # fmt: skip
+            finally:
+                await self._fleet.released(board)
+
+    async def _attempt(self, board: Board) -> AsyncGenerator[ChoiceEvent, None]:
+        """Submit on `board` and stream until the job's end. Raises: CalculetError."""
+        stream = await board.conn.start(self._job, self._tokens)
+        finished = False
+        try:
+            async for chunk in stream.chunks():
+                delta = self._take(chunk)
+                if delta is not None:
+                    yield delta
+                if self._stops.stopped:
+                    finished = True
+                    await stream.cancel()
+                    yield ChoiceEnd("stop", len(self._tokens))
+                    return
+            final = stream.final
+            finished = True
+            if final is None or final.reason is FinishReason.CANCELLED:
+                # Cancelled by someone else than us (orphan timeout, an operator): the job is not
+                # over for the client, so continue it elsewhere like any lost stream.
+                raise Unavailable(f"job on {board.name} was cancelled by the daemon")
+            tail = self._detok.flush()
+            text = self._stops.feed(tail).text if tail else ""
+            if not self._stops.stopped:
+                text += self._stops.flush()
+            if text:
+                yield ChoiceDelta(text, (), ())
+            reason = "length" if final.reason is FinishReason.LENGTH and not self._stops.stopped else "stop"
+            yield ChoiceEnd(reason, len(self._tokens))
+        finally:
+            if not finished:
+                # The reader went away (client disconnected) or the stream failed: make sure the
+                # daemon frees the lane now rather than at its orphan timeout. A task of its own,
+                # so a cancelled reader (level-triggered under anyio) cannot stop it half-way.
+                _background(stream.cancel())
+            await stream.aclose()
+
+    def _take(self, chunk: TokenChunk) -> ChoiceDelta | None:
+        expected = len(self._tokens)  # completion index: resume tokens count, so it never restarts
+        if chunk.first_index != expected:
+            raise CalculetError(
+                f"daemon sent tokens from position {chunk.first_index}, expected {expected}", kind=ErrorKind.INTERNAL
+            )
+        self._tokens.extend(chunk.tokens)
+        visible = [t for t in chunk.tokens if t not in self._stop_ids]
+        text = self._stops.feed(self._detok.add(visible)).text
+        if not text and not chunk.logprobs:
+            return None
+        return ChoiceDelta(text, chunk.tokens, chunk.logprobs)
+
+    async def _next_board(self, last_err: CalculetError | None, wait_until: float | None) -> Board | None:
+        if self._first is not None:
+            board, self._first = self._first, None
+            return board
+        while True:
+            exclude = {t for t, epoch in self._failed.items() if self._same_epoch(t, epoch)}
+            for board in self._router_candidates(exclude):
+                text = self._fleet.cached_text(board, self._job.model)
+                if text is None:
+                    try:
+                        text = await self._fleet.model_text(board, self._job.model)
+                    except CalculetError:
+                        self._failed[board.target] = board.epoch
+                        continue
+                if text.facts.package_hash == self._text.facts.package_hash:
+                    return board
+                self._failed[board.target] = board.epoch
+            if wait_until is None:
+                return None
+            remaining = wait_until - time.monotonic()
+            if remaining <= 0:
+                return None
+            await self._fleet.wait_changed(remaining)
+
+    def _router_candidates(self, exclude: set[str]) -> list[Board]:
+        picked = self._router.pick(self._job.model, exclude=exclude, session=self._job.session_id)
+        return [] if picked is None else [picked]
+
+    def _same_epoch(self, target: str, epoch: int) -> bool:
+        board = self._fleet.boards.get(target)
+        return board is None or board.epoch == epoch
+
+    def _give_up(self, last_err: CalculetError | None) -> CalculetError:
+        if last_err is not None and last_err.kind is ErrorKind.OVERLOADED and not self._tokens:
+            return last_err if isinstance(last_err, Overloaded) else Overloaded(str(last_err))
+        where = f" after {len(self._tokens)} tokens" if self._tokens else ""
+        err = Unavailable(
+            f"no board could serve model {self._job.model!r}{where}" + (f": {last_err}" if last_err else "")
+        )
+        err.__cause__ = last_err
+        return err

@@ -1,0 +1,121 @@
+"""`ModelText`: one model package's tokenizer and chat template, as the gateway uses them.
+
+Built from what a daemon's `GetModel` returns (`tokenizer.json` bytes, the Jinja2 chat template,
+EOS/BOS ids, vocab size, context), so the gateway needs no shared filesystem. The template runs in
+Jinja2's `ImmutableSandboxedEnvironment`: a package is data, and its template must not reach
+Python internals. Data flow: OpenAI request -> `render_chat` (chat) or the prompt text -> `encode`
+-> prompt token ids for Submit; token ids back -> `Detokenizer` (see `detokenizer.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+from calculet.daemon.errors import FailedPrecondition, InvalidArgument
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The GetModel facts the gateway checks requests against.
+
+    Attributes:
+        alias: model alias.
+        package_hash: identifies the package (and so the tokenizer) across boards.
+        vocab_size: every token id the model emits is below it (ids past the tokenizer's own
+            range are padding and decode to nothing).
+        context: prompt + completion tokens one sequence may hold.
+        eos_token_ids: ids that end generation (not rendered in text).
+        bos_token_id: the tokenizer's BOS, if any (offered to the template as `bos_token`).
+    """
+
+    alias: str
+    package_hash: str
+    vocab_size: int
+    context: int
+    eos_token_ids: tuple[int, ...]
+    bos_token_id: int | None = None
+
+
+def _raise_exception(message: str) -> None:
+    # Templates (Hugging Face convention) call raise_exception() to refuse a conversation.
+    raise InvalidArgument(f"messages: the chat template refused them: {message}")
+
+
+class ModelText:
+    """Tokenizer + chat template of one package.
+
+    Args:
+        facts: the model's GetModel facts.
+        tokenizer_json: the package's tokenizer.json, byte for byte.
+        chat_template: Jinja2 source; empty when the package has none (chat is then refused).
+
+    Raises:
+        FailedPrecondition: the tokenizer or template does not load (a broken package).
+    """
+
+    def __init__(self, facts: ModelFacts, tokenizer_json: bytes, chat_template: str) -> None:
+        self.facts = facts
+        try:
+            self.tokenizer = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
+        except Exception as err:  # the Rust side raises plain Exceptions
+            raise FailedPrecondition(f"model {facts.alias!r}: its tokenizer.json does not load: {err}") from err
+        self.tokenizer_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        self._env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False)
+        self._env.globals["raise_exception"] = _raise_exception
+        self._template = None
+        if chat_template:
+            try:
+                self._template = self._env.from_string(chat_template)
+            except TemplateError as err:
+                raise FailedPrecondition(f"model {facts.alias!r}: its chat template does not compile: {err}") from err
+        self.bos_token = self._token_text(facts.bos_token_id)
+        self.eos_token = self._token_text(facts.eos_token_ids[0] if facts.eos_token_ids else None)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._template is not None
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` (special tokens written in the text are recognised, as the
+        chat template relies on; no BOS/EOS added)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+        """The prompt text of a conversation.
+
+        Raises:
+            InvalidArgument: the package has no chat template, or the template refused or failed
+                on these messages.
+        """
+        if self._template is None:
+            raise InvalidArgument(f"model {self.facts.alias!r} has no chat template; use /v1/completions")
+        try:
+            return self._template.render(
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except InvalidArgument:
+            raise
+        except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as err:
+            # A sandbox violation is a SecurityError (a TemplateError); a malformed message shape
+            # surfaces as one of the others. Either way the request, not the gateway, is at fault.
+            raise InvalidArgument(f"messages: the chat template could not render them: {err}") from err
+
+    def token_text(self, token: int) -> str:
+        """The text of one token alone (for logprobs); '' for ids with no token."""
+        if token >= self.tokenizer_size:
+            return ""
+        return self.tokenizer.decode([token], skip_special_tokens=False)
+
+    def _token_text(self, token: int | None) -> str:
+        if token is None or token >= self.tokenizer_size:
+            return ""
+        return self.tokenizer.id_to_token(token) or ""

@@ -1,0 +1,81 @@
+"""`GatewayProcess`: the real `calculet-gateway` process under test, on a Unix socket in a temp dir.
+
+It polls `GET /health` (then `/ready` when asked) through an httpx Unix-socket transport, fails
+fast with the gateway's log if the process dies, and stops it with SIGTERM. `http()` and
+`openai()` give clients bound to the socket (the official `openai` package over an httpx client).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+STARTUP_TIMEOUT_S = 60.0
+BASE_URL = "http://gateway"
+
+
+class GatewayProcess:
+    def __init__(self, workdir: Path, args: list[str]) -> None:
+        self.workdir = workdir
+        self.socket = workdir / "gateway.sock"
+        self.log_path = workdir / "gateway.log"
+        cmd = [sys.executable, "-m", "calculet.gateway.main", "--listen", f"unix:{self.socket}", *args]
+        self._log = self.log_path.open("wb")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def http(self, timeout: float = 60.0) -> httpx.Client:
+        return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)), base_url=BASE_URL, timeout=timeout)
+
+    def openai(self, timeout: float = 60.0) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{BASE_URL}/v1", api_key="unused", http_client=self.http(timeout), max_retries=0)
+
+    def ready(self) -> dict[str, Any]:
+        with self.http(5) as client:
+            return client.get("/ready").json()  # type: ignore[no-any-return]
+
+    def wait_until(self, condition: Callable[[dict[str, Any]], bool], what: str, timeout: float = 30.0) -> None:
+        """Poll /ready until `condition(body)` holds; fail with the log at the deadline or on exit."""
+        deadline = time.monotonic() + timeout
+        body: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"gateway exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                body = self.ready()
+                if condition(body):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        pytest.fail(f"gateway: {what} not reached in {timeout}s (last /ready {body}):\n{self.log()}")
+
+    def wait_up(self, ready: bool) -> None:
+        if ready:
+            self.wait_until(lambda body: body.get("status") == "ready", "ready", STARTUP_TIMEOUT_S)
+        else:
+            self.wait_until(lambda body: "status" in body, "serving HTTP", STARTUP_TIMEOUT_S)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode

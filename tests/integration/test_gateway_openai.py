@@ -1,0 +1,211 @@
+"""The official `openai` package against a real gateway over two real daemons (calsim, time scale 0).
+
+Every text is checked against an oracle computed without the gateway: the same prompt tokenized
+with the package's own tokenizer and template (from GetModel), generated directly on a daemon with
+the same seed, and decoded with `tokenizers`. So a gateway that mis-tokenizes, mis-detokenizes,
+drops, duplicates or reorders text fails here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+from calculet.client import DaemonClient
+from tests.integration.conftest import DaemonProcess
+from tests.integration.gateway_process import GatewayProcess
+
+pytestmark = pytest.mark.integration
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story about a fox."}]
+
+
+class Oracle:
+    """Expected prompt tokens and texts, computed beside the gateway."""
+
+    def __init__(self, daemon: DaemonProcess, alias: str) -> None:
+        self.client = DaemonClient(daemon.target)
+        self.alias = alias
+        info = self.client.get_model(alias)
+        self.tokenizer = Tokenizer.from_str(info.tokenizer_json.decode())
+        self.template = ImmutableSandboxedEnvironment().from_string(info.chat_template)
+        self.eos = set(info.eos_token_ids)
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.template.render(messages=messages, add_generation_prompt=True)
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def tokens(self, prompt: list[int], seed: int, max_tokens: int, temperature: float = 1.0) -> list[int]:
+        gen = self.client.generate(self.alias, prompt, max_tokens=max_tokens, seed=seed, temperature=temperature)
+        return gen.result()
+
+    def text(self, tokens: list[int]) -> str:
+        visible = [t for t in tokens if t not in self.eos and t < self.tokenizer.get_vocab_size()]
+        return self.tokenizer.decode(visible, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    tmp_path_factory: pytest.TempPathFactory, models_root: Path
+) -> Iterator[tuple[list[DaemonProcess], GatewayProcess, Oracle]]:
+    """Two tiny boards and a gateway, shared by this module's tests (each leaves them serving)."""
+    root = tmp_path_factory.mktemp("tiny-fleet")
+    daemons = []
+    for i in range(2):
+        (root / f"d{i}").mkdir()
+        daemons.append(DaemonProcess(root / f"d{i}", models_root, ["--board", str(i), "--model", "tiny=tiny"]))
+    (root / "gw").mkdir()
+    gateway = GatewayProcess(root / "gw", [flag for d in daemons for flag in ("--daemon", d.target)])
+    try:
+        for d in daemons:
+            d.wait_serving()
+        gateway.wait_up(ready=True)
+        gateway.wait_until(lambda body: sorted(body["boards"].values()) == ["up", "up"], "both boards up")
+        yield daemons, gateway, Oracle(daemons[0], "tiny")
+    finally:
+        for proc in (gateway, *daemons):
+            code = proc.stop()
+            if code not in (0, -signal.SIGTERM):
+                print(f"---- log of {proc.workdir} (exit {code}) ----\n{proc.log()}")
+
+
+def test_chat_non_stream_and_stream_match_the_daemon(fleet: tuple[Any, GatewayProcess, Oracle]) -> None:
+    _, gateway, oracle = fleet
+    client = gateway.openai()
+    prompt = oracle.chat_prompt(MESSAGES)
+    expected_tokens = oracle.tokens(prompt, seed=42, max_tokens=40)
+    expected = oracle.text(expected_tokens)
+
+    r = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=40, seed=42)  # type: ignore[arg-type]
+    assert r.object == "chat.completion" and r.model == "tiny"
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content == expected
+    assert r.choices[0].finish_reason == ("stop" if expected_tokens[-1] in oracle.eos else "length")
+    assert r.usage is not None
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(prompt), len(expected_tokens))
+    assert r.usage.total_tokens == len(prompt) + len(expected_tokens)
+
+    stream = client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_completion_tokens=40, seed=42, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == expected
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals == [r.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == len(expected_tokens)
+
+
+def test_completions_n2_seeds_and_logprobs(fleet: tuple[Any, GatewayProcess, Oracle]) -> None:
+    _, gateway, oracle = fleet
+    client = gateway.openai()
+    prompt_text = "Once upon a time"
+    prompt = list(oracle.tokenizer.encode(prompt_text, add_special_tokens=False).ids)
+    r = client.completions.create(model="tiny", prompt=prompt_text, max_tokens=24, n=2, seed=7, logprobs=2)
+    assert [c.index for c in r.choices] == [0, 1]
+    for i, choice in enumerate(r.choices):
+        tokens = oracle.tokens(prompt, seed=7 + i, max_tokens=24)  # choice i samples with seed + i
+        assert choice.text == oracle.text(tokens)
+        assert choice.logprobs is not None and len(choice.logprobs.token_logprobs or []) == len(tokens)
+        assert all(lp is not None and lp <= 0 for lp in choice.logprobs.token_logprobs or [])
+        assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs or [])
+    assert r.usage is not None and r.usage.prompt_tokens == len(prompt)
+    assert r.usage.completion_tokens == sum(len(c.logprobs.token_logprobs or []) for c in r.choices if c.logprobs)
+
+    again = client.completions.create(model="tiny", prompt=prompt_text, max_tokens=24, n=2, seed=7)
+    assert [c.text for c in again.choices] == [c.text for c in r.choices]  # same seed, same text
+
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=MESSAGES,
+        max_tokens=8,
+        seed=3,
+        logprobs=True,
+        top_logprobs=3,  # type: ignore[arg-type]
+    )
+    content = chat.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == chat.usage.completion_tokens  # type: ignore[union-attr]
+    assert all(len(entry.top_logprobs) == 3 for entry in content)
+
+
+def test_stop_strings_cut_the_text(fleet: tuple[Any, GatewayProcess, Oracle]) -> None:
+    _, gateway, oracle = fleet
+    client = gateway.openai()
+    prompt = oracle.chat_prompt(MESSAGES)
+    full = oracle.text(oracle.tokens(prompt, seed=9, max_tokens=60))
+    stop = next(full[i : i + 3] for i in range(10, len(full) - 3) if full[i : i + 3].strip() == full[i : i + 3])
+    expected = full[: full.find(stop)]
+    for stream in (False, True):
+        r = client.chat.completions.create(
+            model="tiny",
+            messages=MESSAGES,
+            max_tokens=60,
+            seed=9,
+            stop=[stop, "\x00never"],
+            stream=stream,  # type: ignore[arg-type]
+        )
+        if stream:
+            chunks = list(r)  # type: ignore[arg-type]
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            reason = next(c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason)
+        else:
+            text, reason = r.choices[0].message.content, r.choices[0].finish_reason  # type: ignore[union-attr]
+        assert (text, reason) == (expected, "stop")
+
+
+def test_models_health_ready(fleet: tuple[Any, GatewayProcess, Oracle], models_root: Path) -> None:
+    daemons, gateway, _ = fleet
+    manifest_hash = hashlib.sha256((models_root / "tiny" / "calculet-package.json").read_bytes()).hexdigest()
+    for d in daemons:  # the gateway matches boards' packages by this hash before failing over
+        assert DaemonClient(d.target).get_model("tiny").package_hash == manifest_hash
+    models = gateway.openai().models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    assert models.data[0].model_extra is not None and models.data[0].model_extra["max_model_len"] == 256
+    with gateway.http() as http:
+        assert http.get("/health").json() == {"status": "ok"}
+        ready = http.get("/ready").json()
+        assert ready["status"] == "ready" and ready["models"] == {"tiny": 2}
+        assert sorted(ready["boards"].values()) == ["up", "up"]
+        assert "calculet_gateway_boards" in http.get("/metrics").text
+
+
+def test_bad_requests_get_openai_errors_and_the_gateway_keeps_serving(
+    fleet: tuple[Any, GatewayProcess, Oracle],
+) -> None:
+    _, gateway, _ = fleet
+    good = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    cases: list[tuple[bytes | dict[str, Any], int, str]] = [
+        ({**good, "model": "nope"}, 404, "model_not_found"),
+        ({**good, "messages": [{"role": "user", "content": "word " * 400}]}, 400, "invalid_argument"),
+        ({**good, "max_tokens": 300}, 400, "invalid_argument"),
+        (b'{"model": "tiny", "messages": [', 400, "invalid_argument"),
+        ({**good, "max_tokens": "2"}, 400, "invalid_argument"),
+        ({**good, "temperature": "hot"}, 400, "invalid_argument"),
+        ({**good, "messages": "hi"}, 400, "invalid_argument"),
+        ({**good, "n": 0}, 400, "invalid_argument"),
+        ({"messages": good["messages"]}, 400, "invalid_argument"),
+        ({**good, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, 400,
+         "invalid_argument"),
+    ]  # fmt: skip
+    with gateway.http() as http:
+        for body, status, code in cases:
+            raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+            r = http.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+            assert r.status_code == status, (body, r.text)
+            error = r.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"} and error["code"] == code, error
+            assert error["message"]
+        assert http.post("/v1/nothing-here", json={}).status_code == 404
+        # Unknown fields are ignored, and the gateway still serves after all of the above.
+        ok = http.post("/v1/chat/completions", json={**good, "some_future_field": {"x": 1}})
+        assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("stop", "length")
