@@ -1,0 +1,332 @@
+"""`calctl up`: a local fleet in the foreground, N calsim board daemons behind the gateway.
+
+Owns the command's arguments, the calsim package under `<dir>/models/<preset>` (built when
+missing, always validated), the banner (base URL, a curl and an `openai` snippet, where the logs
+are), the foreground watch (reporting children that die) and the signals: Ctrl-C, SIGTERM or
+SIGHUP stop the fleet (gateway first, then the boards); a second one skips the rest of the grace
+period. The processes themselves belong to `calculet.ops.fleet.LocalFleet`.
+
+Exit codes: 0 after a requested stop, 1 when startup failed or was interrupted (everything
+started is stopped) or the gateway died, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import select
+import shlex
+import signal
+import sys
+import types
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+
+from calculet.daemon.errors import CalculetError
+from calculet.daemon.package.manifest import MANIFEST_NAME
+from calculet.daemon.package.validate import validate_package
+from calculet.ops.fleet import GATEWAY_MODULE, FleetConfig, FleetError, LocalFleet, gateway_argv
+from calculet.ops.sim_packages import PRESETS, build_sim_package
+
+COMMAND = ("up",)
+HELP = "Run a local fleet in the foreground: N calsim board daemons behind the OpenAI-compatible gateway."
+EXIT_OK, EXIT_FAILED = 0, 1
+MAX_BOARDS = 64
+WATCH_S = 1.0  # longest sleep of the foreground watch when no signal arrives
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def board_count(text: str) -> int:
+    """argparse type. Raises argparse.ArgumentTypeError unless `text` is an integer in 1..MAX_BOARDS."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
+    if not 1 <= value <= MAX_BOARDS:
+        raise argparse.ArgumentTypeError(f"{value}: must be between 1 and {MAX_BOARDS}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """argparse type. Raises argparse.ArgumentTypeError unless `text` is a TCP port, 1..65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value}: must be between 1 and 65535")
+    return value
+
+
+def time_scale(text: str) -> float:
+    """argparse type. Raises argparse.ArgumentTypeError unless `text` is a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be a finite number >= 0")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse type. Raises argparse.ArgumentTypeError unless `text` is a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be a finite number of seconds > 0")
+    return value
+
+
+def host_name(text: str) -> str:
+    """argparse type. Raises argparse.ArgumentTypeError for an empty host or one with spaces."""
+    if not text or any(ch.isspace() for ch in text):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a host name or address")
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--boards", type=board_count, required=True, metavar="N", help="calsim boards (daemons) to run")
+    parser.add_argument("--preset", required=True, choices=sorted(PRESETS), help="model package each board serves")
+    parser.add_argument("--port", type=port_number, default=8000, help="gateway port (8000)")
+    parser.add_argument("--host", type=host_name, default="127.0.0.1", help="gateway address (127.0.0.1)")
+    parser.add_argument(
+        "--time-scale",
+        type=time_scale,
+        default=1.0,
+        metavar="F",
+        help="calsim wall seconds per modelled second; 1 = the board's speed, 0 = never sleep (1)",
+    )
+    parser.add_argument(
+        "--dir", type=Path, default=Path("run"), help="working directory: models/, board<i>.sock, logs/ (run)"
+    )
+    parser.add_argument("--policy", default="continuous", choices=("continuous", "serial"), help="daemon scheduling")
+    parser.add_argument(
+        "--startup-timeout", type=seconds, default=120.0, metavar="S", help="seconds to wait for readiness (120)"
+    )
+    # Tests run a stand-in gateway module; operators have no reason to change it.
+    parser.add_argument("--gateway-module", default=GATEWAY_MODULE, help=argparse.SUPPRESS)
+
+
+# ---------------------------------------------------------------- package
+
+
+def ensure_package(models_root: Path, preset: str, say: Callable[[str], None] = print) -> Path:
+    """Build the calsim package `models_root/preset` unless it has a manifest, then validate it.
+
+    Args:
+        models_root: the daemons' models root.
+        preset: a `calculet.ops.sim_packages.PRESETS` name.
+        say: progress output.
+
+    Returns:
+        The package directory.
+
+    Raises:
+        FleetError: the build failed or the package is invalid (with the validator's report).
+    """
+    out = models_root / preset
+    if not (out / MANIFEST_NAME).exists():
+        say(f"== building calsim package {preset} -> {out}")
+        try:
+            build_sim_package(preset, out, force=True)
+        except CalculetError as exc:
+            raise FleetError(f"building {preset} into {out} failed: {exc.kind.value}: {exc}") from None
+    say(f"== validating {out}")
+    report = validate_package(out)
+    if not report.ok:
+        raise FleetError(f"package {out} is invalid:\n{report.render_text()}")
+    return out
+
+
+# ---------------------------------------------------------------- banner
+
+
+def banner(base_url: str, model: str, targets: Sequence[str], log_dir: Path, python: str | None = None) -> str:
+    """What `calctl up` prints once the fleet is ready: base URL, curl, openai snippet, boards, logs.
+
+    Args:
+        base_url: `http://HOST:PORT` of the gateway.
+        model: the alias the boards serve.
+        targets: the boards' gRPC targets.
+        log_dir: where the children's logs are.
+        python: interpreter shown in the snippet (default: this one).
+
+    Returns:
+        Multi-line text; the curl and the Python snippet paste as they are.
+    """
+    api = f"{base_url}/v1"
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 32})
+    curl = f"curl -sS {api}/chat/completions -H 'Content-Type: application/json' \\\n    -d {shlex.quote(body)}"
+    snippet = "\n".join(
+        [
+            f"{shlex.quote(python or sys.executable)} - <<'PY'",
+            "from openai import OpenAI",
+            f"client = OpenAI(base_url={api!r}, api_key='unused')",
+            "stream = client.chat.completions.create(",
+            f"    model={model!r},",
+            "    messages=[{'role': 'user', 'content': 'Say hello.'}],",
+            "    max_tokens=32,",
+            "    stream=True,",
+            ")",
+            "for chunk in stream:",
+            "    if chunk.choices and chunk.choices[0].delta.content:",
+            "        print(chunk.choices[0].delta.content, end='', flush=True)",
+            "print()",
+            "PY",
+        ]
+    )
+    boards = [f"  board{i}: {t}   (calctl status --daemon {t})" for i, t in enumerate(targets)]
+    logs = ", ".join([*(f"board{i}.log" for i in range(len(targets))), "gateway.log"])
+    return "\n".join(
+        [
+            f"Calculet: {len(targets)} calsim board(s) serving {model!r} behind the gateway",
+            f"OpenAI base URL: {api}",
+            "",
+            "curl:",
+            curl,
+            "",
+            "Python (openai):",
+            snippet,
+            "",
+            "boards:",
+            *boards,
+            f"logs: {log_dir}/ ({logs})",
+            "Stop with Ctrl-C (gateway first, then the boards drain and stop).",
+            "",
+        ]
+    )
+
+
+# ---------------------------------------------------------------- signals
+
+
+class SignalWatch:
+    """While entered: Ctrl-C, SIGTERM and SIGHUP request a stop (a second one: hurry), SIGCHLD wakes
+    `wait`. Handlers only set flags; `wait` sleeps on the signal wakeup fd, so a signal ends it at
+    once. Owns a pipe and the process's signal handlers until exit (main thread only)."""
+
+    def __init__(self) -> None:
+        self.stop_signal: int | None = None
+        self.hurry = False
+        self._read_fd = self._write_fd = -1
+        self._old_handlers: dict[int, object] = {}
+        self._old_wakeup_fd = -1
+
+    def __enter__(self) -> SignalWatch:
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._old_wakeup_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        for sig in STOP_SIGNALS:
+            self._old_handlers[sig] = signal.signal(sig, self._on_stop)
+        self._old_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_child)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]  # whatever signal.signal returned
+        signal.set_wakeup_fd(self._old_wakeup_fd)
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+    def _on_stop(self, signum: int, frame: types.FrameType | None) -> None:
+        if self.stop_signal is not None:
+            self.hurry = True
+        self.stop_signal = signum
+
+    def _on_child(self, signum: int, frame: types.FrameType | None) -> None:
+        """Nothing to do: the handler exists so SIGCHLD writes to the wakeup fd."""
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_signal is not None
+
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until a signal arrives or `timeout_s` passes."""
+        if self.stopping:
+            return
+        readable, _, _ = select.select([self._read_fd], [], [], timeout_s)
+        if readable:
+            try:
+                while os.read(self._read_fd, 512):
+                    pass
+            except BlockingIOError:
+                pass
+
+
+# ---------------------------------------------------------------- run
+
+
+def _err(text: str) -> None:
+    print(f"calctl up: {text}", file=sys.stderr, flush=True)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def fleet_config(args: argparse.Namespace) -> FleetConfig:
+    """The fleet `calctl up` runs for these arguments (alias and package are the preset name)."""
+    return FleetConfig(
+        workdir=args.dir,
+        boards=args.boards,
+        model=args.preset,
+        package=args.preset,
+        host=args.host,
+        port=args.port,
+        time_scale=args.time_scale,
+        policy=args.policy,
+        gateway_command=partial(gateway_argv, module=args.gateway_module),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        ensure_package(args.dir / "models", args.preset, _say)
+    except FleetError as exc:
+        _err(str(exc))
+        return EXIT_FAILED
+    fleet = LocalFleet(fleet_config(args))
+    with SignalWatch() as signals:
+        try:
+            return _serve(fleet, signals, args.startup_timeout)
+        finally:
+            fleet.stop(hurry=lambda: signals.hurry)
+
+
+def _serve(fleet: LocalFleet, signals: SignalWatch, startup_timeout_s: float) -> int:
+    """Start, print the banner, watch until a stop signal; the caller stops the fleet."""
+    config = fleet.config
+    _say(f"== starting {config.boards} calsim board(s) (policy {config.policy}, time scale {config.time_scale:g})")
+    try:
+        fleet.start(startup_timeout_s, cancelled=lambda: signals.stopping)
+        _say(f"== boards SERVING; starting the gateway on {fleet.listen}")
+        fleet.wait_ready(startup_timeout_s, cancelled=lambda: signals.stopping)
+    except FleetError as exc:
+        _err(f"startup failed: {exc}")
+        _err("everything started was stopped")
+        return EXIT_FAILED
+    _say(banner(fleet.base_url, config.model, fleet.targets, fleet.log_dir))
+    while not signals.stopping:
+        signals.wait(WATCH_S)
+        for ex in fleet.poll():
+            if ex.role == "gateway":
+                _err(f"the gateway stopped unexpectedly: {ex.describe()}")
+                _err("stopping the boards")
+                return EXIT_FAILED
+            left = fleet.serving_boards()
+            _err(f"{ex.describe()}\n{left} of {config.boards} board(s) still running")
+    name = signal.Signals(signals.stop_signal).name if signals.stop_signal is not None else "stop"
+    _say(f"== {name}: stopping the gateway, then the boards (again to skip the grace period)")
+    killed = fleet.stop(hurry=lambda: signals.hurry)
+    _say(f"== stopped ({'killed: ' + ', '.join(killed) if killed else 'all exited cleanly'})")
+    return EXIT_OK
