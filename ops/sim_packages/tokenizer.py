@@ -1,14 +1,15 @@
-"""Byte-level BPE tokenizer trained at build time for the calsim packages.
+"""A package's tokenizer, the `tiny` preset's byte-level BPE trained at build time, and the files.
 
-Owns training (Hugging Face `tokenizers`: ByteLevel pre-tokenizer and decoder, `BpeTrainer`
-over the built-in corpus, all 256 bytes in the alphabet so every string encodes) and the two
-tokenizer files a package ships: `tokenizer.json` (the trained tokenizer) and
-`tokenizer_config.json` (Qwen-style: special tokens, EOS, `model_max_length`). Data flow:
-`train_tokenizer()` -> `TrainedTokenizer` -> `tokenizer_json()` / `tokenizer_config()` -> the
+Owns `TrainedTokenizer` (what every preset hands the package writer), training the tiny BPE
+(Hugging Face `tokenizers`: ByteLevel pre-tokenizer and decoder, `BpeTrainer` over the built-in
+corpus, all 256 bytes in the alphabet so every string encodes) and the two tokenizer files a
+package ships: `tokenizer.json` and `tokenizer_config.json` (Qwen-style: added tokens, EOS,
+`model_max_length`). Data flow: `train_tokenizer()` (tiny) or `build_qwen3_tokenizer()` (qwen,
+`qwen3_tokenizer.py`) -> `TrainedTokenizer` -> `tokenizer_json()` / `tokenizer_config()` -> the
 package writer. Training is deterministic: the same corpus gives byte-identical files.
 
-Token ids at or above the tokenizer's vocabulary (possible with the qwen preset, whose model
-vocab is 151,936) are unknown to the tokenizer and decode to nothing.
+Token ids at or above the tokenizer's vocabulary (the qwen model's vocab is 151,936, its
+tokenizer's 151,669) are unknown to the tokenizer and decode to nothing.
 """
 
 from __future__ import annotations
@@ -30,15 +31,19 @@ TARGET_VOCAB_SIZE = 512
 
 @dataclass(frozen=True)
 class TrainedTokenizer:
-    """A trained tokenizer and the ids of its special tokens.
+    """A package's tokenizer and the ids of its added tokens.
 
     Attributes:
         tokenizer: the `tokenizers.Tokenizer`; the builder owns it, nothing mutates it after training.
-        special_ids: special token text -> id.
+        special_ids: added token text -> id (at least `SPECIAL_TOKENS`).
+        additional_special_tokens: `tokenizer_config.json`'s `additional_special_tokens`.
+        pretty_json: indent `tokenizer.json` (the qwen file is compact: 151K merges).
     """
 
     tokenizer: Tokenizer
     special_ids: dict[str, int]
+    additional_special_tokens: tuple[str, ...] = (IM_START, IM_END)
+    pretty_json: bool = True
 
     @property
     def vocab_size(self) -> int:
@@ -90,30 +95,32 @@ def train_tokenizer(corpus: Sequence[str] = CORPUS, vocab_size: int = TARGET_VOC
 
 def tokenizer_json(trained: TrainedTokenizer) -> str:
     """The `tokenizer.json` text (stable key order, so hashes are reproducible)."""
-    return str(trained.tokenizer.to_str(pretty=True)) + "\n"
+    return str(trained.tokenizer.to_str(pretty=trained.pretty_json)) + "\n"
 
 
 def tokenizer_config(trained: TrainedTokenizer, model_max_length: int) -> dict[str, Any]:
     """`tokenizer_config.json` in the shape of Qwen's (no BOS, EOS `<|im_end|>`, pad `<|endoftext|>`).
 
     The chat template lives in its own `chat_template.jinja` file beside it, not in this file.
+    `added_tokens_decoder` lists the tokenizer's own added tokens with their flags, by id.
     """
+    decoder = trained.tokenizer.get_added_tokens_decoder()
     added = {
-        str(trained.special_ids[t]): {
-            "content": t,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
+        str(i): {
+            "content": t.content,
+            "lstrip": t.lstrip,
+            "normalized": t.normalized,
+            "rstrip": t.rstrip,
+            "single_word": t.single_word,
+            "special": t.special,
         }
-        for t in SPECIAL_TOKENS
+        for i, t in sorted(decoder.items())
     }
     return {
         "add_bos_token": False,
         "add_prefix_space": False,
         "added_tokens_decoder": added,
-        "additional_special_tokens": [IM_START, IM_END],
+        "additional_special_tokens": list(trained.additional_special_tokens),
         "bos_token": None,
         "clean_up_tokenization_spaces": False,
         "eos_token": IM_END,
