@@ -52,6 +52,17 @@ class GatewayConfig:
     log_level: str = "INFO"
 
 
+def _check_listen(listen: str) -> None:
+    """Raises: InvalidArgument: not `unix:PATH` with a path, nor `HOST:PORT` with a host and port."""
+    if listen.startswith("unix:"):
+        if not listen.removeprefix("unix:"):
+            raise InvalidArgument("listen: unix: needs a socket path")
+        return
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument(f"listen: expected HOST:PORT or unix:PATH, got {listen!r}")
+
+
 def read_config(path: Path) -> dict[str, Any]:
     """The `[gateway]` table of `path`, keys normalised to dashes.
 
@@ -83,14 +94,15 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         daemons=_texts(settings, "daemons"),
         dns=_texts(settings, "dns"),
         dns_interval_s=_number(settings, "dns-interval", GatewayConfig.dns_interval_s, 0.1, 86400),
-        dns_hosts_file=_text(settings, "dns-hosts-file", "-").removeprefix("-"),
-        load_interval_ms=int(_number(settings, "load-interval-ms", GatewayConfig.load_interval_ms, 50, 60000)),
-        max_attempts=int(_number(settings, "max-attempts", GatewayConfig.max_attempts, 1, 100)),
+        dns_hosts_file=_optional_text(settings, "dns-hosts-file"),
+        load_interval_ms=_integer(settings, "load-interval-ms", GatewayConfig.load_interval_ms, 50, 60000),
+        max_attempts=_integer(settings, "max-attempts", GatewayConfig.max_attempts, 1, 100),
         failover_wait_s=_number(settings, "failover-wait", GatewayConfig.failover_wait_s, 0, 3600),
         log_level=_text(settings, "log-level", GatewayConfig.log_level).upper(),
     )
     if cfg.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")
+    _check_listen(cfg.listen)
     if not cfg.daemons and not cfg.dns:
         raise InvalidArgument("no boards: give --daemon TARGET or --dns NAME:PORT (or daemons/dns in the config)")
     return cfg
@@ -101,6 +113,10 @@ def _text(settings: dict[str, Any], key: str, default: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidArgument(f"{key}: must be a non-empty string, got {value!r}")
     return value
+
+
+def _optional_text(settings: dict[str, Any], key: str) -> str:
+    return _text(settings, key, "") if key in settings else ""
 
 
 def _texts(settings: dict[str, Any], key: str) -> tuple[str, ...]:
@@ -119,3 +135,10 @@ def _number(settings: dict[str, Any], key: str, default: float, low: float, high
     if not low <= value <= high:
         raise InvalidArgument(f"{key}: must be in [{low:g}, {high:g}], got {value}")
     return float(value)
+
+
+def _integer(settings: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = settings.get(key, default)
+    if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+        raise InvalidArgument(f"{key}: must be a whole number, got {value!r}")
+    return int(_number(settings, key, default, low, high))

@@ -21,7 +21,7 @@ from calculet.daemon.errors import CalculetError, ErrorKind, NotFound, Overloade
 HTTP_OF_KIND: dict[ErrorKind, tuple[int, str]] = {
     ErrorKind.INVALID_ARGUMENT: (400, "invalid_request_error"),
     ErrorKind.FAILED_PRECONDITION: (400, "invalid_request_error"),
-    ErrorKind.NOT_FOUND: (404, "not_found_error"),
+    ErrorKind.NOT_FOUND: (404, "invalid_request_error"),  # OpenAI's type for an unknown model
     ErrorKind.OVERLOADED: (429, "rate_limit_error"),
     ErrorKind.UNAVAILABLE: (503, "service_unavailable_error"),
     ErrorKind.DEADLINE_EXCEEDED: (504, "timeout_error"),

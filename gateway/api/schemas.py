@@ -24,7 +24,7 @@ SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 class _Lenient(BaseModel):
     """Strict types, unknown fields ignored (OpenAI adds fields; old clients send removed ones)."""
 
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class StreamOptions(_Lenient):

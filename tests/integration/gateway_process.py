@@ -3,6 +3,8 @@
 It polls `GET /health` (then `/ready` when asked) through an httpx Unix-socket transport, fails
 fast with the gateway's log if the process dies, and stops it with SIGTERM. `http()` and
 `openai()` give clients bound to the socket (the official `openai` package over an httpx client).
+`Oracle` computes what the gateway must answer without it: the package's own tokenizer and
+template (from GetModel), tokens generated directly on a daemon with the same seed.
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+from calculet.client import DaemonClient
 
 STARTUP_TIMEOUT_S = 60.0
 BASE_URL = "http://gateway"
 
 
 class GatewayProcess:
+    """The gateway process (see the module docstring)."""
+
     def __init__(self, workdir: Path, args: list[str]) -> None:
         self.workdir = workdir
         self.socket = workdir / "gateway.sock"
@@ -79,3 +87,31 @@ class GatewayProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+class Oracle:
+    """Expected prompt tokens and texts, computed beside the gateway."""
+
+    def __init__(self, daemon_target: str, alias: str) -> None:
+        self.client = DaemonClient(daemon_target)
+        self.alias = alias
+        info = self.client.get_model(alias)
+        self.tokenizer = Tokenizer.from_str(info.tokenizer_json.decode())
+        self.template = ImmutableSandboxedEnvironment().from_string(info.chat_template)
+        self.eos = set(info.eos_token_ids)
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.template.render(messages=messages, add_generation_prompt=True)
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def tokens(
+        self, prompt: list[int], seed: int, max_tokens: int, temperature: float = 1.0, ignore_eos: bool = False
+    ) -> list[int]:
+        gen = self.client.generate(
+            self.alias, prompt, max_tokens=max_tokens, seed=seed, temperature=temperature, ignore_eos=ignore_eos
+        )
+        return gen.result()
+
+    def text(self, tokens: list[int]) -> str:
+        visible = [t for t in tokens if t not in self.eos and t < self.tokenizer.get_vocab_size()]
+        return self.tokenizer.decode(visible, skip_special_tokens=True)

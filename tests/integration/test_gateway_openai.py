@@ -16,39 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import Tokenizer
 
 from calculet.client import DaemonClient
 from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import GatewayProcess
+from tests.integration.gateway_process import GatewayProcess, Oracle
 
 pytestmark = pytest.mark.integration
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story about a fox."}]
-
-
-class Oracle:
-    """Expected prompt tokens and texts, computed beside the gateway."""
-
-    def __init__(self, daemon: DaemonProcess, alias: str) -> None:
-        self.client = DaemonClient(daemon.target)
-        self.alias = alias
-        info = self.client.get_model(alias)
-        self.tokenizer = Tokenizer.from_str(info.tokenizer_json.decode())
-        self.template = ImmutableSandboxedEnvironment().from_string(info.chat_template)
-        self.eos = set(info.eos_token_ids)
-
-    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self.template.render(messages=messages, add_generation_prompt=True)
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-
-    def tokens(self, prompt: list[int], seed: int, max_tokens: int, temperature: float = 1.0) -> list[int]:
-        gen = self.client.generate(self.alias, prompt, max_tokens=max_tokens, seed=seed, temperature=temperature)
-        return gen.result()
-
-    def text(self, tokens: list[int]) -> str:
-        visible = [t for t in tokens if t not in self.eos and t < self.tokenizer.get_vocab_size()]
-        return self.tokenizer.decode(visible, skip_special_tokens=True)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +42,7 @@ def fleet(
             d.wait_serving()
         gateway.wait_up(ready=True)
         gateway.wait_until(lambda body: sorted(body["boards"].values()) == ["up", "up"], "both boards up")
-        yield daemons, gateway, Oracle(daemons[0], "tiny")
+        yield daemons, gateway, Oracle(daemons[0].target, "tiny")
     finally:
         for proc in (gateway, *daemons):
             code = proc.stop()

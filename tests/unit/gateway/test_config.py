@@ -1,0 +1,232 @@
+"""Gateway settings: the `[gateway]` TOML table, flags over it, every value checked (naming the key),
+and `main` refusing a bad setting with one line and status 2, before any server exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from calculet.daemon.errors import InvalidArgument
+from calculet.gateway import main as gateway_main
+from calculet.gateway.config import GatewayConfig, config_from, read_config
+from calculet.gateway.main import build_parser, settings_from, uvicorn_config
+
+
+def _toml(tmp_path: Path, body: str, name: str = "gateway.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def _from_toml(tmp_path: Path, table: str) -> GatewayConfig:
+    return config_from(read_config(_toml(tmp_path, "[gateway]\n" + table)))
+
+
+def _from_args(argv: list[str]) -> GatewayConfig:
+    return config_from(settings_from(build_parser().parse_args(argv)))
+
+
+def test_toml_table_with_dashes_and_underscores(tmp_path: Path) -> None:
+    cfg = _from_toml(
+        tmp_path,
+        """
+listen = "0.0.0.0:9000"
+daemons = ["unix:/run/b0.sock", "unix:/run/b1.sock"]
+dns = ["boards.svc:50051"]
+dns_interval = 2.5
+load-interval-ms = 200
+max_attempts = 3
+failover-wait = 0
+log_level = "debug"
+""",
+    )
+    assert cfg.listen == "0.0.0.0:9000"
+    assert cfg.daemons == ("unix:/run/b0.sock", "unix:/run/b1.sock")
+    assert cfg.dns == ("boards.svc:50051",)
+    assert (cfg.dns_interval_s, cfg.load_interval_ms, cfg.max_attempts, cfg.failover_wait_s) == (2.5, 200, 3, 0.0)
+    assert cfg.log_level == "DEBUG"
+
+
+def test_defaults_apply_to_missing_keys(tmp_path: Path) -> None:
+    cfg = _from_toml(tmp_path, 'daemons = "unix:/run/b0.sock"\n')
+    assert cfg.daemons == ("unix:/run/b0.sock",)  # one string is one target
+    assert cfg == GatewayConfig(daemons=("unix:/run/b0.sock",))
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    path = _toml(
+        tmp_path,
+        """[gateway]
+listen = "127.0.0.1:1"
+daemons = ["unix:/from/file.sock"]
+dns-interval = 30
+max-attempts = 3
+""",
+    )
+    cfg = _from_args(["--config", str(path), "--max-attempts", "9", "--daemon", "unix:a", "--daemon", "unix:b"])
+    assert cfg.max_attempts == 9
+    assert cfg.daemons == ("unix:a", "unix:b")  # flag lists replace the file's
+    assert cfg.dns_interval_s == 30.0 and cfg.listen == "127.0.0.1:1"  # not given as flags: the file's
+    cfg = _from_args(["--config", str(path), "--listen", "unix:/tmp/gw.sock", "--log-level", "warning"])
+    assert cfg.listen == "unix:/tmp/gw.sock" and cfg.daemons == ("unix:/from/file.sock",)
+    assert cfg.log_level == "WARNING"
+
+
+def test_flags_alone() -> None:
+    cfg = _from_args(["--dns", "boards:50051", "--dns-interval", "0.5", "--failover-wait", "2"])
+    assert (cfg.daemons, cfg.dns, cfg.dns_interval_s, cfg.failover_wait_s) == ((), ("boards:50051",), 0.5, 2.0)
+
+
+def test_unknown_keys_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="max-atempts"):
+        _from_toml(tmp_path, 'daemons = ["unix:a"]\nmax_atempts = 3\n')
+
+
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ('daemons = ["unix:a"]\n', "gateway"),  # no [gateway] table
+        ('[gateway]\ndaemons = ["unix:a"\n', "gateway.toml"),  # not TOML
+        ('gateway = "x"\n', "gateway"),  # [gateway] is not a table
+    ],
+)
+def test_a_file_without_a_valid_gateway_table_is_refused(tmp_path: Path, body: str, match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match):
+        read_config(_toml(tmp_path, body))
+
+
+def test_a_missing_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match=r"nope\.toml"):
+        read_config(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        ('dns-interval = "ten"', "dns-interval"),
+        ("max-attempts = true", "max-attempts"),
+        ('max_attempts = "3"', "max-attempts"),
+        ("max-attempts = 2.5", "max-attempts"),
+        ("load-interval-ms = 100.5", "load-interval-ms"),
+        ("failover-wait = [1]", "failover-wait"),
+        ("listen = 8000", "listen"),
+        ('listen = ""', "listen"),
+        ("daemons = 5", "daemons"),
+        ('daemons = ["unix:a", 5]', "daemons"),
+        ('daemons = ["unix:a", ""]', "daemons"),
+        ("dns = {name = 1}", "dns"),
+        ("log-level = 3", "log-level"),
+        ('log-level = "LOUD"', "log-level"),
+        ("dns-interval = nan", "dns-interval"),
+        ("failover-wait = inf", "failover-wait"),
+    ],
+)
+def test_wrong_types_are_refused_naming_the_key(tmp_path: Path, line: str, key: str) -> None:
+    table = line + "\n" + ("" if line.startswith(("daemons", "dns ")) else 'daemons = ["unix:a"]\n')
+    with pytest.raises(InvalidArgument) as info:
+        _from_toml(tmp_path, table)
+    assert str(info.value).startswith(key + ":"), str(info.value)
+
+
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        ("dns-interval = 0", "dns-interval"),
+        ("dns-interval = 86401", "dns-interval"),
+        ("load-interval-ms = 49", "load-interval-ms"),
+        ("load-interval-ms = 60001", "load-interval-ms"),
+        ("max-attempts = 0", "max-attempts"),
+        ("max-attempts = 101", "max-attempts"),
+        ("failover-wait = -1", "failover-wait"),
+        ("failover-wait = 3601", "failover-wait"),
+    ],
+)
+def test_out_of_range_is_refused_naming_the_key(tmp_path: Path, line: str, key: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        _from_toml(tmp_path, line + '\ndaemons = ["unix:a"]\n')
+    assert str(info.value).startswith(key + ":"), str(info.value)
+
+
+def test_bounds_are_inclusive(tmp_path: Path) -> None:
+    cfg = _from_toml(
+        tmp_path, 'daemons = ["unix:a"]\ndns-interval = 0.1\nload-interval-ms = 60000\nmax-attempts = 100\n'
+    )
+    assert (cfg.dns_interval_s, cfg.load_interval_ms, cfg.max_attempts) == (0.1, 60000, 100)
+
+
+def test_no_boards_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="no boards"):
+        _from_toml(tmp_path, 'listen = "127.0.0.1:8000"\n')
+    with pytest.raises(InvalidArgument, match="no boards"):
+        _from_toml(tmp_path, "daemons = []\ndns = []\n")
+    with pytest.raises(InvalidArgument, match="no boards"):
+        _from_args([])
+
+
+# uvicorn_config ------------------------------------------------------------------------------
+
+
+def test_unix_listen_gives_uds() -> None:
+    config = uvicorn_config(GatewayConfig(listen="unix:/tmp/calculet-gw.sock", daemons=("unix:a",)))
+    assert config.uds == "/tmp/calculet-gw.sock"
+
+
+@pytest.mark.parametrize(
+    "listen, host, port", [("127.0.0.1:8123", "127.0.0.1", 8123), ("[::1]:9000", "::1", 9000), ("gw:0", "gw", 0)]
+)
+def test_tcp_listen_gives_host_and_port(listen: str, host: str, port: int) -> None:
+    config = uvicorn_config(GatewayConfig(listen=listen, daemons=("unix:a",)))
+    assert (config.host, config.port, config.uds) == (host, port, None)
+
+
+@pytest.mark.parametrize("listen", ["localhost", "localhost:", "host:http", "host:70000", "host:-1", "8000"])
+def test_bad_listen_is_refused(listen: str) -> None:
+    with pytest.raises(InvalidArgument, match="listen"):
+        uvicorn_config(GatewayConfig(listen=listen, daemons=("unix:a",)))
+
+
+# main ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Refuse:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise AssertionError("main started a server")
+
+    monkeypatch.setattr(gateway_main.uvicorn, "Server", Refuse)
+
+
+@pytest.mark.parametrize(
+    "argv, key",
+    [
+        (["--daemon", "unix:a", "--max-attempts", "0"], "max-attempts"),
+        (["--daemon", "unix:a", "--listen", "nowhere"], "listen"),
+        (["--daemon", "unix:a", "--log-level", "chatty"], "log-level"),
+        (["--daemon", "unix:a", "--dns-interval", "nan"], "dns-interval"),
+        ([], "no boards"),
+    ],
+)
+def test_main_refuses_a_bad_setting_with_one_line(
+    no_server: None, capsys: pytest.CaptureFixture[str], argv: list[str], key: str
+) -> None:
+    assert gateway_main.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("calculet-gateway: ") and key in lines[0]
+
+
+def test_main_refuses_a_bad_config_file(no_server: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _toml(tmp_path, '[gateway]\ndaemons = ["unix:a"]\nlisten_port = 1\n')
+    assert gateway_main.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "listen-port" in err
+
+
+def test_a_whole_float_is_an_integer(tmp_path: Path) -> None:
+    cfg = _from_toml(tmp_path, 'daemons = ["unix:a"]\nload-interval-ms = 1e3\nmax-attempts = 4.0\n')
+    assert (cfg.load_interval_ms, cfg.max_attempts) == (1000, 4)
+    assert isinstance(cfg.load_interval_ms, int) and isinstance(cfg.max_attempts, int)
