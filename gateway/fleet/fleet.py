@@ -47,6 +47,7 @@ class Fleet:
         self._board_models: dict[tuple[str, str, int], str] = {}  # (target, alias, generation) -> package hash
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._text_lock = asyncio.Lock()  # one GetModel + tokenizer build at a time, not one per request
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -145,6 +146,10 @@ class Fleet:
         cached = self.cached_text(board, alias)
         if cached is not None:
             return cached
+        async with self._text_lock:
+            return self.cached_text(board, alias) or await self._fetch_text(board, alias)
+
+    async def _fetch_text(self, board: Board, alias: str) -> ModelText:
         info = await board.conn.get_model(alias)
         if not info.tokenizer_json:
             raise Unavailable(f"model {alias!r} on {board.name} has no tokenizer yet")
