@@ -84,6 +84,7 @@ async def main() -> None:
     p.add_argument("--requests", type=int, default=40)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--loop", default="auto", help="the gateway's event loop: auto, asyncio, uvloop")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gwbench-"))
     build_sim_package("qwen3-30b-a3b", work / "models" / "qwen", decode_batches=(1, 4, 8, 16))
@@ -94,7 +95,7 @@ async def main() -> None:
     )  # fmt: skip
     gateway = start(
         [sys.executable, "-m", "calculet.gateway.main", "--listen", f"unix:{gw_sock}", "--daemon",
-         f"unix:{daemon_sock}", "--log-level", "WARNING"], work / "g.log",
+         f"unix:{daemon_sock}", "--log-level", "WARNING", "--loop", args.loop], work / "g.log",
     )  # fmt: skip
     try:
         transport = httpx.AsyncHTTPTransport(uds=str(gw_sock))
@@ -105,23 +106,27 @@ async def main() -> None:
                 await direct(client, args.tokens, seed)
                 await via_gateway(http, args.tokens, seed)
             results: dict[str, list[tuple[float, float, int]]] = {"direct": [], "gateway": []}
-            gw_proc = psutil.Process(gateway.pid)
-            gw_cpu = 0.0
+            gw_proc, me = psutil.Process(gateway.pid), psutil.Process()
+            gw_cpu = direct_cpu = 0.0
             for start_seed in range(0, args.requests, args.concurrency):
                 seeds = range(start_seed, start_seed + args.concurrency)
+                before = sum(me.cpu_times()[:2])
                 results["direct"] += await asyncio.gather(*(direct(client, args.tokens, s) for s in seeds))
+                direct_cpu += sum(me.cpu_times()[:2]) - before
                 before = sum(gw_proc.cpu_times()[:2])
                 results["gateway"] += await asyncio.gather(*(via_gateway(http, args.tokens, s) for s in seeds))
                 gw_cpu += sum(gw_proc.cpu_times()[:2]) - before
             await client.close()
         for name, rows in results.items():
             ttfts, e2es = [r[0] * 1e3 for r in rows], [r[1] * 1e3 for r in rows]
+            total = sum(r[2] for r in rows)
             print(f"{name:8s} TTFT p50 {pct(ttfts, 50):7.2f} ms p90 {pct(ttfts, 90):7.2f} ms | "
-                  f"E2E p50 {pct(e2es, 50):8.2f} ms p90 {pct(e2es, 90):8.2f} ms | tokens {sum(r[2] for r in rows)}")  # fmt: skip
+                  f"E2E p50 {pct(e2es, 50):8.2f} ms p90 {pct(e2es, 90):8.2f} ms | tokens {total}")  # fmt: skip
         added = statistics.median(g[0] - d[0] for g, d in zip(results["gateway"], results["direct"], strict=True))
         tokens = sum(r[2] for r in results["gateway"])
-        print(f"gateway adds TTFT p50 {added * 1e3:.2f} ms (paired by seed); "
-              f"gateway CPU {gw_cpu * 1e6 / tokens:.0f} us per streamed token ({tokens} tokens)")  # fmt: skip
+        gw_us, direct_us = gw_cpu * 1e6 / tokens, direct_cpu * 1e6 / tokens
+        print(f"gateway adds TTFT p50 {added * 1e3:.2f} ms (paired by seed); per streamed token: gateway process "
+              f"{gw_us:.0f} us CPU, a direct AsyncDaemonClient {direct_us:.0f} us")  # fmt: skip
     finally:
         for proc in (gateway, daemon):
             proc.terminate()

@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int, help="submits per choice across boards, retries included (6)")
     p.add_argument("--failover-wait", type=float, help="mid-stream seconds to wait for a board to come back (15)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (INFO)")
+    p.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="event loop (auto)")
     return p
 
 
@@ -89,7 +90,7 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
     return make_service
 
 
-def uvicorn_config(cfg: GatewayConfig) -> uvicorn.Config:
+def uvicorn_config(cfg: GatewayConfig, loop: str = "auto") -> uvicorn.Config:
     app = create_app(service_factory(cfg))
     where: dict[str, Any]
     if cfg.listen.startswith("unix:"):
@@ -99,7 +100,8 @@ def uvicorn_config(cfg: GatewayConfig) -> uvicorn.Config:
         if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise InvalidArgument(f"listen: expected HOST:PORT or unix:PATH, got {cfg.listen!r}")
         where = {"host": host.strip("[]"), "port": int(port)}
-    loop = "uvloop" if _has("uvloop") else "asyncio"
+    if loop == "auto":
+        loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"
     return uvicorn.Config(
         app, **where, loop=loop, http=http, log_level=cfg.log_level.lower(), access_log=False,
@@ -119,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg = config_from(settings_from(args))
-        config = uvicorn_config(cfg)
+        config = uvicorn_config(cfg, args.loop)
     except InvalidArgument as err:
         print(f"calculet-gateway: {err}", file=sys.stderr)
         return 2
