@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,7 +29,7 @@ from calculet.gateway.api import formats, streaming
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
 from calculet.gateway.errors import error_response, internal_error_response
 from calculet.gateway.fleet.board import BoardState
-from calculet.gateway.serving.service import GatewayService
+from calculet.gateway.serving.service import GatewayService, Prepared
 
 log = logging.getLogger("calculet.gateway.http")
 
@@ -45,6 +45,28 @@ def session_key(request: Request, user: str | None) -> str:
     """Affinity key: the session header, else the OpenAI `user`; hashed to the daemon's 128-byte limit."""
     raw = request.headers.get(SESSION_HEADER) or user or ""
     return hashlib.blake2b(raw.encode(), digest_size=16).hexdigest() if raw else ""
+
+
+async def respond(
+    request: Request, prepare: Awaitable[Prepared], stream: bool, include_usage: bool, logprobs: bool, *, chat: bool
+) -> Response:
+    """Run a request being prepared and answer it: SSE once its first token exists, or JSON at the end.
+
+    Raises:
+        CalculetError: before any byte is sent (the exception handlers answer it).
+    """
+    prepared = await streaming.unless_disconnected(request, prepare)
+    events = prepared.events()
+    if stream:
+        first = await streaming.first_event(request, events)
+        sse = streaming.sse_chat if chat else streaming.sse_completion
+        body = sse(prepared, first, events, logprobs=logprobs, include_usage=include_usage)
+        return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+    states = await streaming.unless_disconnected(request, streaming.collect(prepared, events, chat=chat))
+    answer = formats.chat_response if chat else formats.completion_response
+    return json_response(
+        answer(prepared.request_id, prepared.created, prepared.model, states, prepared.prompt_token_count, logprobs)
+    )
 
 
 def create_app(make_service: Callable[[], AsyncIterator[GatewayService]]) -> FastAPI:
@@ -82,42 +104,14 @@ def create_app(make_service: Callable[[], AsyncIterator[GatewayService]]) -> Fas
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         req = parse_body(ChatCompletionRequest, await request.body())
-        service = service_of(request)
-        prepared = await streaming.unless_disconnected(
-            request, service.prepare_chat(req, session_key(request, req.user))
-        )
-        logprobs = req.logprobs
-        events = prepared.events()
-        if req.stream:
-            first = await streaming.first_event(request, events)
-            body = streaming.sse_chat(prepared, first, events, logprobs=logprobs, include_usage=req.include_usage)
-            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
-        states = await streaming.unless_disconnected(request, streaming.collect(prepared, events, chat=True))
-        return json_response(
-            formats.chat_response(
-                prepared.request_id, prepared.created, prepared.model, states, prepared.prompt_token_count, logprobs
-            )
-        )
+        prepare = service_of(request).prepare_chat(req, session_key(request, req.user))
+        return await respond(request, prepare, req.stream, req.include_usage, req.logprobs, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         req = parse_body(CompletionRequest, await request.body())
-        service = service_of(request)
-        prepared = await streaming.unless_disconnected(
-            request, service.prepare_completion(req, session_key(request, req.user))
-        )
-        logprobs = req.logprobs is not None
-        events = prepared.events()
-        if req.stream:
-            first = await streaming.first_event(request, events)
-            body = streaming.sse_completion(prepared, first, events, logprobs=logprobs, include_usage=req.include_usage)
-            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
-        states = await streaming.unless_disconnected(request, streaming.collect(prepared, events, chat=False))
-        return json_response(
-            formats.completion_response(
-                prepared.request_id, prepared.created, prepared.model, states, prepared.prompt_token_count, logprobs
-            )
-        )
+        prepare = service_of(request).prepare_completion(req, session_key(request, req.user))
+        return await respond(request, prepare, req.stream, req.include_usage, req.logprobs is not None, chat=False)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

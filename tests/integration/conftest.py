@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.ops.sim_packages.build import build_sim_package
-from tests.integration.gateway_process import GatewayProcess
+from tests.integration.gateway_process import GatewayProcess, terminate
 
 STARTUP_TIMEOUT_S = 60.0
 
@@ -80,15 +80,9 @@ class DaemonProcess:
         return self.proc.poll() is None
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = terminate(self.proc)
         self._log.close()
-        return self.proc.returncode
+        return code
 
 
 @pytest.fixture

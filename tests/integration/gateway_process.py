@@ -30,6 +30,18 @@ STARTUP_TIMEOUT_S = 60.0
 BASE_URL = "http://gateway"
 
 
+def terminate(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> int:
+    """SIGTERM, wait up to `grace_s`, then SIGKILL; the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class GatewayProcess:
     """The gateway process (see the module docstring)."""
 
@@ -78,15 +90,9 @@ class GatewayProcess:
             self.wait_until(lambda body: "status" in body, "serving HTTP", STARTUP_TIMEOUT_S)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = terminate(self.proc)
         self._log.close()
-        return self.proc.returncode
+        return code
 
 
 class Oracle:
