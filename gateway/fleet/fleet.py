@@ -127,8 +127,8 @@ class Fleet:
                 counts[m.alias] = counts.get(m.alias, 0) + (1 if board.can_serve(m.alias) else 0)
         return counts
 
-    def any_ready(self) -> bool:
-        return any(n > 0 for n in self.known_models().values())
+    def any_up(self) -> bool:
+        return any(b.state is BoardState.UP for b in self.boards.values())
 
     def cached_text(self, board: Board, alias: str) -> ModelText | None:
         m = board.model(alias)

@@ -108,6 +108,8 @@ class GatewayService:
         if board is None:
             if alias in self.fleet.known_models():
                 raise Unavailable(f"model {alias!r} is not ready on any board (loading, draining or unhealthy)")
+            if not self.fleet.any_up():
+                raise Unavailable("no board is reachable")  # it may well exist: nobody can say
             raise ModelNotFound(f"model {alias!r} does not exist on any board")
         return board, await self.fleet.model_text(board, alias)
 

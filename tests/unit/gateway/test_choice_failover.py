@@ -11,7 +11,7 @@ from calculet.daemon.errors import ErrorKind, InvalidArgument, Overloaded, Unava
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.serving.choice import RetryPolicy
 from tests.unit.gateway.fakes import CONTEXT, FakeDaemon, model_token
-from tests.unit.gateway.harness import chat, completion, run_all, start_service
+from tests.unit.gateway.harness import chat, completion, run_all, start_service, until
 
 PROMPT = [72, 105, 33]  # "Hi!"
 
@@ -205,6 +205,10 @@ def test_request_checks_before_any_submit() -> None:
         with pytest.raises(Unavailable) as info:
             await service.prepare_completion(completion(PROMPT), "")
         assert info.value.kind is ErrorKind.UNAVAILABLE
+        a.kill()  # with no board reachable an unknown model is not known to be unknown: 503, not 404
+        await until(fleet, lambda: not fleet.any_up(), "board down")
+        with pytest.raises(Unavailable, match="no board"):
+            await service.prepare_completion(completion(PROMPT).model_copy(update={"model": "nope"}), "")
         assert a.submitted == []
         await fleet.close()
 
