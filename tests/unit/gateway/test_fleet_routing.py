@@ -8,7 +8,11 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from calculet.gateway.fleet.board import BoardState
+import pytest
+
+from calculet.daemon.errors import IllegalTransition
+from calculet.daemon.lifecycle import Lifecycle
+from calculet.gateway.fleet.board import BOARD_TRANSITIONS, BoardState
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver, Resolver
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
@@ -118,3 +122,12 @@ def test_hosts_file_resolver(tmp_path: Path) -> None:
     assert asyncio.run(scenario()) == ["127.0.0.2", "127.0.0.3", "::1"]
     d = Discovery([], ["boards:9"], HostsFileResolver(hosts))
     assert asyncio.run(d.targets()) == ["127.0.0.2:9", "127.0.0.3:9", "[::1]:9"]
+
+
+def test_board_lifecycle_table() -> None:
+    life = Lifecycle("board", BoardState.CONNECTING, BOARD_TRANSITIONS)
+    for state in (BoardState.UP, BoardState.DOWN, BoardState.UP, BoardState.REMOVED):
+        life.move(state)
+    assert not any(life.can_move(target) for target in BoardState)  # a retired board never serves again
+    with pytest.raises(IllegalTransition):
+        Lifecycle("board", BoardState.CONNECTING, BOARD_TRANSITIONS).move(BoardState.CONNECTING)
