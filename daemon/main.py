@@ -52,13 +52,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-depth", type=int, help="waiting requests before Submit is refused")
     p.add_argument("--admission-timeout", type=float, help="seconds a request may wait for a KV lane")
     p.add_argument(
+        "--retention-bytes",
+        type=int,
+        help=f"estimated bytes of finished jobs kept for Wait re-attach and Submit retries, oldest evicted first "
+        f"(default {DEFAULT_RETENTION_BYTES}; 0 keeps none)",
+    )
+    p.add_argument(
+        "--retention-seconds",
+        type=float,
+        help=f"seconds a finished job is kept after its Final at most (default {DEFAULT_RETENTION_S:g})",
+    )
+    p.add_argument(
         "--decode-jobs-per-model",
         type=int,
         choices=(1, 2),
         help="decode jobs of one model in flight: 1 = one batch of every ready sequence (default), "
         "2 = two cohorts alternating between the ping/pong banks",
     )
-    p.add_argument("--max-message-bytes", type=int, help=f"gRPC message limit (default {DEFAULT_MAX_MESSAGE_BYTES})")
+    p.add_argument(
+        "--max-message-bytes",
+        type=int,
+        help=f"largest request the daemon receives (default {DEFAULT_MAX_MESSAGE_BYTES}: enough for a 40,960-token "
+        "context; raise it for larger models)",
+    )
     p.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING")
     return p
 
@@ -67,9 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
 FLAG_SETTINGS = (
     "board", "device", "listen", "models_root", "time_scale", "fault_plan", "fault_injection", "policy",
     "max_inflight", "job_timeout", "drain_timeout", "queue_depth", "admission_timeout", "decode_jobs_per_model",
-    "orphan_timeout", "max_message_bytes", "log_level",
+    "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds",
 )  # fmt: skip
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DEFAULT_RETENTION_BYTES = DaemonConfig.retention_bytes  # 256 MiB
+DEFAULT_RETENTION_S = DaemonConfig.retention_s  # 10 minutes
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -180,6 +198,8 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         admission_timeout_s=_seconds(settings, "admission_timeout", 30.0, zero_ok=False),
         decode_jobs_per_model=_int(settings, "decode_jobs_per_model", 1, 1),
         orphan_timeout_s=_seconds(settings, "orphan_timeout", 60.0, zero_ok=True) or None,
+        retention_bytes=_int(settings, "retention_bytes", DEFAULT_RETENTION_BYTES, 0, 2**48),
+        retention_s=_seconds(settings, "retention_seconds", DEFAULT_RETENTION_S, zero_ok=False),
     )
 
 

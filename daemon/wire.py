@@ -10,7 +10,9 @@ no domain module imports `*_pb2`. The error-kind <-> gRPC code table is `calcule
   elsewhere can reuse it;
 - `ErrorKind` values on the wire equal gRPC status codes (options documented in common.proto);
 - limits that only the wire defines (priority range, id lengths in bytes) are checked here, so the
-  domain never sees a request the protocol forbids.
+  domain never sees a request the protocol forbids;
+- `check_submit_sizes` is O(1) and runs first, on the event loop; `request_from_pb` is O(tokens), so
+  for a large request the servicer runs it on its Submit pool, never on the loop.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from calculet.daemon.core.events import (
     Usage,
 )
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.request import GenerationRequest, StoppingParams
+from calculet.daemon.core.request import MAX_STOP_TOKEN_IDS, GenerationRequest, StoppingParams
 from calculet.daemon.error_codes import ERROR_CLASS as ERROR_CLASS  # re-exported: the table lives there
 from calculet.daemon.error_codes import GRPC_CODE as GRPC_CODE
 from calculet.daemon.error_codes import KIND_OF_CODE as KIND_OF_CODE
@@ -121,6 +123,25 @@ def _check_submit_limits(pb: inference_pb2.SubmitRequest) -> None:
         size = len(getattr(pb, name).encode())
         if size > MAX_ID_BYTES:
             raise InvalidArgument(f"{name}: at most {MAX_ID_BYTES} bytes, got {size}")
+
+
+def check_submit_sizes(pb: inference_pb2.SubmitRequest, context: int) -> None:
+    """The O(1) checks of a Submit: token counts, before any token id is read or converted.
+
+    Args:
+        pb: the request.
+        context: the most prompt + resume tokens it may carry (its model's context; the model's own
+            limits are checked again, exactly, by the core).
+
+    Raises:
+        InvalidArgument: more prompt + resume tokens than `context`, or more than 64 stop ids.
+    """
+    tokens = len(pb.prompt_tokens) + len(pb.resume_tokens)
+    if tokens > context:
+        raise InvalidArgument(f"prompt_tokens + resume_tokens: {tokens} tokens exceed the context of {context}")
+    stops = len(pb.stopping.stop_token_ids)
+    if stops > MAX_STOP_TOKEN_IDS:
+        raise InvalidArgument(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids, got {stops}")
 
 
 def request_from_pb(pb: inference_pb2.SubmitRequest, default_max_tokens: int) -> GenerationRequest:

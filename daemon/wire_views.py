@@ -11,7 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
-from calculet.daemon.core.reset_budget import BudgetView
+from calculet.daemon.core.reset_budget import BudgetView, ResetReport
 from calculet.daemon.core.status import HealthView, JobView, LoadView, ModelInfoView, ModelView, StatusView
 from calculet.daemon.device.types import DeviceInfo, MemoryUsage
 from calculet.daemon.errors import InvalidArgument
@@ -32,6 +32,7 @@ _JOB = {
     "RECOVER": observe_pb2.JOB_STATE_RECOVERING,
     "DONE": observe_pb2.JOB_STATE_FINISHED,
 }
+_RESET_KIND = {"ccu": common_pb2.RESET_KIND_CCU, "configuration": common_pb2.RESET_KIND_CONFIGURATION}
 _FAULT = {
     operate_pb2.FAULT_KIND_SUBMIT_ERROR: FaultKind.SUBMIT_ERROR,
     operate_pb2.FAULT_KIND_CCU_EXCEPTION: FaultKind.CCU_EXCEPTION,
@@ -115,12 +116,24 @@ def _lane_to_pb(lane: LaneSnapshot) -> observe_pb2.LaneStatus:
     )
 
 
+def _resets_to_pb(s: StatusView) -> observe_pb2.ResetSummary:
+    pb = observe_pb2.ResetSummary(
+        count=s.resets, last_reason=s.last_reset_reason, budget=_budget(s.health.reset_budget)
+    )
+    if s.last_reset is not None:
+        pb.last_kind = _RESET_KIND.get(s.last_reset.kind, common_pb2.RESET_KIND_UNSPECIFIED)
+        pb.last_at.CopyFrom(_timestamp(s.last_reset.at))
+        pb.last_ok = s.last_reset.ok
+    return pb
+
+
 def _model_to_pb(m: ModelView) -> observe_pb2.ModelStatus:
     return observe_pb2.ModelStatus(
         alias=m.alias,
         generation=m.generation,
         state=model_state_to_pb(m.state),  # type: ignore[arg-type]
         package_name=m.package_name,
+        package_hash=m.package_hash,
         package_path=m.package_path,
         lanes=[_lane_to_pb(lane) for lane in m.lanes],
         queues=observe_pb2.QueueDepths(
@@ -180,9 +193,7 @@ def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
         buffer_pool=observe_pb2.BufferPoolStatus(
             in_use=s.pool.in_use, free=s.pool.free, quarantined=s.pool.quarantined, waits=s.pool.waits
         ),
-        resets=observe_pb2.ResetSummary(
-            count=s.resets, last_reason=s.last_reset_reason, budget=_budget(s.health.reset_budget)
-        ),
+        resets=_resets_to_pb(s),
         policy=observe_pb2.POLICY_SERIAL if s.policy == "serial" else observe_pb2.POLICY_CONTINUOUS,
         max_inflight=s.max_inflight,
         inflight_submissions=s.inflight,
@@ -251,6 +262,32 @@ def progress_to_pb(p: LoadProgress, elapsed_s: float) -> operate_pb2.LoadProgres
     return pb
 
 
+def reset_result_to_pb(
+    report: ResetReport, reason: str, before: HealthView, after: HealthView, duration_s: float
+) -> operate_pb2.ResetResult:
+    """The audit record of one operator reset (operate.proto ResetResult)."""
+    result = operate_pb2.ResetResult(
+        ok=report.ok,
+        kind=_RESET_KIND[report.kind],
+        reason=reason,
+        health_before=_serving(before.serving, before.draining, before.device_healthy),  # type: ignore[arg-type]
+        health_after=_serving(after.serving, after.draining, after.device_healthy),  # type: ignore[arg-type]
+        inflight_jobs=report.counts.inflight,
+        recovered_jobs=report.counts.recovered,
+        failed_jobs=report.counts.failed,
+        duration_s=duration_s,
+    )
+    if report.kind == "configuration":
+        now = {m.alias: m.generation for m in after.models}
+        result.generations.extend(
+            operate_pb2.GenerationChange(alias=m.alias, before=m.generation, after=now.get(m.alias, 0))
+            for m in before.models
+        )
+    if report.error is not None:
+        result.error.CopyFrom(error_status(report.error.kind, report.error.message))
+    return result
+
+
 def fault_from_pb(spec: operate_pb2.FaultSpec) -> Fault:
     """The calsim fault a FaultSpec plans (no trigger = the next submit attempt).
 
@@ -283,4 +320,12 @@ def _version() -> str:
         return "0+unknown"
 
 
-__all__ = ["health_to_pb", "kind_to_pb", "load_report_to_pb", "model_info_to_pb", "progress_to_pb", "status_to_pb"]
+__all__ = [
+    "health_to_pb",
+    "kind_to_pb",
+    "load_report_to_pb",
+    "model_info_to_pb",
+    "progress_to_pb",
+    "reset_result_to_pb",
+    "status_to_pb",
+]

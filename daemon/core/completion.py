@@ -78,6 +78,7 @@ class CompletionApplier:
             if job.kv_lost:  # a configuration reset cleared its lanes while we sampled: nothing to commit
                 self._fault_locked(job, rt, JobStatus.DONE)
                 return
+            anomalies = engine.executor.anomalies
             for seq, res, r, cap in zip(job.plan.seqs, results, job.reservations, captured, strict=True):
                 if cap is not None and res.token is not None and seq.first_logits is None:
                     seq.first_logits = cap  # the logits of its first token (a NaN row re-prefills)
@@ -85,6 +86,8 @@ class CompletionApplier:
             assert rt.pool is not None
             rt.pool.release(job.ctx)
             self._check_counters(job)
+            if engine.executor.anomalies == anomalies:  # no NaN row, counters agree: a clean job
+                engine.executor.note_clean()
             engine.executor.retire(job)
             engine.cond.notify_all()
 
@@ -126,7 +129,7 @@ class CompletionApplier:
 
     def _fault_locked(self, job: InFlight, rt: ModelRuntime, status: JobStatus) -> None:
         engine = self.engine
-        if not job.kv_lost:  # a deliberate configuration reset is not a device anomaly
+        if not (job.kv_lost or job.reset_hit):  # a reset's deliberate CCU exception is not a device anomaly
             engine.executor.note_anomaly(f"job {job.job_id} ended {status.value}")
         assert rt.kv is not None and rt.pool is not None
         reason = "a configuration reset cleared its KV" if job.kv_lost else f"device job ended {status.value}"
@@ -158,6 +161,18 @@ class CompletionApplier:
                 rt.kv.mark_unknown(r.lane)
             if seq.state is not SeqState.DONE:
                 self.engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, message)
+
+    def end_abandoned(self, job: InFlight) -> None:
+        """A job given up while the device still held it (the reset budget was used up), ended on
+        the device by an operator reset since: its buffers leave through quarantine and a pool
+        rebuild, never reused. Its sequences were failed and its lanes freed when it was given up.
+        Engine lock held."""
+        rt = job.plan.runtime
+        if self.engine.runtimes.get(job.generation) is not rt or rt.pool is None:
+            return  # its generation is gone, and its pool with it
+        if job.ctx.state in (BufferState.SUBMITTED, BufferState.RUNNING):
+            job.quarantine = True
+            self._end_context(job, rt)
 
     # ---- shared helpers (engine lock held) ------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +23,8 @@ from calculet.daemon.core.engine import Engine, EngineConfig
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
-from calculet.daemon.core.request import GenerationRequest
+from calculet.daemon.core.request import GenerationRequest, ModelLimits
+from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState
@@ -39,15 +41,16 @@ from calculet.daemon.core.status import (
     StatusView,
 )
 from calculet.daemon.device.api import VirtualDevice
-from calculet.daemon.device.errors import DeviceLost
+from calculet.daemon.device.errors import DeviceError, DeviceLost
 from calculet.daemon.device.registry import load_driver
 from calculet.daemon.device.types import DeviceCapabilities, DeviceInfo, JobCounters, MemoryUsage
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from calculet.daemon.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from calculet.daemon.package.manifest import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
 POLICIES = ("continuous", "serial")
+CLOSE_SETTLE_S = 2.0  # at close, how long device jobs in flight may take before they count as hung
 _LOST_INFO = DeviceInfo("lost", 0, (), "", "", "", DeviceCapabilities(0, False, 0, False))
 
 
@@ -67,6 +70,9 @@ class DaemonConfig:
         fault_injection: allow the InjectFault RPC (calsim only).
         drain_timeout_s: default drain/unload timeout.
         orphan_timeout_s: cancel a job that has had no Wait stream for this long (None = never).
+        retention_bytes: estimated bytes of finished jobs kept for Wait re-attach and Submit retries
+            (oldest evicted first; 0 keeps none).
+        retention_s: seconds a finished job is kept at most after its Final.
     """
 
     board: int = 0
@@ -83,6 +89,8 @@ class DaemonConfig:
     admission_timeout_s: float = 30.0
     decode_jobs_per_model: int = 1
     orphan_timeout_s: float | None = 60.0
+    retention_bytes: int = 256 * 1024 * 1024
+    retention_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -93,6 +101,10 @@ class DaemonConfig:
             raise InvalidArgument(f"decode_jobs_per_model: must be 1 or 2, got {self.decode_jobs_per_model}")
         if self.job_timeout_s <= 0:
             raise InvalidArgument(f"job_timeout_s: must be positive, got {self.job_timeout_s}")
+        if self.retention_bytes < 0:
+            raise InvalidArgument(f"retention_bytes: must be >= 0, got {self.retention_bytes}")
+        if not (math.isfinite(self.retention_s) and self.retention_s > 0):
+            raise InvalidArgument(f"retention_s: must be a positive number of seconds, got {self.retention_s}")
 
     def engine_config(self) -> EngineConfig:
         serial = self.policy == "serial"
@@ -108,6 +120,8 @@ class DaemonConfig:
             synchronous=serial,
             job_timeout_s=self.job_timeout_s,
             orphan_timeout_s=self.orphan_timeout_s,
+            retention_bytes=self.retention_bytes,
+            retention_s=self.retention_s,
         )
 
 
@@ -131,6 +145,7 @@ class DeviceCore:
         self._last_info: DeviceInfo | None = self.device.info()
         self._closed = False
         self._close_lock = threading.Lock()
+        self._hashes: dict[tuple[str, int], str] = {}  # (alias, generation) -> manifest SHA-256
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -140,30 +155,78 @@ class DeviceCore:
         for alias, path in self.config.models:
             self.models.load(alias, path, progress)
 
-    def close(self) -> None:
-        """Stop serving: cancel what is queued, let in-flight jobs finish, release the device."""
+    def end_unfinished(self, reason: str) -> int:
+        """Stop admitting and end every unfinished job now with an in-band Final ERROR / UNAVAILABLE
+        (shutdown, once the drain window is over; see `Engine.end_unfinished`).
+
+        Returns:
+            How many jobs it ended.
+        """
+        self.stop_admitting()
+        return self.engine.end_unfinished(reason)
+
+    def close(self, settle_s: float = CLOSE_SETTLE_S) -> None:
+        """Stop serving and release the device, without waiting for a device job that hangs.
+
+        Every unfinished job ends at once with an in-band Final ERROR / UNAVAILABLE. Device jobs
+        still in flight get `settle_s` (at most the job timeout) to complete, as a healthy one does
+        within a step or two; then the models are retired and their buffers released. A job still on
+        the device after that is treated as hung and not waited for: it keeps its buffers (nothing is
+        launched any more, so nothing reuses them) and the device's `close` ends it.
+        """
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        self.end_unfinished("board closed: resume on another board")
         with self.engine.cond:
-            self.engine.admitting = False
+            self.engine.health_listeners.clear()  # the transport is gone: nobody to tell any more
+        if self.engine.wait_device_idle(min(settle_s, self.config.job_timeout_s)):
+            self._retire_all()
+            self.engine.stop()
+            self.device.close()
+            return
+        log.warning("closing with device job(s) still in flight after %.1fs: not waiting for them", settle_s)
+        self.engine.stop(timeout=0.0)
+        self.device.close()  # ends what the device still holds, which wakes the completion thread
+        if not self.engine.stop(timeout=settle_s):
+            log.warning("an engine thread is still waiting on the closed device; exiting without it")
+
+    def _retire_all(self) -> None:
+        """Retire every Ready generation (no job is left, so nothing waits)."""
         for rt in reversed(self.models.all()):
             try:
                 if rt.state is ModelState.READY:
                     self.models.retire(rt, timeout=0.0)
             except Exception:  # keep closing the rest; the process is exiting
                 log.exception("closing model %s generation %s", rt.alias, rt.generation)
-        self.engine.stop()
-        self.device.close()
 
     # ---- inference plane --------------------------------------------------------------------
 
-    def submit(self, req: GenerationRequest) -> SubmitResult:
-        job_id, dedup = self.engine.submit(req)
-        seq = self.engine.sequence(job_id)
-        assert seq is not None
-        return SubmitResult(job_id, dedup, seq.request.sampling.seed, seq.generation)
+    def submit(self, req: GenerationRequest, *, seed_given: bool = True) -> SubmitResult:
+        """Queue a request (see `Engine.submit_sequence`); `seed_given` False: the seed was drawn for it.
+
+        Raises:
+            As `Engine.submit_sequence`.
+        """
+        seq, dedup = self.engine.submit_sequence(req, seed_given=seed_given)
+        return SubmitResult(seq.job_id, dedup, seq.request.sampling.seed, seq.generation)
+
+    def count_rejected(self) -> None:
+        """Count a refused Submit in Status's `rejected` (the transport calls it for every refusal)."""
+        self.engine.count_rejected()
+
+    def serving_limits(self, alias: str) -> ModelLimits | None:
+        """The limits a Submit to `alias` is checked against: those of its serving generation, or None
+        when none serves (unknown, loading, unloaded: `submit` refuses it for that). O(1).
+        """
+        with self.engine.cond:  # a published runtime keeps its model until it is unpublished
+            rt = self.engine.aliases.get(alias)
+            return rt.limits if rt is not None and rt.model is not None and rt.state.serving else None
+
+    def largest_context(self) -> int:
+        """The largest context of any model loaded here, in any state (0 with none). O(models)."""
+        return max((rt.manifest.context for rt in self.models.all()), default=0)
 
     def default_max_tokens(self, alias: str) -> int:
         """The room left by a prompt is computed per request; this is the model's context."""
@@ -231,14 +294,36 @@ class DeviceCore:
             return was
 
     def reset(self, kind: str, reason: str, model: str = "") -> tuple[bool, str]:
-        """Operator reset. kind: "ccu" (in-flight jobs end as CCU exceptions; their sequences
-        re-prefill) or "configuration" (the KV of `model`, or of every model when empty, is cleared;
-        its sequences re-prefill).
+        """`operator_reset` without waiting for the jobs it hit to recover. Returns (ok, message).
+
+        Raises:
+            As `operator_reset`, and its report's error when the reset did not succeed.
+        """
+        report = self.operator_reset(kind, reason, model, settle_timeout_s=0.0)
+        if report.error is not None:
+            raise report.error
+        return report.ok, report.message
+
+    def operator_reset(
+        self, kind: str, reason: str, model: str = "", settle_timeout_s: float | None = None
+    ) -> ResetReport:
+        """Operator reset, one at a time. kind: "ccu" (in-flight jobs end as CCU exceptions; their
+        sequences re-prefill) or "configuration" (the KV of `model`, or of every model when empty, is
+        cleared; its sequences re-prefill). Neither is a device anomaly. A successful one lifts a halt
+        for a used-up automatic reset budget, clears the budget and restores the in-flight limit.
+
+        Args:
+            settle_timeout_s: how long to wait for the jobs it hit to rebuild their KV or end before
+                counting them (None: `SETTLE_TIMEOUT_S`). The reset is in progress until then.
+
+        Returns:
+            The report: ok, or not with the error (the device failed the reset, or the board still
+            cannot serve); the jobs it hit and their fate.
 
         Raises:
             InvalidArgument: unknown kind, or a model named for a CCU reset.
             NotFound: `model` is not loaded.
-            DeviceError: the device failed the reset.
+            FailedPrecondition: another reset is in progress (nothing was done).
         """
         if kind not in ("ccu", "configuration"):
             raise InvalidArgument(f"reset kind must be ccu or configuration, got {kind!r}")
@@ -251,17 +336,37 @@ class DeviceCore:
                 raise NotFound(f"model {model!r} is not loaded")
             targets = [serving]
         engine = self.engine
-        with engine.cond:
-            engine.counters.resets += 1
-            engine.counters.last_reset_reason = f"operator {kind} reset: {reason}"
+        tally = engine.begin_operator_reset(kind, reason)
+        try:
+            problem: CalculetError | None
+            try:
+                message = self._reset_device(kind, targets)
+                problem = engine.operator_reset_succeeded()
+            except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
+                message, problem = f"{kind} reset failed", exc
+            settle = SETTLE_TIMEOUT_S if settle_timeout_s is None else settle_timeout_s
+            counts = engine.wait_reset_settled(tally, settle if problem is None else 0.0)
+            engine.note_reset_outcome(kind, problem is None)
+        finally:
+            engine.end_reset()
+        if problem is not None:
+            return ResetReport(kind, False, f"{message}: {problem}", counts, problem)
+        return ResetReport(kind, True, message, counts)
+
+    def _reset_device(self, kind: str, targets: list[ModelRuntime]) -> str:
+        """The device part of an operator reset. Returns what was done.
+
+        Raises:
+            DeviceError: the device failed the reset.
+        """
         if kind == "ccu":
-            self.device.reset_ccu()
-            return True, "compute units reset"
+            self.engine.operator_reset_ccu()
+            return "compute units reset"
         for rt in targets:
             if rt.model is not None:
-                engine.reset_configuration(rt, "configuration reset")
+                self.engine.reset_configuration(rt, "configuration reset")
         names = ", ".join(rt.alias for rt in targets) or "none"
-        return True, f"configuration reset ({names}); their sequences re-prefill"
+        return f"configuration reset ({names}); their sequences re-prefill"
 
     def inject_fault(self, fault: Any) -> Any:
         """Add a fault to calsim's plan (only when the daemon was started with fault injection)."""
@@ -358,6 +463,7 @@ class DeviceCore:
                 pool=pool,
                 resets=c.resets,
                 last_reset_reason=c.last_reset_reason,
+                last_reset=c.last_reset,
                 policy=self.config.policy,
                 max_inflight=engine.executor.limit,
                 inflight=len(engine.executor.inflight),
@@ -398,7 +504,18 @@ class DeviceCore:
             lanes,
             queues,
             rt.message,
+            self._package_hash(rt),
         )
+
+    def _package_hash(self, rt: ModelRuntime) -> str:
+        """SHA-256 of the runtime's manifest, read once per generation ("" if it cannot be read)."""
+        key = (rt.alias, rt.generation)
+        if key not in self._hashes:
+            try:
+                self._hashes[key] = hashlib.sha256((rt.package_dir / MANIFEST_NAME).read_bytes()).hexdigest()
+            except OSError:
+                return ""
+        return self._hashes[key]
 
     @staticmethod
     def _pool_view(runtimes: list[ModelRuntime]) -> PoolView:

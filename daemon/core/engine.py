@@ -19,24 +19,33 @@ PREFILL/DECODE job belongs to that job's `InFlight` until its completion is appl
 
 from __future__ import annotations
 
-import itertools
+import hmac
 import logging
-import os
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from calculet.daemon.core.completion import CompletionApplier
-from calculet.daemon.core.events import EventLog, FinishReason
-from calculet.daemon.core.executor import Executor, InFlight
+from calculet.daemon.core.events import EventLog, FinishReason, Retention, job_bytes
+from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS, Executor, InFlight
+from calculet.daemon.core.ids import new_sequence_id
 from calculet.daemon.core.request import GenerationRequest, validate_request
-from calculet.daemon.core.reset_budget import ResetBudget
+from calculet.daemon.core.request_digest import request_digest
+from calculet.daemon.core.reset_budget import (
+    HALT_TRANSITIONS,
+    BoardHalt,
+    ResetBudget,
+    ResetCounts,
+    ResetGate,
+    ResetTally,
+)
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
+from calculet.daemon.core.status import ResetOutcome
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, WaitTimeout
 from calculet.daemon.device.types import JobStatus, TaskType
@@ -45,10 +54,12 @@ from calculet.daemon.errors import (
     Cancelled,
     DeadlineExceeded,
     ErrorKind,
+    FailedPrecondition,
     NotFound,
     Overloaded,
     Unavailable,
 )
+from calculet.daemon.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +76,13 @@ class EngineConfig:
         max_recoveries: re-prefills a sequence may need after lost KV before it fails.
         reset_limit / reset_window_s: automatic resets allowed per window before the board stops
             serving and waits for an operator.
+        restore_after_clean_jobs: consecutive clean completions after which an in-flight limit
+            degraded by an anomaly comes back (0 = only a successful operator reset restores it).
         orphan_timeout_s: a job with no Wait stream attached for this long is cancelled, so a client
             that submits and disappears cannot hold a lane forever (None = never).
-        retention: finished jobs kept for re-attaching `Wait` calls.
+        retention_bytes / retention_s: finished jobs are kept for re-attaching `Wait` calls and
+            idempotent Submit retries while their estimated bytes (`events.job_bytes`) fit and for
+            at most this many seconds after their Final; the oldest go first.
     """
 
     policy: SchedulingPolicy = field(default_factory=SchedulingPolicy)
@@ -75,9 +90,11 @@ class EngineConfig:
     synchronous: bool = False
     job_timeout_s: float = 30.0
     max_recoveries: int = 3
-    retention: int = 4096
+    retention_bytes: int = 256 * 1024 * 1024
+    retention_s: float = 600.0
     reset_limit: int = 3
     reset_window_s: float = 600.0
+    restore_after_clean_jobs: int = RESTORE_AFTER_CLEAN_JOBS
     orphan_timeout_s: float | None = 60.0
 
 
@@ -93,6 +110,7 @@ class EngineCounters:
     recoveries: int = 0
     resets: int = 0
     last_reset_reason: str = ""
+    last_reset: ResetOutcome | None = None  # set when a reset ends, automatic or operator
 
 
 class Engine:
@@ -104,19 +122,25 @@ class Engine:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.scheduler = Scheduler(config.policy)
-        self.executor = Executor(device, 1 if config.synchronous else config.max_inflight)
+        self.executor = Executor(
+            device, 1 if config.synchronous else config.max_inflight, config.restore_after_clean_jobs
+        )
         self.counters = EngineCounters()
         self.reset_budget = ResetBudget(config.reset_limit, config.reset_window_s)
+        self.reset_gate = ResetGate()
+        self.halt: Lifecycle[BoardHalt] = Lifecycle("board halt", BoardHalt.NONE, HALT_TRANSITIONS)
+        self.abandoned: list[InFlight] = []  # given up at a halt while the device still held them
+        self._admitting_before_halt = True
         self.runtimes: dict[int, ModelRuntime] = {}  # generations whose jobs may run
         self.aliases: dict[str, ModelRuntime] = {}  # published alias -> serving generation
         self.known_aliases: set[str] = set()  # ever published here: unloaded ones are UNAVAILABLE
         self.sequences: dict[str, Sequence] = {}  # live sequences
-        self.finished: OrderedDict[str, Sequence] = OrderedDict()  # retained for Wait
-        self.by_client_id: dict[tuple[str, str], str] = {}
+        # Finished sequences kept for Wait and Submit retries (bytes and age bounded).
+        self.finished: Retention[Sequence] = Retention(config.retention_bytes, config.retention_s)
+        # client_request_id -> (job id, request digest), for live and retained jobs alike.
+        self.by_client_id: dict[str, tuple[str, bytes]] = {}
         self.admitting = True
         self.device_lost = False
-        self._boot = os.urandom(3).hex()
-        self._ids = itertools.count(1)
         self._stopping = False
         self._applier = CompletionApplier(self)
         self._threads: list[threading.Thread] = []
@@ -133,14 +157,49 @@ class Engine:
             thread.start()
             self._threads.append(thread)
 
-    def stop(self) -> None:
-        """Stop both threads after in-flight jobs finish (buffers are never abandoned mid-DMA)."""
+    def stop(self, timeout: float | None = None) -> bool:
+        """Tell both threads to stop once no device job is in flight (buffers are never abandoned
+        mid-DMA) and wait up to `timeout` seconds for them (None: the job timeout + 5).
+
+        Returns:
+            Whether both ended. A thread still waiting for a hung device job is left to the device's
+            `close`, which ends that wait; the threads are daemons, so they never hold the process.
+        """
         with self.cond:
             self._stopping = True
             self.cond.notify_all()
+        deadline = time.monotonic() + (self.config.job_timeout_s + 5 if timeout is None else timeout)
         for thread in self._threads:
-            thread.join(timeout=self.config.job_timeout_s + 5)
-        self._threads.clear()
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._threads = [t for t in self._threads if t.is_alive()]
+        return not self._threads
+
+    def end_unfinished(self, reason: str) -> int:
+        """Shutdown: end every unfinished job now with an in-band Final ERROR / UNAVAILABLE, which
+        tells a gateway to resume it on another board with resume_tokens, without waiting for device
+        jobs (a hung one would hold its Final for the whole job timeout).
+
+        A sequence not in a device job finishes as in `cancel_generation`. One in a device job gets
+        its Final written now but stays owned by that job's `InFlight` record: the job's completion,
+        if the device ever delivers it, ends the sequence with the same error (its log keeps the
+        first Final) and gives its lane and buffers back.
+
+        Returns:
+            How many jobs it ended (warm-up probes included); 0 when called again.
+        """
+        with self.cond:
+            seqs = [s for s in self.sequences.values() if not s.log.finished]
+            for seq in seqs:
+                self._cancel_locked(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, reason)
+                if seq.state is not SeqState.DONE:  # in a device job: its client hears now all the same
+                    seq.log.finish(FinishReason.ERROR, seq.usage(), seq.timings(), ErrorKind.UNAVAILABLE, reason)
+            self.cond.notify_all()
+            return len(seqs)
+
+    def wait_device_idle(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until no device job is in flight. Returns whether none is."""
+        with self.cond:
+            return self.cond.wait_for(lambda: not self.executor.inflight, timeout)
 
     # ---- models ---------------------------------------------------------------------------
 
@@ -205,41 +264,153 @@ class Engine:
                 return
             assert rt.kv is not None
             self.device.reset_configuration(rt.model)
+            tally = self.reset_gate.tally or ResetTally()  # the running operator reset's record of its hits
             for job in self.executor.inflight:  # a job done on the device but not yet applied too
                 if job.generation == rt.generation:
                     job.kv_lost = True
+                    tally.add(job.plan.seqs)
             for seq in [s for s in self.scheduler.ready.values() if s.generation == rt.generation]:
+                tally.add((seq,))
                 self.scheduler.forget(seq)
                 assert seq.lane is not None
                 rt.kv.mark_unknown(seq.lane)
                 self._applier.fail_or_recover(rt, seq, reason, lane_lost=True)
             self.cond.notify_all()
 
+    # ---- operator resets (DeviceCore.operator_reset drives them) -------------------------------
+
+    def begin_operator_reset(self, kind: str, reason: str) -> ResetTally:
+        """Take the reset gate for an operator reset and count it. Returns the tally the reset
+        records the jobs it hits in; `end_reset` gives the gate back.
+
+        Raises:
+            FailedPrecondition: another reset is in progress (nothing changed).
+        """
+        tally = ResetTally()
+        with self.cond:
+            if not self.reset_gate.try_begin(f"operator {kind} reset", tally):
+                raise FailedPrecondition(f"reset in progress ({self.reset_gate.holder}): try again once it has ended")
+            self.counters.resets += 1
+            self.counters.last_reset_reason = f"operator {kind} reset: {reason}"
+        return tally
+
+    def note_reset_outcome(self, kind: str, ok: bool) -> None:
+        """Record how the reset that just ended went (Status: ResetSummary.last_kind/at/ok)."""
+        with self.cond:
+            self.counters.last_reset = ResetOutcome(kind, time.time(), ok)
+
+    def end_reset(self) -> None:
+        with self.cond:
+            self.reset_gate.end()
+            self.cond.notify_all()
+
+    def operator_reset_ccu(self) -> None:
+        """Reset the compute units: every job on the device ends as a CCU exception that is the
+        reset's doing, not a device anomaly, and its sequences re-prefill. Under the engine lock, so
+        the jobs it ended are marked (and recorded in the running reset's tally) before the
+        completion thread applies them, and no job starts in between.
+
+        Raises:
+            DeviceError: the device failed the reset (nothing is marked).
+        """
+        with self.cond:
+            self.device.reset_ccu()
+            tally = self.reset_gate.tally or ResetTally()
+            for job in self.executor.inflight:
+                if job.kv_lost or _status(job) is JobStatus.CCU_EXCEPTION:  # not one that had finished
+                    job.reset_hit = True
+                    tally.add(job.plan.seqs)
+            self.cond.notify_all()
+
+    def operator_reset_succeeded(self) -> CalculetError | None:
+        """After a successful operator reset: lift a halt for a used-up budget (once the jobs given
+        up then have ended on the device), clear the automatic reset budget, restore the in-flight
+        limit.
+
+        Returns:
+            Why the board still cannot serve (a given-up job still held by the device, or a halt
+            only a restart lifts), or None.
+        """
+        with self.cond:
+            if self.halt.state is BoardHalt.LOST:
+                return Unavailable("the board stopped serving for good (device lost or a thread failed): restart it")
+            if self.halt.state is BoardHalt.AWAITING_OPERATOR:
+                held = [j for j in self.abandoned if not _status(j).finished]
+                if held:
+                    return FailedPrecondition(
+                        f"device job {held[0].job_id} (generation {held[0].generation}) still hangs after this "
+                        "reset: reset the CCU or that model's configuration"
+                    )
+                for job in self.abandoned:
+                    self._applier.end_abandoned(job)
+                self.abandoned.clear()
+                self.halt.move(BoardHalt.NONE)
+                self.device_lost = False
+                self.admitting = self._admitting_before_halt
+            self.reset_budget.clear()
+            self.executor.restore_limit("operator reset")
+            self.cond.notify_all()
+            return None
+
+    def wait_reset_settled(self, tally: ResetTally, timeout: float) -> ResetCounts:
+        """Wait up to `timeout` seconds until every job the reset hit rebuilt its KV or ended; count."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not tally.settled() and (left := deadline - time.monotonic()) > 0:
+                self.cond.wait(left)
+            return tally.counts()
+
     # ---- requests -------------------------------------------------------------------------
 
     def submit(
-        self, req: GenerationRequest, runtime: ModelRuntime | None = None, *, capture_logits: bool = False
+        self,
+        req: GenerationRequest,
+        runtime: ModelRuntime | None = None,
+        *,
+        capture_logits: bool = False,
+        seed_given: bool = True,
     ) -> tuple[str, bool]:
+        """`submit_sequence`, returning (job id, deduplicated)."""
+        seq, deduplicated = self.submit_sequence(req, runtime, capture_logits=capture_logits, seed_given=seed_given)
+        return seq.job_id, deduplicated
+
+    def submit_sequence(
+        self,
+        req: GenerationRequest,
+        runtime: ModelRuntime | None = None,
+        *,
+        capture_logits: bool = False,
+        seed_given: bool = True,
+    ) -> tuple[Sequence, bool]:
         """Validate and queue a request.
 
         Args:
             req: the request.
             runtime: serve on this generation instead of the alias's (warm-up probes).
             capture_logits: keep the first step's logits on the sequence (golden check).
+            seed_given: the caller chose `req.sampling.seed` (False: it was drawn for this Submit, so
+                an identical retry carries another one and is still the same request).
 
         Returns:
-            (job id, deduplicated): a repeated client_request_id returns the first job.
+            (its sequence, deduplicated): a repeated client_request_id with an identical request
+            returns the first job's while it is live or retained. The sequence, not its id: a job
+            may finish and leave retention before the caller could look it up again.
 
         Raises:
+            FailedPrecondition: the client_request_id belongs to a job with a different request.
             NotFound: unknown model alias.
             Unavailable: the model is not serving or the board is draining/unhealthy.
             InvalidArgument: the request does not fit the model.
             Overloaded: the admission queue is full.
             DeadlineExceeded: the request's deadline passed before it could be queued.
         """
+        # O(prompt): outside the lock. Keyed by the client's id alone for now; once access planes give
+        # callers an identity, the key becomes (caller identity, client_request_id) so one caller can
+        # neither find nor block another's jobs.
+        digest = request_digest(req, seed_given=seed_given) if req.client_request_id else b""
         with self.cond:
-            if req.client_request_id and (req.model, req.client_request_id) in self.by_client_id:
-                return self.by_client_id[(req.model, req.client_request_id)], True
+            if req.client_request_id and (first := self._deduplicate_locked(req.client_request_id, digest)):
+                return first, True
             rt = runtime or self._serving(req.model)
             if self.device_lost:  # warm-up probes too: nothing would ever run them
                 raise Unavailable("device lost: board is not serving")
@@ -247,7 +418,7 @@ class Engine:
             validate_request(req, rt.limits)
             if runtime is None and not self.admitting:
                 raise Unavailable("board is draining: not admitting new requests")
-            job_id = f"{self._boot}-{next(self._ids)}"
+            job_id = new_sequence_id()
             seq = Sequence(job_id, req, rt.generation, rt.eos_ids)
             seq.capture_logits = capture_logits
             seq.internal = runtime is not None
@@ -260,15 +431,37 @@ class Engine:
                     raise DeadlineExceeded(
                         f"deadline of {req.deadline_s}s passed before the request was queued"
                     ) from None
-                self.counters.rejected += 1
-                raise
+                raise  # counted in `rejected` by the transport, with every other refused Submit
             self.sequences[job_id] = seq
             if req.client_request_id:
-                self.by_client_id[(req.model, req.client_request_id)] = job_id
+                self.by_client_id[req.client_request_id] = (job_id, digest)
             if runtime is None:  # warm-up probes are not client requests
                 self.counters.submitted += 1
             self.cond.notify_all()
-            return job_id, False
+            return seq, False
+
+    def _deduplicate_locked(self, client_id: str, digest: bytes) -> Sequence | None:
+        """The job an earlier Submit with this client_request_id started, while it is live or retained.
+
+        Raises:
+            FailedPrecondition: that job's request differs from the one with `digest`.
+        """
+        self._expire_retained_locked()
+        known = self.by_client_id.get(client_id)
+        if known is None:
+            return None
+        job_id, first = known
+        if not hmac.compare_digest(first, digest):
+            # Neither the job id nor anything else about the first request is revealed.
+            raise FailedPrecondition("client_request_id: already used for a different request; use a new id")
+        seq = self.sequences.get(job_id) or self.finished.get(job_id)
+        assert seq is not None, "by_client_id names only live and retained jobs"
+        return seq
+
+    def count_rejected(self) -> None:
+        """Count one refused Submit (any error kind; the transport calls it for every refusal)."""
+        with self.cond:
+            self.counters.rejected += 1
 
     def event_log(self, job_id: str, *, for_wait: bool = False) -> EventLog:
         """The job's event log.
@@ -279,7 +472,7 @@ class Engine:
                 streaming when the cancel comes ends with a CANCELLED final event instead).
         """
         with self.cond:
-            seq = self.sequences.get(job_id) or self.finished.get(job_id)
+            seq = self._job_locked(job_id)
             if seq is None:
                 raise NotFound(f"unknown job id {job_id!r}")
             if for_wait and seq.cancel_requested and seq.pending_error is None:
@@ -290,21 +483,45 @@ class Engine:
         """Cancel a job. Returns False if it had already finished.
 
         Raises:
-            NotFound: unknown job id.
+            NotFound: unknown (or expired) job id.
         """
         with self.cond:
-            seq = self.sequences.get(job_id)
+            seq = self._job_locked(job_id)
             if seq is None:
-                if job_id in self.finished:
-                    return False
                 raise NotFound(f"unknown job id {job_id!r}")
+            if job_id not in self.sequences:
+                return False
             self._cancel_locked(seq, FinishReason.CANCELLED, None, "")
             self.cond.notify_all()
             return True
 
     def sequence(self, job_id: str) -> Sequence | None:
         with self.cond:
-            return self.sequences.get(job_id) or self.finished.get(job_id)
+            return self._job_locked(job_id)
+
+    # ---- internals: the job table -------------------------------------------------------------
+
+    def _job_locked(self, job_id: str) -> Sequence | None:
+        """A live job, or a finished one still retained (those past the retention age go first)."""
+        self._expire_retained_locked()
+        return self.sequences.get(job_id) or self.finished.get(job_id)
+
+    def _retain_locked(self, seq: Sequence) -> None:
+        """Keep a finished sequence for Wait and Submit retries, within the retention bounds."""
+        seq.history = None  # only sampling reads it, and it costs ~100 B per distinct token
+        inputs = len(seq.request.prompt_tokens) + len(seq.request.resume_tokens)
+        logits = seq.first_logits.nbytes if seq.first_logits is not None else 0  # warm-up probes: a vocab row
+        self._forget_locked(self.finished.add(seq.job_id, seq, job_bytes(seq.log, inputs) + logits))
+
+    def _expire_retained_locked(self) -> None:
+        self._forget_locked(self.finished.expire())
+
+    def _forget_locked(self, evicted: list[Sequence]) -> None:
+        """Evicted jobs' ids answer NOT_FOUND from now on; their client_request_ids are free again."""
+        for old in evicted:
+            key = old.request.client_request_id
+            if key and self.by_client_id.get(key, ("", b""))[0] == old.job_id:
+                del self.by_client_id[key]
 
     # ---- internals: both loops --------------------------------------------------------------
 
@@ -346,11 +563,8 @@ class Engine:
             self.scheduler.lane_returned(seq.generation)
         seq.lane = None
         seq.finish(reason, kind, message)
-        self.sequences.pop(seq.job_id, None)
-        self.finished[seq.job_id] = seq
-        while len(self.finished) > self.config.retention:
-            _, old = self.finished.popitem(last=False)
-            self.by_client_id.pop((old.request.model, old.request.client_request_id), None)
+        if self.sequences.pop(seq.job_id, None) is not None:  # not when finishing twice
+            self._retain_locked(seq)
         if seq.internal:
             self.cond.notify_all()
             return
@@ -363,6 +577,7 @@ class Engine:
         self.cond.notify_all()
 
     def _expire_locked(self) -> None:
+        self._expire_retained_locked()  # frees retained memory whenever the engine wakes anyway
         now = time.monotonic()
         for seq in self.scheduler.expire(now):
             if seq.deadline is not None and seq.deadline <= now:
@@ -506,11 +721,16 @@ class Engine:
         for seq in plan.seqs:
             self._applier.fail_or_recover(plan.runtime, seq, f"submit failed: {exc}", lane_lost=False)
 
-    def _device_lost_locked(self, message: str) -> None:
+    def _device_lost_locked(self, message: str, halt: BoardHalt = BoardHalt.LOST) -> None:
         """Stop serving: fail every sequence except those of jobs still in flight, which the
         completion path fails when their job ends. A sequence in PREFILL/DECODE whose job never
-        reached the executor (launch failed or crashed) is failed here too."""
+        reached the executor (launch failed or crashed) is failed here too. `halt` says whether an
+        operator reset may lift it (AWAITING_OPERATOR) or only a restart (LOST)."""
         was_lost, self.device_lost = self.device_lost, True
+        if self.halt.state is BoardHalt.NONE:
+            self._admitting_before_halt = self.admitting
+        if self.halt.can_move(halt):
+            self.halt.move(halt)
         self.admitting = False
         if not was_lost:
             for listener in self.health_listeners:  # non-blocking by contract
@@ -547,12 +767,16 @@ class Engine:
             return
         self._applier.apply(job, status)
 
-    def _job_lost(self, job: InFlight, message: str) -> None:
-        """The device is gone with this job: fail everything; the board stops serving."""
+    def _job_lost(self, job: InFlight, message: str, halt: BoardHalt = BoardHalt.LOST) -> None:
+        """The device is gone with this job, or no reset may collect it: fail everything; the board
+        stops serving. With AWAITING_OPERATOR the device still holds the job: it is kept in
+        `abandoned` until an operator reset ends it."""
         with self.cond:
             self._applier.job_lost(job, message)
-            self._device_lost_locked(message)
+            self._device_lost_locked(message, halt)
             self.executor.retire(job)
+            if halt is BoardHalt.AWAITING_OPERATOR:
+                self.abandoned.append(job)
             self.cond.notify_all()
 
     def _reset_after_timeout(self, job: InFlight) -> JobStatus | None:
@@ -563,21 +787,31 @@ class Engine:
             if allowed:
                 self.counters.resets += 1
                 self.counters.last_reset_reason = reason
+                for other in self.executor.inflight:  # the hang is the anomaly, not the CCU exceptions it causes
+                    other.reset_hit = True
             self.executor.note_anomaly(reason)
+            # Operators are refused while it runs; it never waits for an operator's reset to end.
+            gated = allowed and self.reset_gate.try_begin("automatic ccu reset")
         if not allowed:
             budget = self.reset_budget.view()
             message = f"{reason}; {budget.limit} automatic resets per {budget.window_s:g}s used up: needs an operator"
             log.error("%s", message)
-            self._job_lost(job, message)
+            self._job_lost(job, message, BoardHalt.AWAITING_OPERATOR)
             return None
         log.error("%s: resetting CCU", reason)
         job.quarantine = True
         try:
             self.device.reset_ccu()
-            return job.submission.wait(self.config.job_timeout_s)
+            status = job.submission.wait(self.config.job_timeout_s)
+            self.note_reset_outcome("ccu", True)
+            return status
         except (WaitTimeout, DeviceLost) as exc:
+            self.note_reset_outcome("ccu", False)
             self._job_lost(job, f"device unrecoverable after reset: {exc}")
             return None
+        finally:
+            if gated:
+                self.end_reset()
 
     # ---- observation --------------------------------------------------------------------------
 
@@ -585,3 +819,11 @@ class Engine:
         """No sequence and no device job left (the leak check tests use)."""
         with self.cond:
             return not self.sequences and not self.executor.inflight
+
+
+def _status(job: InFlight) -> JobStatus:
+    """A job's device status now; RUNNING when the device cannot say (lost)."""
+    try:
+        return job.submission.status()
+    except DeviceError:
+        return JobStatus.RUNNING

@@ -3,19 +3,24 @@
 A job's output is an append-only list of events (token chunks, then exactly one final event).
 The engine threads append; any number of readers follow it from an event index. Readers are
 woken by callbacks (the gRPC layer turns them into `loop.call_soon_threadsafe`), so nobody polls.
-Ownership: the job's `Sequence` owns its log; the log outlives the sequence for `retention` so a
-client can re-attach after a disconnect.
+Ownership: the job's `Sequence` owns its log; after the Final, a `Retention` keeps the finished job
+(and so its log) for a while so a client can re-attach after a disconnect or retry its Submit.
+`Retention` bounds what it keeps by an estimate of the bytes each finished job holds
+(`job_bytes`) and by age, evicting the oldest first; an evicted job's id answers NOT_FOUND.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Generic, TypeVar
 
-from calculet.daemon.errors import ErrorKind
+from calculet.daemon.errors import ErrorKind, InvalidArgument
 
 
 class FinishReason(Enum):
@@ -74,6 +79,15 @@ class FinalEvent:
 Event = TokenChunk | FinalEvent
 Listener = Callable[[], None]
 
+# What a finished job holds, estimated from tracemalloc measurements of finished calsim jobs (its
+# penalty history dropped; tests/unit/core/test_dedup_retention.py checks the estimate against a
+# measurement). Each figure is rounded up: the estimate is a bound, not an average.
+JOB_BYTES = 6 * 1024  # Sequence, EventLog, lifecycle, request, Final, table slots: ~3.9 KB measured
+PROMPT_TOKEN_BYTES = 40  # prompt/resume token: a tuple slot + an int object (~36 B)
+TOKEN_BYTES = 224  # streamed token: its TokenChunk event, tuple, int, `generated` slot (~184 B)
+LOGPROB_BYTES = 192  # its TokenLogprob (~176 B)
+TOP_LOGPROB_BYTES = 128  # each top alternative: a (token, logprob) tuple (~113 B)
+
 
 @dataclass
 class EventLog:
@@ -85,6 +99,7 @@ class EventLog:
     _listeners: list[Listener] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _tokens: int = 0
+    _bytes: int = 0  # estimated bytes of the events (see `approx_bytes`)
     _detached_since: float | None = None  # monotonic time since when no reader is subscribed
 
     def __post_init__(self) -> None:
@@ -107,11 +122,20 @@ class EventLog:
         with self._lock:
             return self._tokens
 
+    @property
+    def approx_bytes(self) -> int:
+        """Estimated memory of the events so far (tokens, logprobs and their top alternatives)."""
+        with self._lock:
+            return self._bytes
+
     def append_tokens(self, tokens: tuple[int, ...], logprobs: tuple[TokenLogprob, ...] = ()) -> None:
         with self._lock:
             self._check_open()
             self._events.append(TokenChunk(len(self._events), self._tokens, tokens, logprobs))
             self._tokens += len(tokens)
+            self._bytes += TOKEN_BYTES * len(tokens) + sum(
+                LOGPROB_BYTES + TOP_LOGPROB_BYTES * len(lp.top) for lp in logprobs
+            )
             listeners = list(self._listeners)
         _notify(listeners)
 
@@ -155,6 +179,111 @@ class EventLog:
     def _check_open(self) -> None:
         if self._events and isinstance(self._events[-1], FinalEvent):
             raise RuntimeError(f"job {self.job_id}: event log already finished")
+
+
+def job_bytes(log: EventLog, input_tokens: int) -> int:
+    """Estimated memory a finished job holds while it is retained.
+
+    Args:
+        log: its event log.
+        input_tokens: len(prompt_tokens) + len(resume_tokens) of its request.
+
+    Returns:
+        Bytes: a fixed cost per job, plus its input tokens, plus its events.
+    """
+    return JOB_BYTES + PROMPT_TOKEN_BYTES * input_tokens + log.approx_bytes
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Retained(Generic[T]):
+    item: T
+    nbytes: int
+    finished_at: float
+
+
+class Retention(Generic[T]):
+    """Finished jobs kept for re-attaching Wait calls and idempotent Submit retries.
+
+    Bounded two ways, the oldest evicted first: the estimated bytes of all kept jobs stay at or below
+    `max_bytes` (a job larger than the whole budget is not kept at all), and no job is kept longer
+    than `max_age_s` after it finished. An evicted job is simply gone: its id answers NOT_FOUND.
+    Age is enforced whenever the table is used (`add`, `expire`), so the caller calls `expire`
+    before a lookup.
+
+    Not thread-safe: the engine calls it under its lock. Ownership: the retention owns the items it
+    holds until it returns them as evicted.
+
+    Args:
+        max_bytes: estimated bytes kept at most (>= 0; 0 keeps nothing).
+        max_age_s: seconds after its finish a job is kept at most (> 0, finite).
+        clock: monotonic clock in seconds.
+
+    Raises:
+        InvalidArgument: a bound out of range.
+    """
+
+    def __init__(self, max_bytes: int, max_age_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_bytes < 0:
+            raise InvalidArgument(f"retention max_bytes must be >= 0, got {max_bytes}")
+        if not (math.isfinite(max_age_s) and max_age_s > 0):
+            raise InvalidArgument(f"retention max_age_s must be a positive number, got {max_age_s}")
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._items: OrderedDict[str, _Retained[T]] = OrderedDict()  # oldest finish first
+        self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Estimated bytes of the jobs kept now."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._items
+
+    def get(self, key: str) -> T | None:
+        """The kept item, or None (never kept, or evicted). Call `expire` first to enforce age."""
+        kept = self._items.get(key)
+        return None if kept is None else kept.item
+
+    def add(self, key: str, item: T, nbytes: int) -> list[T]:
+        """Keep a job that just finished.
+
+        Args:
+            key: its job id (not kept already).
+            item: what to return from `get`.
+            nbytes: its estimated size (`job_bytes`).
+
+        Returns:
+            The items evicted to stay within the bounds, oldest first (possibly `item` itself, when
+            it alone exceeds `max_bytes`).
+        """
+        assert key not in self._items, f"job {key} retained twice"
+        self._items[key] = _Retained(item, nbytes, self._clock())
+        self._bytes += nbytes
+        evicted = self.expire()
+        while self._bytes > self.max_bytes:
+            evicted.append(self._pop_oldest())
+        return evicted
+
+    def expire(self) -> list[T]:
+        """Evict every job older than `max_age_s`. Returns them, oldest first."""
+        cutoff = self._clock() - self.max_age_s
+        evicted: list[T] = []
+        while self._items and next(iter(self._items.values())).finished_at <= cutoff:
+            evicted.append(self._pop_oldest())
+        return evicted
+
+    def _pop_oldest(self) -> T:
+        _, kept = self._items.popitem(last=False)
+        self._bytes -= kept.nbytes
+        return kept.item
 
 
 def _notify(listeners: list[Listener]) -> None:

@@ -7,8 +7,10 @@ context's own buffers, and submit to a free bank. If anything fails before the d
 job, every reservation is rolled back and the context returned: nothing leaks. After submit the
 `InFlight` record owns the context and reservations until the engine's completion path ends them.
 
-The in-flight limit starts at the device's declared capability (or the policy's lower limit) and
-drops to 1 by itself when `note_anomaly` is called (CCU exception, NaN logits, counter mismatch).
+The in-flight limit (`InflightLimit`) starts at the device's declared capability (or the policy's
+lower limit), drops to 1 by itself when `note_anomaly` is called (a CCU exception the device raised
+on its own, a hang, NaN logits, a counter mismatch; never a reset's deliberate CCU exceptions) and
+comes back after `restore_after` consecutive clean completions or a successful operator reset.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum, auto
 
 import numpy as np
 
@@ -25,6 +28,8 @@ from calculet.daemon.core.kv import Reservation
 from calculet.daemon.core.scheduler import JobPlan
 from calculet.daemon.device.api import Submission, VirtualDevice
 from calculet.daemon.device.types import EngineSlot, TaskType
+from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.lifecycle import Lifecycle, table
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,74 @@ class InFlight:
     t_submit: float = field(default_factory=time.monotonic)
     quarantine: bool = False  # set after a wait timeout: the device may have held the buffers
     kv_lost: bool = False  # a configuration reset cleared its lanes, even if it reports DONE
+    reset_hit: bool = False  # a reset ended it: its CCU exception is the reset's, not a device anomaly
+
+
+class LimitState(Enum):
+    FULL = auto()  # the device's (or the policy's) limit: ping/pong where the device has it
+    DEGRADED = auto()  # 1 job at a time after an anomaly
+
+
+LIMIT_TRANSITIONS = table([(LimitState.FULL, [LimitState.DEGRADED]), (LimitState.DEGRADED, [LimitState.FULL])])
+RESTORE_AFTER_CLEAN_JOBS = 256  # consecutive clean completions before a degraded limit comes back
+
+
+class InflightLimit:
+    """How many jobs may be in flight, and why (seed 000 section 5.2). Owned by the executor;
+    callers hold the engine lock.
+
+    Args:
+        full: the limit when healthy (>= 1).
+        restore_after: consecutive clean completions that end a degradation (0 = only an operator
+            reset does).
+
+    Raises (on construction):
+        InvalidArgument: full < 1 or restore_after < 0.
+    """
+
+    def __init__(self, full: int, restore_after: int = RESTORE_AFTER_CLEAN_JOBS) -> None:
+        if full < 1 or restore_after < 0:
+            raise InvalidArgument(f"in-flight limit: full >= 1 and restore_after >= 0, got {full}/{restore_after}")
+        self.full = full
+        self.restore_after = restore_after
+        self._life: Lifecycle[LimitState] = Lifecycle("in-flight limit", LimitState.FULL, LIMIT_TRANSITIONS)
+        self.anomalies = 0
+        self.clean = 0  # consecutive clean completions while DEGRADED
+        self.reason = ""  # why it is DEGRADED ("" when FULL)
+
+    @property
+    def state(self) -> LimitState:
+        return self._life.state
+
+    @property
+    def value(self) -> int:
+        return self.full if self.state is LimitState.FULL else 1
+
+    def anomaly(self, reason: str) -> bool:
+        """Count an anomaly and degrade. Returns True if the limit dropped now."""
+        self.anomalies += 1
+        self.clean = 0
+        if self.state is LimitState.DEGRADED or self.full == 1:
+            return False  # nothing to drop: one job at a time already
+        self._life.move(LimitState.DEGRADED)
+        self.reason = reason
+        return True
+
+    def clean_completion(self) -> bool:
+        """A job completed with no anomaly. Returns True if this ended the degradation."""
+        if self.state is not LimitState.DEGRADED:
+            return False
+        self.clean += 1
+        return self.restore_after > 0 and self.clean >= self.restore_after and self.restore()
+
+    def restore(self) -> bool:
+        """Back to the full limit (a clean period, or a successful operator reset). Returns True
+        if it was degraded."""
+        if self.state is not LimitState.DEGRADED:
+            return False
+        self._life.move(LimitState.FULL)
+        self.clean, self.reason = 0, ""
+        return True
 
 
 class Executor:
@@ -53,29 +126,46 @@ class Executor:
         max_inflight: the policy's limit; the effective limit is also capped by the device.
     """
 
-    def __init__(self, device: VirtualDevice, max_inflight: int) -> None:
+    def __init__(self, device: VirtualDevice, max_inflight: int, restore_after: int = RESTORE_AFTER_CLEAN_JOBS) -> None:
         caps = device.info().capabilities
         self.device = device
         self.capability = caps.max_inflight
-        self.limit = max(1, min(max_inflight, caps.max_inflight))
+        self.limiter = InflightLimit(max(1, min(max_inflight, caps.max_inflight)), restore_after)
         self.engine_slots: tuple[EngineSlot, ...] = (
             (EngineSlot.PING, EngineSlot.PONG) if caps.ping_pong else (EngineSlot.AUTO,)
         )
         self.inflight: deque[InFlight] = deque()
-        self.anomalies = 0
-        self.degraded_reason = ""
         self._next_job = 1
+
+    @property
+    def limit(self) -> int:
+        return self.limiter.value
+
+    @property
+    def anomalies(self) -> int:
+        return self.limiter.anomalies
+
+    @property
+    def degraded_reason(self) -> str:
+        return self.limiter.reason
 
     def has_slot(self) -> bool:
         return len(self.inflight) < self.limit and self._free_bank() is not None
 
     def note_anomaly(self, reason: str) -> None:
-        """Count an anomaly; the in-flight limit drops to 1 (seed 000 section 5.2)."""
-        self.anomalies += 1
-        if self.limit > 1:
+        """Count a device anomaly; the in-flight limit drops to 1 (seed 000 section 5.2)."""
+        if self.limiter.anomaly(reason):
             log.warning("in-flight limit drops to 1: %s", reason)
-            self.limit = 1
-            self.degraded_reason = reason
+
+    def note_clean(self) -> None:
+        """A job completed with no anomaly; enough in a row restore the full in-flight limit."""
+        if self.limiter.clean_completion():
+            log.info("in-flight limit back to %d after %d clean jobs", self.limit, self.limiter.restore_after)
+
+    def restore_limit(self, why: str) -> None:
+        """Restore the full in-flight limit (a successful operator reset)."""
+        if self.limiter.restore():
+            log.info("in-flight limit back to %d: %s", self.limit, why)
 
     def new_job_id(self) -> int:
         job_id, self._next_job = self._next_job, self._next_job + 1

@@ -1,11 +1,27 @@
-"""Identifier types shared by the core modules (one place, so signatures say what they hold)."""
+"""Identifier types shared by the core modules (one place, so signatures say what they hold), and
+the one function that makes the job ids clients see."""
 
 from __future__ import annotations
 
+import secrets
 from typing import TypeAlias
 
 SequenceId: TypeAlias = str
-"""A generation request's sequence (one prompt + its generated tokens); owns at most one KV lane."""
+"""A generation request's sequence (one prompt + its generated tokens); owns at most one KV lane.
+It is also the job id a client gets from Submit (`new_sequence_id`)."""
 
 JobId: TypeAlias = int
 """One device job built by the executor (a prefill of one sequence or a batched decode step)."""
+
+MAX_SEQUENCE_ID_CHARS = 64  # inference.proto SubmitResponse.job_id: at most 64 ASCII characters
+_ID_BYTES = 18  # 144 random bits: 24 URL-safe characters
+
+
+def new_sequence_id() -> SequenceId:
+    """A fresh job id for Submit: random, so holding it is what proves the right to Wait on or Cancel
+    the job (inference.proto). A counter or a boot prefix would let one client guess another's ids.
+
+    Returns:
+        24 URL-safe base64 characters ([A-Za-z0-9_-]) from the OS's CSPRNG.
+    """
+    return secrets.token_urlsafe(_ID_BYTES)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 import re
 import threading
 import time
@@ -39,12 +40,30 @@ from calculet.daemon.errors import (
     PermissionDenied,
 )
 from calculet.daemon.package.capacity import DeviceLimits
+from calculet.daemon.package.fs import is_symlink_loop
 from calculet.daemon.package.validate import validate_package
 from calculet.daemon.sampling.params import SamplingParams
 
 log = logging.getLogger(__name__)
 
-ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")  # common.proto: model alias
+# common.proto: model alias. Used with fullmatch: `$` would also match before a trailing newline.
+ALIAS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+
+
+def check_alias(alias: str) -> None:
+    """Refuse anything but a model alias as common.proto defines it (the whole string).
+
+    Args:
+        alias: the name a Load would publish.
+
+    Raises:
+        InvalidArgument: not 1-128 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit (a
+            trailing newline or any other control character included).
+    """
+    if not ALIAS_RE.fullmatch(alias):
+        raise InvalidArgument(
+            f"alias {alias[:200]!r}: use 1-128 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit"
+        )
 
 
 @dataclass(frozen=True)
@@ -115,12 +134,15 @@ class ModelManager:
         if not path:
             raise InvalidArgument("package path: must not be empty")
         try:
-            candidate = (self.models_root / path).resolve()
+            lexical = self.models_root / path
+            if is_symlink_loop(lexical) and Path(os.path.normpath(lexical)).is_relative_to(self.models_root):
+                return lexical  # unreadable, hence harmless: the validator reports file.symlink_loop
+            candidate = lexical.resolve()
             if not candidate.is_relative_to(self.models_root):
                 raise PermissionDenied(f"package path {path!r} is outside the models root {self.models_root}")
             if not candidate.is_dir():
                 raise NotFound(f"package {path!r} not found under the models root")
-        except (OSError, ValueError) as exc:  # NUL bytes, names too long, loops
+        except (OSError, ValueError, RuntimeError) as exc:  # NUL bytes, names too long, loops
             raise InvalidArgument(f"package path {path[:200]!r}: {exc}") from None
         return candidate
 
@@ -161,10 +183,7 @@ class ModelManager:
                 the package is invalid, it cannot be configured next to what is loaded, or its golden
                 check failed.
         """
-        if not ALIAS_RE.match(alias):
-            raise InvalidArgument(
-                f"alias {alias!r}: use 1-128 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit"
-            )
+        check_alias(alias)
         package_dir = self.resolve_package(path)
         if not replace and self.serving(alias) is not None:
             raise FailedPrecondition(f"model {alias!r} is already loaded (use replace to reload it)")
@@ -185,7 +204,7 @@ class ModelManager:
         report = validate_package(package_dir, self.limits)
         generation = next(self._generations)
         if report.manifest is None or not report.ok:
-            problems = "; ".join(p.message for p in report.errors) or "manifest unreadable"
+            problems = report.headline() or "manifest unreadable"  # codes, bounded in size
             progress(LoadProgress(alias, generation, ModelState.FAILED, problems, True, ErrorKind.FAILED_PRECONDITION))
             raise FailedPrecondition(f"package {package_dir.name} is invalid: {problems}")
         manifest = report.manifest

@@ -3,18 +3,28 @@
 `GenerationRequest` is the domain form of a `Submit` (the wire module converts protobuf to it).
 `validate_request` checks it against the serving model's limits and raises `InvalidArgument`
 with a message naming the field; nothing is queued or reserved for a request that fails here.
+
+Cost: the O(1) length checks come first, so an oversized prompt is refused before any id is read;
+the id checks are vectorised (numpy), O(tokens). The transport runs `prevalidate` outside the engine
+lock (and, for a large request, off the event loop); validation is a pure function of (request,
+limits), so the engine's own `validate_request` under its lock returns at once for a request already
+checked against equal limits.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.params import SamplingParams
 
 MAX_STOP_TOKEN_IDS = 64
 MAX_CLIENT_REQUEST_ID = 128
+_VALIDATED_FOR = "_validated_for"  # the private mark `prevalidate` sets (see GenerationRequest)
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,10 @@ class GenerationRequest:
         priority: higher runs first among waiting requests.
         deadline_s: seconds from submit after which a still-queued request is refused (None = none).
         session_id: routing hint for prefix reuse; carried, not interpreted by the daemon.
+
+    A request `prevalidate` checked carries the limits it passed as a private mark, not a field:
+    equality, `repr` and request digests ignore it, and `dataclasses.replace` (a changed request)
+    drops it.
     """
 
     model: str
@@ -65,12 +79,39 @@ class ModelLimits:
 
 
 def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
-    """Raise `InvalidArgument` naming the first offending field; return when the request is servable."""
+    """Raise `InvalidArgument` naming the first offending field; return when the request is servable.
+
+    Lengths first (O(1)), then token ids (vectorised, O(tokens)), then sampling. A request that
+    `prevalidate` already checked against equal limits returns at once.
+    """
+    if getattr(req, _VALIDATED_FOR, None) == limits:
+        return
+    _check_sizes(req, limits)
+    _check_ids("prompt_tokens", req.prompt_tokens, limits.vocab_size)
+    resume = _check_ids("resume_tokens", req.resume_tokens, limits.vocab_size)
+    _check_ids("stop_token_ids", req.stopping.stop_token_ids, limits.vocab_size)
+    _check_resume_not_stopped(req, resume, limits)
+    if req.deadline_s is not None and (math.isnan(req.deadline_s) or req.deadline_s <= 0):
+        raise InvalidArgument(f"deadline: must be positive, got {req.deadline_s}")
+    req.sampling.validate(limits.vocab_size)
+
+
+def prevalidate(req: GenerationRequest, limits: ModelLimits) -> GenerationRequest:
+    """`validate_request`, for a caller outside the engine lock: the request marked as checked
+    against `limits`, so the engine's check under its lock costs nothing.
+
+    Raises:
+        InvalidArgument: as `validate_request`.
+    """
+    validate_request(req, limits)
+    object.__setattr__(req, _VALIDATED_FOR, limits)  # frozen: the mark is set once, here
+    return req
+
+
+def _check_sizes(req: GenerationRequest, limits: ModelLimits) -> None:
+    """The O(1) checks: every count and length, before any token id is read."""
     if not req.prompt_tokens:
         raise InvalidArgument("prompt_tokens: must not be empty")
-    _check_ids("prompt_tokens", req.prompt_tokens, limits.vocab_size)
-    _check_ids("resume_tokens", req.resume_tokens, limits.vocab_size)
-    _check_ids("stop_token_ids", req.stopping.stop_token_ids, limits.vocab_size)
     if len(req.stopping.stop_token_ids) > MAX_STOP_TOKEN_IDS:
         raise InvalidArgument(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids")
     if len(req.client_request_id) > MAX_CLIENT_REQUEST_ID:
@@ -84,12 +125,6 @@ def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
         raise InvalidArgument(
             f"resume_tokens: {len(req.resume_tokens)} already generated leaves nothing of max_tokens={max_tokens}"
         )
-    stops = set(req.stopping.stop_token_ids) | (set() if req.stopping.ignore_eos else set(limits.eos_token_ids))
-    for i, tok in enumerate(req.resume_tokens):
-        if tok in stops:
-            raise InvalidArgument(
-                f"resume_tokens[{i}]: {tok} is a stop token, so the earlier attempt had already finished"
-            )
     prefill_len = len(req.prompt_tokens) + len(req.resume_tokens)
     if prefill_len > limits.prefill_tokens:
         raise InvalidArgument(
@@ -101,12 +136,33 @@ def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
             f"prompt_tokens + max_tokens: {len(req.prompt_tokens)} + {max_tokens} exceeds the model context "
             f"of {limits.context} tokens"
         )
-    if req.deadline_s is not None and (math.isnan(req.deadline_s) or req.deadline_s <= 0):
-        raise InvalidArgument(f"deadline: must be positive, got {req.deadline_s}")
-    req.sampling.validate(limits.vocab_size)
 
 
-def _check_ids(name: str, ids: tuple[int, ...], vocab_size: int) -> None:
-    for i, tok in enumerate(ids):
-        if tok < 0 or tok >= vocab_size:
-            raise InvalidArgument(f"{name}[{i}]: token id {tok} outside the vocabulary [0, {vocab_size})")
+def _check_ids(name: str, ids: Sequence[int], vocab_size: int) -> np.ndarray:
+    """Every id in [0, vocab_size), checked in one vectorised pass. Returns the ids as int64.
+
+    Raises:
+        InvalidArgument: naming the first id outside the vocabulary.
+    """
+    try:
+        arr = np.fromiter(ids, dtype=np.int64, count=len(ids))
+    except OverflowError:  # beyond int64: outside any vocabulary (the wire carries uint32 only)
+        raise InvalidArgument(f"{name}: a token id is outside the vocabulary [0, {vocab_size})") from None
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidArgument(f"{name}[{i}]: token id {ids[i]} outside the vocabulary [0, {vocab_size})")
+    return arr
+
+
+def _check_resume_not_stopped(req: GenerationRequest, resume: np.ndarray, limits: ModelLimits) -> None:
+    """No resumed token may be a stop token: the earlier attempt would have finished at it."""
+    stops = set(req.stopping.stop_token_ids) | (set() if req.stopping.ignore_eos else set(limits.eos_token_ids))
+    if not stops or not resume.size:
+        return
+    hits = np.flatnonzero(np.isin(resume, np.fromiter(stops, dtype=np.int64, count=len(stops))))
+    if hits.size:
+        i = int(hits[0])
+        raise InvalidArgument(
+            f"resume_tokens[{i}]: {int(resume[i])} is a stop token, so the earlier attempt had already finished"
+        )

@@ -1,18 +1,34 @@
-"""A sliding-window budget for automatic device resets (DESIGN.md section 3, reset controller).
+"""The reset controller's bookkeeping (DESIGN.md section 3, reset controller; seed 000 section 14).
 
-Automatic resets (a hung job) are allowed `limit` times per `window_s`; past that the board stops
-resetting itself, reports NOT_SERVING and waits for an operator, so a broken board cannot reset
-in a storm. Operator resets (the Reset RPC) are not limited. Callers hold the engine lock.
+- `ResetBudget`: automatic resets (a hung job) are allowed `limit` times per `window_s`; past that
+  the board stops resetting itself, reports NOT_SERVING and waits for an operator, so a broken
+  board cannot reset in a storm. Operator resets (the Reset RPC) are not limited, and a successful
+  one clears the budget (observe.proto ResetBudget).
+- `BoardHalt`: why the board stopped serving on its own. Only AWAITING_OPERATOR (the budget was used
+  up) is lifted by a successful operator reset; a lost device or a crashed device thread (LOST)
+  needs a process restart.
+- `ResetGate`: one reset at a time. A Reset while another (operator or automatic) is in progress is
+  refused with FAILED_PRECONDITION (operate.proto); an automatic reset never waits for the gate.
+- `ResetTally`: the client jobs one reset hit and what became of them (ResetResult.inflight_jobs,
+  recovered_jobs, failed_jobs), and `ResetReport`, the outcome an operator reset returns.
+
+Ownership: the engine owns one of each; callers hold the engine lock for every method here.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum, auto
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.core.events import FinalEvent, FinishReason
+from calculet.daemon.core.sequence import SeqState, Sequence
+from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.daemon.lifecycle import Lifecycle, table
+
+SETTLE_TIMEOUT_S = 10.0  # how long an operator reset waits for the jobs it hit before it answers
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,11 @@ class ResetBudget:
         self._times.append(self._clock())
         return True
 
+    def clear(self) -> None:
+        """A successful operator reset: forget every automatic reset and the exhausted mark."""
+        self._times.clear()
+        self.exhausted = False
+
     def view(self) -> BudgetView:
         self._forget_old()
         return BudgetView(len(self._times), self.limit, self.window_s, self.exhausted)
@@ -56,3 +77,130 @@ class ResetBudget:
         horizon = self._clock() - self.window_s
         while self._times and self._times[0] <= horizon:
             self._times.popleft()
+
+
+class BoardHalt(Enum):
+    """Why the board stopped serving on its own (the engine's `device_lost` is set in both halts)."""
+
+    NONE = auto()  # not halted
+    AWAITING_OPERATOR = auto()  # the automatic reset budget is used up: an operator reset lifts it
+    LOST = auto()  # device lost, unrecoverable after a reset, or a device thread crashed: restart
+
+
+HALT_TRANSITIONS = table(
+    [
+        (BoardHalt.NONE, [BoardHalt.AWAITING_OPERATOR, BoardHalt.LOST]),
+        (BoardHalt.AWAITING_OPERATOR, [BoardHalt.NONE, BoardHalt.LOST]),
+    ]
+)
+
+
+class ResetState(Enum):
+    IDLE = auto()
+    RESETTING = auto()  # an operator reset (until the jobs it hit settle) or an automatic one
+
+
+RESET_TRANSITIONS = table([(ResetState.IDLE, [ResetState.RESETTING]), (ResetState.RESETTING, [ResetState.IDLE])])
+
+
+class ResetGate:
+    """One reset at a time. `holder` says which reset runs (for the refusal message)."""
+
+    def __init__(self) -> None:
+        self._life: Lifecycle[ResetState] = Lifecycle("reset controller", ResetState.IDLE, RESET_TRANSITIONS)
+        self.holder = ""
+        self.tally: ResetTally | None = None  # the running operator reset's, where resets record hits
+
+    @property
+    def busy(self) -> bool:
+        return self._life.state is ResetState.RESETTING
+
+    def try_begin(self, holder: str, tally: ResetTally | None = None) -> bool:
+        """Take the gate. Returns False, changing nothing, when another reset holds it."""
+        if self.busy:
+            return False
+        self._life.move(ResetState.RESETTING)
+        self.holder, self.tally = holder, tally
+        return True
+
+    def end(self) -> None:
+        """Give the gate back.
+
+        Raises:
+            IllegalTransition: no reset holds it.
+        """
+        self._life.move(ResetState.IDLE)
+        self.holder, self.tally = "", None
+
+
+@dataclass(frozen=True)
+class ResetCounts:
+    """ResetResult's job counts. `inflight` = client jobs the reset hit; of those `recovered` rebuilt
+    their KV and continue (or finished since), `failed` ended with an error; the rest were still
+    re-prefilling when the counts were taken, or were cancelled."""
+
+    inflight: int = 0
+    recovered: int = 0
+    failed: int = 0
+
+
+class JobFate(Enum):
+    PENDING = auto()  # its faulted job is not applied yet, or it is re-prefilling
+    RECOVERED = auto()
+    FAILED = auto()
+    NEITHER = auto()  # cancelled, or finished normally before the reset reached it
+
+
+@dataclass
+class ResetTally:
+    """The client jobs (sequences) one reset hit, with their recovery count when it hit them."""
+
+    hit: dict[str, tuple[Sequence, int]] = field(default_factory=dict)
+
+    def add(self, seqs: Iterable[Sequence]) -> None:
+        """Record sequences the reset hit, before their recovery starts (first record wins)."""
+        for seq in seqs:
+            if not seq.internal:  # warm-up probes are not client jobs
+                self.hit.setdefault(seq.job_id, (seq, seq.recoveries))
+
+    def settled(self) -> bool:
+        return all(fate(seq, before) is not JobFate.PENDING for seq, before in self.hit.values())
+
+    def counts(self) -> ResetCounts:
+        fates = [fate(seq, before) for seq, before in self.hit.values()]
+        return ResetCounts(len(fates), fates.count(JobFate.RECOVERED), fates.count(JobFate.FAILED))
+
+
+def fate(seq: Sequence, recoveries_before: int) -> JobFate:
+    """What became of a sequence a reset hit when it had `recoveries_before` recoveries."""
+    recovered = seq.recoveries > recoveries_before
+    if seq.state is SeqState.DONE:
+        final = seq.log.read(0)[-1]
+        assert isinstance(final, FinalEvent)
+        if final.reason is FinishReason.CANCELLED:
+            return JobFate.NEITHER
+        if final.error_kind is not None:
+            return JobFate.FAILED
+        return JobFate.RECOVERED if recovered else JobFate.NEITHER
+    if recovered and seq.state in (SeqState.READY, SeqState.DECODE):
+        return JobFate.RECOVERED  # re-prefilled: its KV is rebuilt
+    return JobFate.PENDING
+
+
+@dataclass(frozen=True)
+class ResetReport:
+    """The outcome of one operator reset (the core's side of ResetResult).
+
+    Attributes:
+        kind: "ccu" or "configuration".
+        ok: the device reset succeeded and the board is no longer halted by it.
+        message: what happened, for the log.
+        counts: the client jobs it hit and their fate.
+        error: with ok False, why (the device failed the reset, or a job is still hung on it).
+    """
+
+    kind: str
+    ok: bool
+    message: str
+    counts: ResetCounts = ResetCounts()
+    error: CalculetError | None = None

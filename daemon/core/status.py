@@ -49,6 +49,7 @@ class ModelView:
     lanes: tuple[LaneSnapshot, ...]
     queues: QueueView
     message: str = ""
+    package_hash: str = ""  # SHA-256 of calculet-package.json
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,16 @@ class PoolView:
 
 
 @dataclass(frozen=True)
+class ResetOutcome:
+    """The most recent reset: its kind ("ccu", "configuration", "device"), when it ended (unix
+    time) and whether it succeeded."""
+
+    kind: str
+    at: float
+    ok: bool
+
+
+@dataclass(frozen=True)
 class StatusView:
     board: int
     driver: str
@@ -93,6 +104,7 @@ class StatusView:
     pool: PoolView
     resets: int
     last_reset_reason: str
+    last_reset: ResetOutcome | None
     policy: str
     max_inflight: int
     inflight: int

@@ -1,9 +1,11 @@
 """File-level checks of a package directory against the manifest's file list.
 
 This module owns everything about bytes on disk: that every listed path stays inside the
-package (no `..`, no absolute path, no symlink leading out), is listed once, exists as a regular
-file, has the declared size and SHA-256 (streamed in chunks, never read whole), and that the
-directory holds nothing unlisted besides the manifest. It reads the package, never writes it.
+package (no `..`, no absolute path, no symlink leading out, no symlink loop), is listed once,
+exists as a regular file, has the declared size and SHA-256 (streamed in chunks, never read
+whole; FIFOs and devices are never opened: `fs.open_regular`), and that the directory holds
+nothing unlisted besides the manifest (walked iteratively: `fs.walk_entries`). It reads the
+package, never writes it.
 Findings go to the caller's `Findings` as `file.*` codes. A file whose size is wrong is not
 hashed: its digest would differ anyway, and one defect gets one message.
 """
@@ -11,23 +13,29 @@ hashed: its digest would differ anyway, and one defect gets one message.
 from __future__ import annotations
 
 import hashlib
-import os
 import posixpath
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from calculet.daemon.package.fs import NotRegularFile, is_symlink_loop, kind_of, open_regular, walk_entries
 from calculet.daemon.package.manifest import MANIFEST_NAME, FileEntry
 from calculet.daemon.package.report import Findings
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")  # fullmatch: `$` would accept a trailing newline
 HASH_CHUNK = 1 << 20
 
 
 def sha256_file(path: Path, chunk: int = HASH_CHUNK) -> str:
-    """Hex SHA-256 of a file, read `chunk` bytes at a time."""
+    """Hex SHA-256 of a regular file, read `chunk` bytes at a time.
+
+    Raises:
+        NotRegularFile: the path is (or became) a directory, FIFO, device or socket.
+        OSError: it cannot be opened or read.
+    """
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open_regular(path) as f:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
@@ -82,6 +90,8 @@ class FileChecker:
             listed.add(norm)
             try:
                 self._entry(entry, norm, where)
+            except NotRegularFile as exc:  # swapped for a FIFO or device after the stat in _entry
+                self.findings.add("file.not_regular", where, f"{norm} is {exc.kind}, not a regular file")
             except OSError as exc:  # permissions, I/O error: the file is there but we cannot judge it
                 self.findings.add("file.unreadable", where, f"{norm} cannot be read: {exc.strerror or exc}")
         self._extras(listed)
@@ -90,11 +100,17 @@ class FileChecker:
         """Path kind, then size, then (if the size is right) SHA-256.
 
         Raises:
+            NotRegularFile: the file was swapped for a special file while it was checked.
             OSError: the file or its folder cannot be stat'ed or read.
         """
-        if not _SHA256.match(entry.sha256):
-            self.findings.add("file.hash", where, f"{norm}: sha256 {entry.sha256!r} is not 64 lowercase hex digits")
+        if not _SHA256.fullmatch(entry.sha256):
+            self.findings.add(
+                "file.hash", where, f"{norm}: sha256 {entry.sha256[:80]!r} is not 64 lowercase hex digits"
+            )
         path = self.root / norm
+        if is_symlink_loop(path):  # before the existence test: a loop does not "exist" either
+            self.findings.add("file.symlink_loop", where, f"{norm} (or a folder on its path) is a symlink loop")
+            return
         if not path.exists() and not path.is_symlink():
             self.findings.add("file.missing", where, f"{norm} is listed but not in the package")
             return
@@ -102,18 +118,21 @@ class FileChecker:
         if real is None:
             self.findings.add("file.path_escape", where, f"{norm} is a symlink that resolves outside the package")
             return
-        if not real.is_file():
-            what = "missing (dangling symlink)" if not real.exists() else "not a regular file"
-            code = "file.missing" if not real.exists() else "file.not_regular"
-            self.findings.add(code, where, f"{norm} is {what}")
+        try:
+            info = real.stat()
+        except FileNotFoundError:
+            self.findings.add("file.missing", where, f"{norm} is missing (dangling symlink)")
             return
-        size = real.stat().st_size
+        if not stat.S_ISREG(info.st_mode):
+            self.findings.add("file.not_regular", where, f"{norm} is {kind_of(info.st_mode)}, not a regular file")
+            return
+        size = info.st_size
         if size != entry.size:
             delta = size - entry.size
             kind = f"oversized by {delta:,} B" if delta > 0 else f"short by {-delta:,} B"
             self.findings.add("file.size", where, f"{norm} is {size:,} B, manifest says {entry.size:,} B ({kind})")
             return
-        if self.verify_hashes and _SHA256.match(entry.sha256):
+        if self.verify_hashes and _SHA256.fullmatch(entry.sha256):
             digest = sha256_file(real)
             if digest != entry.sha256:
                 self.findings.add("file.hash", where, f"{norm}: sha256 is {digest}, manifest says {entry.sha256}")
@@ -125,12 +144,9 @@ class FileChecker:
             rel = Path(exc.filename or self.root).relative_to(self.root).as_posix()
             self.findings.add("file.unreadable", rel, f"folder {rel} cannot be listed: {exc.strerror or exc}")
 
-        for dirpath, dirnames, filenames in os.walk(self.root, onerror=unlistable):
-            base = Path(dirpath)
-            # Symlinked directories are not descended into (os.walk default) but are entries too.
-            links = [d for d in dirnames if (base / d).is_symlink()]
-            for name in sorted([*filenames, *links]):
-                rel = (base / name).relative_to(self.root).as_posix()
-                if rel == MANIFEST_NAME or rel in listed:
-                    continue
-                self.findings.add("file.extra", rel, f"{rel} is in the package but not listed in the manifest")
+        # Symlinked folders are entries, never descended into; special files are entries too.
+        for path in walk_entries(self.root, unlistable):
+            rel = path.relative_to(self.root).as_posix()
+            if rel == MANIFEST_NAME or rel in listed:
+                continue
+            self.findings.add("file.extra", rel, f"{rel} is in the package but not listed in the manifest")

@@ -9,23 +9,43 @@ documented in docs/package.md.
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from calculet.daemon.errors import FailedPrecondition
+from calculet.daemon.package.fs import FileTooLarge, NotRegularFile, read_regular
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "calculet-package.json"
 KERNELS = ("numeric", "synthetic")
 SUBMODEL_ROLES = ("prefill", "decode")
 DTYPES = ("int32", "uint32", "bf16", "fp16", "fp32", "int8", "uint8")
+# A real manifest is tens of KiB (Qwen3-30B-A3B: 67 files); the cap is checked before parsing and
+# leaves room for an inline chat template (at most 1 MiB) and thousands of file entries.
+MAX_MANIFEST_BYTES = 4 << 20
+# Schema v1 nests 4 containers deep (manifest.golden.prefill_top[i]); unknown fields get room, but
+# no more than this, so nothing downstream recurses on attacker-chosen depth.
+MAX_MANIFEST_DEPTH = 32
+# Every integer of the schema is a count, id, size or mask a board holds in 64 bits.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class ManifestError(FailedPrecondition):
-    """The manifest is missing, not JSON, or structurally wrong."""
+    """The manifest is missing, unreadable, not JSON, or structurally wrong.
+
+    Attributes:
+        code: the validator code (docs/package.md) that names the defect; structural problems
+            found by `from_dict` use `schema.wrong_type`.
+    """
+
+    def __init__(self, message: str, code: str = "schema.wrong_type") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -225,20 +245,82 @@ def load_manifest(package_dir: Path) -> PackageManifest:
 
 
 def read_manifest_json(package_dir: Path) -> dict[str, Any]:
+    """Read `package_dir/calculet-package.json` as a JSON object, refusing what could hurt the reader.
+
+    Refused before parsing: a path that is not a regular file (a FIFO is never opened), a file over
+    `MAX_MANIFEST_BYTES`; while parsing: non-UTF-8 bytes, invalid JSON, integers Python will not
+    convert (over 4,300 digits), nesting past the parser's recursion; after: nesting deeper than
+    `MAX_MANIFEST_DEPTH`, strings holding lone UTF-16 surrogates (not Unicode text, unencodable
+    on the wire). NaN/Infinity are parsed; the structural check reports them per field.
+
+    Raises:
+        ManifestError: with `code` manifest.missing, manifest.not_regular, manifest.too_large,
+            manifest.too_deep, file.symlink_loop or manifest.unreadable.
+    """
     path = Path(package_dir) / MANIFEST_NAME
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_regular(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
-        raise ManifestError(f"{path}: manifest not found") from None
+        raise ManifestError(f"{MANIFEST_NAME} not found in {package_dir}", "manifest.missing") from None
+    except NotRegularFile as exc:
+        raise ManifestError(f"{MANIFEST_NAME} is {exc.kind}, not a regular file", "manifest.not_regular") from None
+    except FileTooLarge as exc:
+        raise ManifestError(
+            f"{MANIFEST_NAME} is over the {exc.limit:,} B limit ({exc.size:,} B); not parsed",
+            "manifest.too_large",
+        ) from None
     except OSError as exc:
-        raise ManifestError(f"{path}: cannot read manifest: {exc.strerror}") from None
+        code = "file.symlink_loop" if exc.errno == errno.ELOOP else "manifest.unreadable"
+        raise ManifestError(f"cannot read {MANIFEST_NAME}: {exc.strerror or exc}", code) from None
+    return _parse_json(data)
+
+
+def _parse_json(data: bytes) -> dict[str, Any]:
+    """Raises: ManifestError (manifest.unreadable or manifest.too_deep)."""
     try:
-        raw = json.loads(text)
+        raw = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{MANIFEST_NAME} is not UTF-8: {exc}", "manifest.unreadable") from None
     except json.JSONDecodeError as exc:
-        raise ManifestError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise ManifestError(f"not valid JSON: {exc.msg} at line {exc.lineno}", "manifest.unreadable") from None
+    except RecursionError:  # the C decoder recurses once per level: no depth cap can run before it
+        raise ManifestError(f"JSON nested deeper than {MAX_MANIFEST_DEPTH} levels", "manifest.too_deep") from None
+    except ValueError as exc:  # e.g. an integer literal longer than sys.get_int_max_str_digits()
+        raise ManifestError(f"not readable JSON: {exc}", "manifest.unreadable") from None
     if not isinstance(raw, dict):
-        raise ManifestError(f"{path}: top level must be a JSON object")
+        raise ManifestError("the top level must be a JSON object", "manifest.unreadable")
+    _check_tree(raw)
     return raw
+
+
+def _check_tree(raw: dict[str, Any]) -> None:
+    """Walk the parsed JSON with an explicit stack (never recursion).
+
+    Raises:
+        ManifestError: nesting deeper than MAX_MANIFEST_DEPTH (manifest.too_deep), or a key or
+            string that is not Unicode text (manifest.unreadable).
+    """
+    pending: list[tuple[dict[str, Any] | list[Any], int]] = [(raw, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_MANIFEST_DEPTH:
+            raise ManifestError(f"JSON nested deeper than {MAX_MANIFEST_DEPTH} levels", "manifest.too_deep")
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            for text in (key, value):
+                if isinstance(text, str) and not text.isascii():
+                    _unicode_text(text)
+            if isinstance(value, dict | list):
+                pending.append((value, depth + 1))
+
+
+def _unicode_text(text: str) -> None:
+    """Raises: ManifestError when `text` holds a lone surrogate (JSON `\\ud800` escapes decode to one)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+        raise ManifestError(f"a string holds {bad}, a lone UTF-16 surrogate, not text", "manifest.unreadable") from None
 
 
 def write_manifest(package_dir: Path, manifest: PackageManifest) -> Path:
@@ -280,14 +362,15 @@ class _Reader:
         if v is default and default is not ...:
             return v
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ManifestError(f"{self.where}.{key}: expected an integer, got {v!r}")
+            raise ManifestError(f"{self.where}.{key}: expected an integer, got {v!r:.40}")
+        _int64(v, f"{self.where}.{key}")
         return v
 
     def float_(self, key: str, default: Any = ...) -> float:
         v = self._get(key, default)
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ManifestError(f"{self.where}.{key}: expected a number, got {v!r}")
-        return float(v)
+            raise ManifestError(f"{self.where}.{key}: expected a number, got {v!r:.40}")
+        return _finite(v, f"{self.where}.{key}")
 
     def str_(self, key: str, default: Any = ...) -> str:
         v = self._get(key, default)
@@ -305,7 +388,8 @@ class _Reader:
         items = self.list_(key, default)
         for i, v in enumerate(items):
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ManifestError(f"{self.where}.{key}[{i}]: expected an integer, got {v!r}")
+                raise ManifestError(f"{self.where}.{key}[{i}]: expected an integer, got {v!r:.40}")
+            _int64(v, f"{self.where}.{key}[{i}]")
         return tuple(items)
 
     def strmap(self, key: str) -> dict[str, str]:
@@ -319,6 +403,27 @@ class _Reader:
 
     def subs(self, key: str) -> list[_Reader]:
         return [_Reader(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(self.list_(key))]
+
+
+def _int64(value: int, where: str) -> None:
+    """Raises: ManifestError when `value` does not fit in 64 bits."""
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ManifestError(f"{where}: an integer of {len(str(abs(value)))} digits does not fit in 64 bits")
+
+
+def _finite(value: float, where: str) -> float:
+    """`value` as a finite float.
+
+    Raises:
+        ManifestError: NaN or infinite (JSON has neither; Python's parser reads them).
+    """
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ManifestError(f"{where}: expected a finite number, got {number}")
+    return number
 
 
 def _tensor(r: _Reader) -> TensorDecl:
@@ -374,9 +479,17 @@ def _tokenizer(tk: _Reader) -> TokenizerDecl:
 def _golden(g: _Reader) -> GoldenDecl:
     top: list[tuple[int, float]] = []
     for i, pair in enumerate(g.list_("prefill_top")):
-        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int)):
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], int)
+            and not isinstance(pair[0], bool)
+            and isinstance(pair[1], int | float)
+            and not isinstance(pair[1], bool)
+        ):
             raise ManifestError(f"manifest.golden.prefill_top[{i}]: expected [token, logit]")
-        top.append((pair[0], float(pair[1])))
+        _int64(pair[0], f"manifest.golden.prefill_top[{i}][0]")
+        top.append((pair[0], _finite(pair[1], f"manifest.golden.prefill_top[{i}][1]")))
     return GoldenDecl(g.ints("prompt_tokens"), tuple(top), g.ints("decode_tokens"), g.float_("logit_atol"))
 
 

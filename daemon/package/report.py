@@ -29,7 +29,10 @@ E, W = Severity.ERROR, Severity.WARNING
 # code -> (severity, what it means). Stable: tools and docs match on these strings.
 CODES: dict[str, tuple[Severity, str]] = {
     "manifest.missing": (E, "calculet-package.json is absent"),
-    "manifest.unreadable": (E, "the manifest cannot be read, is not JSON, or is not a JSON object"),
+    "manifest.unreadable": (E, "the manifest cannot be read, is not UTF-8 JSON text, or is not a JSON object"),
+    "manifest.not_regular": (E, "the manifest is a directory, FIFO, device node or socket"),
+    "manifest.too_large": (E, "the manifest is over the size cap; refused before parsing"),
+    "manifest.too_deep": (E, "the manifest's JSON nests deeper than the depth cap"),
     "schema.version": (E, "schema_version is not one this build reads"),
     "schema.missing_field": (E, "a required field is absent"),
     "schema.wrong_type": (E, "a field has the wrong JSON type"),
@@ -42,6 +45,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "file.hash": (E, "a file's SHA-256 differs from the manifest, or the digest is malformed"),
     "file.path_escape": (E, "a path leaves the package: '..', absolute, or a symlink pointing outside"),
     "file.duplicate": (E, "two file entries name the same path"),
+    "file.symlink_loop": (E, "a listed path, a folder on it, the manifest or the package root is a symlink loop"),
     "value.range": (E, "a count or figure outside its allowed range (non-positive size, ...)"),
     "arch.invalid": (E, "architecture figures contradict each other"),
     "kernel.unknown": (E, "kernel is not one calsim implements"),
@@ -136,10 +140,7 @@ class PackageInvalid(FailedPrecondition):
     """A package failed validation; `report` holds every problem."""
 
     def __init__(self, report: ValidationReport) -> None:
-        errors = report.errors
-        head = "; ".join(f"{p.code}: {p.message}" for p in errors[:3])
-        more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
-        super().__init__(f"package {report.package_dir} is invalid: {head}{more}")
+        super().__init__(f"package {report.package_dir} is invalid: {report.headline()}")
         self.report = report
 
 
@@ -173,6 +174,13 @@ class ValidationReport:
         if not self.ok:
             raise PackageInvalid(self)
 
+    def headline(self, count: int = 3, width: int = 300) -> str:
+        """The first `count` errors as `code (where): message` (each cut to `width` characters), then
+        how many more: bounded however many problems a package has, for error messages on the wire."""
+        errors = self.errors
+        head = "; ".join(_cut(f"{p.code} ({p.where}): {p.message}", width) for p in errors[:count])
+        return head + (f" (+{len(errors) - count} more)" if len(errors) > count else "")
+
     def summary(self) -> str:
         verdict = "valid" if self.ok else "INVALID"
         return f"{self.package_dir}: {verdict} ({len(self.errors)} error(s), {len(self.warnings)} warning(s))"
@@ -194,3 +202,7 @@ class ValidationReport:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."

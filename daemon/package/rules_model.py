@@ -19,6 +19,7 @@ import jinja2.sandbox
 
 from calculet.daemon.package.capacity import KV_DTYPE_BYTES, KV_SPLITS, kv_bytes_per_token
 from calculet.daemon.package.files import resolve_inside
+from calculet.daemon.package.fs import FileRefused, FileTooLarge, read_regular
 from calculet.daemon.package.manifest import DTYPES, KERNELS, SUBMODEL_ROLES, PackageManifest, SubmodelDecl
 from calculet.daemon.package.report import Findings
 
@@ -26,6 +27,10 @@ from calculet.daemon.package.report import Findings
 VENDOR_LABELS = {"llm_prefill": "prefill", "llm_decode": "decode"}
 MAX_TEMPLATE_BYTES = 1 << 20  # a chat template file larger than this is refused, not parsed
 MAX_CHIPS = 64  # chip masks are bit masks; also keeps `1 << chip` small for absurd inputs
+# File codes after which a listed file is not read again (its problem is already reported).
+_UNREADABLE = frozenset(
+    {"file.missing", "file.not_regular", "file.unreadable", "file.symlink_loop", "file.path_escape"}
+)
 
 
 class ModelRules:
@@ -314,25 +319,40 @@ class ModelRules:
             jinja2.sandbox.ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
         except jinja2.TemplateSyntaxError as exc:
             self.f.add("tokenizer.chat_template", f"{where}.chat_template", f"line {exc.lineno}: {exc.message}")
+        except RecursionError:  # Jinja2's parser recurses once per nested block or bracket
+            self.f.add("tokenizer.chat_template", f"{where}.chat_template", "nests too deeply to parse")
 
     def _chat_template_text(self, listed: set[str]) -> str | None:
         """`chat_template` is either the Jinja2 text or the path of a listed file holding it.
-        None when that file cannot be read (its file.* problem is already reported)."""
+
+        Returns:
+            The template text, or None when the file cannot be read: reported here unless the
+            file checks already reported that file (one defect, one message).
+        """
         value = self.m.tokenizer.chat_template
         norm = posixpath.normpath(value) if value else ""
         if norm not in listed:
             return value
         real = resolve_inside(self.root, norm) if self.root is not None else None
-        if real is None or not real.is_file():
+        if real is None or self._file_reported(norm):
             return None
-        if real.stat().st_size > MAX_TEMPLATE_BYTES:
-            self.f.add("tokenizer.chat_template", "manifest.tokenizer.chat_template", f"{norm} is over 1 MiB")
-            return None
+        where = "manifest.tokenizer.chat_template"
         try:
-            return real.read_text(encoding="utf-8")
+            return read_regular(real, MAX_TEMPLATE_BYTES).decode("utf-8")
+        except FileTooLarge:
+            self.f.add("tokenizer.chat_template", where, f"{norm} is over 1 MiB")
         except UnicodeDecodeError as exc:
-            self.f.add("tokenizer.chat_template", "manifest.tokenizer.chat_template", f"{norm} is not UTF-8: {exc}")
-            return None
+            self.f.add("tokenizer.chat_template", where, f"{norm} is not UTF-8: {exc}")
+        except (FileRefused, OSError) as exc:
+            self.f.add("tokenizer.chat_template", where, f"{norm} cannot be read: {_reason(exc)}")
+        return None
+
+    def _file_reported(self, norm: str) -> bool:
+        """Whether the file checks already reported the file entry `norm` as unreadable."""
+        wheres = {
+            f"manifest.files[{i}]" for i, e in enumerate(self.m.files) if posixpath.normpath(e.path or ".") == norm
+        }
+        return any(p.where in wheres and p.code in _UNREADABLE for p in self.f.problems)
 
     def golden(self) -> None:
         g, m = self.m.golden, self.m
@@ -364,3 +384,8 @@ class ModelRules:
                     f"{where}.decode_tokens",
                     f"first greedy token {g.decode_tokens[0]} is not the top prefill logit's token {sorted(best)}",
                 )
+
+
+def _reason(exc: Exception) -> str:
+    """An exception as an operator reads it (the OS's words for an OSError)."""
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)

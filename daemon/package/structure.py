@@ -4,18 +4,22 @@ This module owns the question "does this JSON have the shape `PackageManifest.fr
 The expected shape is not written twice: it is read from the type hints of the manifest
 dataclasses (`int`, `float`, `str`, `T | None`, `tuple[T, ...]`, `tuple[A, B]`, `dict[str, str]`,
 nested dataclasses; fields with defaults are optional), so a field added to the dataclasses is
-checked here without an edit. Findings go to the caller's `Findings` as `schema.*` codes.
+checked here without an edit. Findings go to the caller's `Findings` as `schema.*` codes, plus
+`value.range` for numbers no field can hold (NaN, infinities, integers beyond 64 bits), which
+JSON's grammar or the board's registers exclude; `unrepresentable` counts those, and a manifest
+with any is not parsed (no later check computes with them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any
 
-from calculet.daemon.package.manifest import PackageManifest
+from calculet.daemon.package.manifest import INT64_MAX, INT64_MIN, PackageManifest
 from calculet.daemon.package.report import Findings
 
 
@@ -58,6 +62,7 @@ class StructureChecker:
 
     def __init__(self, findings: Findings) -> None:
         self.findings = findings
+        self.unrepresentable = 0  # numbers reported as value.range by this walk
 
     def check_manifest(self, raw: Mapping[str, Any]) -> None:
         self.check(raw, PackageManifest, "manifest")
@@ -82,6 +87,19 @@ class StructureChecker:
             return
         if not self._scalar_ok(value, tp):
             self._wrong(where, tp, value)
+        elif tp in (int, float):
+            self._representable(value, where)
+
+    def _representable(self, value: int | float, where: str) -> None:
+        """Report (value.range) a number of the right JSON type that no field can hold."""
+        if isinstance(value, float) and not math.isfinite(value):
+            problem = f"must be a finite number, got {value}"
+        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            problem = f"an integer of {len(str(abs(value)))} digits does not fit in 64 bits"
+        else:
+            return
+        self.unrepresentable += 1
+        self.findings.add("value.range", where, problem)
 
     @staticmethod
     def _scalar_ok(value: Any, tp: Any) -> bool:

@@ -1,29 +1,33 @@
 """Package validation: every problem of a package directory, each with a stable code and one message.
 
-This module owns the order of the checks and nothing else. Data flows:
-raw `calculet-package.json` -> schema version -> structural check against the schema v1
-dataclasses (`structure`) -> file checks on the listed files (`files`, runs whenever the
-`files` section itself is well-formed) -> `PackageManifest.from_dict` -> checks of the package
-against itself (`rules_model`) -> checks against the board (`rules_device`) -> `ValidationReport`.
+This module owns the order of the checks and nothing else. Data flows: package root (a symlink
+loop is reported, not raised) -> raw `calculet-package.json` (`manifest.read_manifest_json`:
+kind, size, depth and text checked before anything trusts it; a symlinked manifest must resolve
+inside the package) -> schema version -> structural check against the schema v1 dataclasses
+(`structure`) -> file checks on the listed files (`files`, runs whenever the `files` section
+itself is well-formed) -> `PackageManifest.from_dict` (skipped after a structural error or a
+number no field can hold) -> checks of the package against itself (`rules_model`) -> checks
+against the board (`rules_device`) -> `ValidationReport`.
 The daemon runs it while a model is Validating (off the device thread); `calctl package validate`
 prints it. Codes and their meaning: `report.CODES` and docs/package.md.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from calculet.daemon.errors import InvalidArgument, NotFound
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits
-from calculet.daemon.package.files import FileChecker
+from calculet.daemon.package.files import FileChecker, resolve_inside
+from calculet.daemon.package.fs import is_symlink_loop
 from calculet.daemon.package.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
     FileEntry,
     ManifestError,
     PackageManifest,
+    read_manifest_json,
 )
 from calculet.daemon.package.report import Findings, Severity, ValidationReport
 from calculet.daemon.package.rules_device import DeviceRules
@@ -34,22 +38,18 @@ __all__ = ["CALSIM_BOARD", "DeviceLimits", "ValidationReport", "validate_package
 
 
 def _read_raw(root: Path, findings: Findings) -> dict[str, Any] | None:
+    """The manifest's JSON object, or None with its problem added to `findings`."""
     path = root / MANIFEST_NAME
-    if not path.is_file():
-        findings.add("manifest.missing", MANIFEST_NAME, f"{MANIFEST_NAME} not found in {root}")
+    if path.is_symlink() and not is_symlink_loop(path) and resolve_inside(root, MANIFEST_NAME) is None:
+        findings.add(
+            "file.path_escape", MANIFEST_NAME, f"{MANIFEST_NAME} is a symlink that resolves outside the package"
+        )
         return None
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        findings.add("manifest.unreadable", MANIFEST_NAME, f"cannot read: {exc}")
+        return read_manifest_json(root)
+    except ManifestError as exc:
+        findings.add(exc.code, MANIFEST_NAME, str(exc))
         return None
-    except json.JSONDecodeError as exc:
-        findings.add("manifest.unreadable", MANIFEST_NAME, f"not valid JSON: {exc.msg} at line {exc.lineno}")
-        return None
-    if not isinstance(raw, dict):
-        findings.add("manifest.unreadable", MANIFEST_NAME, "the top level must be a JSON object")
-        return None
-    return raw
 
 
 def _version_readable(raw: dict[str, Any], findings: Findings) -> bool:
@@ -84,28 +84,33 @@ def validate_package(
         verify_hashes: SHA-256 every listed file (default); False checks sizes only.
 
     Returns:
-        The report; `report.ok` is False when any error was found. Package defects never raise.
+        The report; `report.ok` is False when any error was found. Package defects never raise;
+        a `package_dir` that is a symlink loop is one (file.symlink_loop).
 
     Raises:
         NotFound: `package_dir` does not exist.
         InvalidArgument: `package_dir` is not a directory.
     """
     given = Path(package_dir)
+    findings = Findings()
+    if is_symlink_loop(given):
+        findings.add("file.symlink_loop", ".", f"the package path {given.name} is a symlink loop")
+        return ValidationReport(package_dir=str(given), problems=tuple(findings.problems))
     if not given.exists():
         raise NotFound(f"package directory {given} does not exist")
     if not given.is_dir():
         raise InvalidArgument(f"package path {given} is not a directory")
     root = given.resolve()
     device = device or CALSIM_BOARD
-    findings = Findings()
     manifest: PackageManifest | None = None
     raw = _read_raw(root, findings)
     if raw is not None and _version_readable(raw, findings):
-        StructureChecker(findings).check_manifest(raw)
+        structure = StructureChecker(findings)
+        structure.check_manifest(raw)
         if _section_ok(findings, "manifest.files"):
             entries = [FileEntry(e["path"], e["size"], e["sha256"], e["role"]) for e in raw["files"]]
             FileChecker(root, findings, verify_hashes).check(entries)
-        if not findings.has("schema."):
+        if not findings.has("schema.") and not structure.unrepresentable:
             manifest = _parse(raw, findings)
         if manifest is not None:
             ModelRules(manifest, findings, root).run()

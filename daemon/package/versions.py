@@ -14,8 +14,11 @@ from collections.abc import Callable
 
 from calculet.daemon.errors import InvalidArgument
 
-_VERSION = re.compile(r"^\d+(\.\d+)*$")
-_CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<)\s*(\S+)$")
+# Whole-string patterns (used with fullmatch: `$` also matches before a trailing newline), ASCII
+# digits only (`\d` is any Unicode digit, which int() would then accept).
+_VERSION = re.compile(r"[0-9]+(\.[0-9]+)*")
+_CLAUSE = re.compile(r"(>=|<=|==|!=|>|<)\s*(\S+)")
+_RELEASE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)*)(?:[-+].*)?\s*")
 _OPS: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], bool]] = {
     ">=": operator.ge,
     ">": operator.gt,
@@ -33,7 +36,7 @@ def parse_version(text: str) -> tuple[int, ...]:
         InvalidArgument: not dotted integers.
     """
     text = text.strip()
-    if not _VERSION.match(text):
+    if not _VERSION.fullmatch(text):
         raise InvalidArgument(f"version {text!r} is not dotted integers like 0.7.6")
     return tuple(int(p) for p in text.split("."))
 
@@ -45,7 +48,7 @@ def release_part(text: str) -> str:
     Raises:
         InvalidArgument: the text does not start with dotted integers.
     """
-    m = re.match(r"^\s*(\d+(?:\.\d+)*)(?:[-+].*)?\s*$", text)
+    m = _RELEASE.fullmatch(text)
     if not m:
         raise InvalidArgument(f"version {text!r} does not start with dotted integers like 0.7.6")
     return m.group(1)
@@ -69,7 +72,7 @@ def parse_range(spec: str) -> list[tuple[str, tuple[int, ...]]]:
         raise InvalidArgument(f"version range {spec!r} has an empty clause")
     out = []
     for clause in clauses:
-        m = _CLAUSE.match(clause)
+        m = _CLAUSE.fullmatch(clause)
         if not m:
             raise InvalidArgument(f"version range clause {clause!r} needs an operator (>=, >, <=, <, ==, !=)")
         out.append((m.group(1), parse_version(m.group(2))))

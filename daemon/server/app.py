@@ -2,7 +2,15 @@
 
 `serve` owns the asyncio side of the process: it starts the server on a Unix socket or TCP
 address, publishes health, waits for a stop signal, then drains gracefully: admission stops
-(health NOT_SERVING), running jobs get `grace_s` to finish, the server stops, the core closes.
+(health NOT_SERVING), running jobs get `grace_s` to finish, every job still unfinished then ends with
+an in-band Final ERROR / UNAVAILABLE (a gateway resumes it on another board with resume_tokens),
+the server stops once the Wait streams have sent those, and the core closes without waiting for a
+device job that hangs.
+
+Transport bounds: the receive limit defaults to the largest valid request for a 40,960-token context
+(`checks.request_bytes`, 212,992 bytes), so a prompt far beyond any context is refused by grpc before
+it is parsed; the send limit is separate and large (GetModel carries the tokenizer). Every method
+answers INVALID_ARGUMENT for a request that does not parse (`errors.StrictDecoding`).
 """
 
 from __future__ import annotations
@@ -21,13 +29,17 @@ from grpc_reflection.v1alpha import reflection
 
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.server.checks import REFERENCE_CONTEXT, request_bytes
+from calculet.daemon.server.errors import StrictDecoding
 from calculet.daemon.server.servicer import SERVICE_NAME, DaemonServicer
 from calculet.v1 import daemon_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # what a client may send (prompts)
+DEFAULT_MAX_MESSAGE_BYTES = request_bytes(REFERENCE_CONTEXT)  # what a client may send: 212,992 bytes
 MAX_SEND_BYTES = 64 * 1024 * 1024  # what the daemon may send (GetModel carries tokenizer.json)
+STOP_GRACE_S = 2.0  # for RPCs still running at shutdown: Wait streams send their last Final meanwhile
+SHUTDOWN_REASON = "board shutting down: resume on another board"
 
 
 def normalize_target(listen: str) -> str:
@@ -91,7 +103,7 @@ async def serve(
         ("grpc.max_send_message_length", MAX_SEND_BYTES),
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=options, interceptors=[StrictDecoding()])
     health_servicer = health_aio.HealthServicer()
     servicer = DaemonServicer(core, health_servicer)
     daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, server)
@@ -109,6 +121,7 @@ async def serve(
     if sock is not None:
         os.chmod(sock, 0o660)
     await servicer.sync_health()
+    _warn_if_too_small(core, max_message_bytes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -122,8 +135,23 @@ async def serve(
     log.info("stopping: draining for up to %.0fs", grace_s)
     core.stop_admitting()
     await servicer.sync_health()
-    await loop.run_in_executor(None, core.wait_drained, grace_s, True)
-    await server.stop(grace=2.0)
+    await loop.run_in_executor(None, core.wait_drained, grace_s, False)
+    # In-band Finals now, hung device jobs included: the gateway resumes them elsewhere.
+    ended = await loop.run_in_executor(None, core.end_unfinished, SHUTDOWN_REASON)
+    if ended:
+        log.warning("shutdown: %d job(s) unfinished after %.0fs ended with UNAVAILABLE", ended, grace_s)
+    await server.stop(grace=STOP_GRACE_S)
+    servicer.close()
     await loop.run_in_executor(None, core.close)
     if sock is not None:
         sock.unlink(missing_ok=True)
+
+
+def _warn_if_too_small(core: DeviceCore, max_message_bytes: int) -> None:
+    """A loaded model whose full-context requests the receive limit would refuse: say which flag fixes it."""
+    need = request_bytes(core.largest_context())
+    if max_message_bytes < need:
+        log.warning(
+            "--max-message-bytes %d refuses full-context requests to the largest model loaded (%d tokens "
+            "need %d bytes)", max_message_bytes, core.largest_context(), need,
+        )  # fmt: skip

@@ -2,10 +2,11 @@
 
 The core validates what it owns (prompts against the model, sampling, package contents); the
 ranges written in `protos/calculet/v1/` comments for transport-level fields live here: drain
-windows, WatchLoad intervals, Reset kind/reason/model, package paths no filesystem can hold.
-Each refusal is a typed `CalculetError`
+windows, WatchLoad intervals, Reset kind/reason/model, package paths no filesystem can hold, job ids
+longer than any the daemon hands out. Each refusal is a typed `CalculetError`
 that `server.errors.map_errors` turns into the status the proto documents. Also the stop token a
-STOP Final names, read from the job's event log.
+STOP Final names, read from the job's event log, and the size of the largest valid request (what
+the gRPC receive limit is derived from).
 """
 
 from __future__ import annotations
@@ -23,6 +24,35 @@ MAX_RESET_REASON_BYTES = 256
 MAX_PATH_BYTES = 4095  # PATH_MAX without the NUL
 MAX_NAME_BYTES = 255  # NAME_MAX: one path component
 RESET_KINDS = {common_pb2.RESET_KIND_CCU: "ccu", common_pb2.RESET_KIND_CONFIGURATION: "configuration"}
+MAX_JOB_ID_CHARS = 64  # inference.proto SubmitResponse.job_id: at most 64 ASCII characters
+
+# The receive limit is sized for this context unless a larger model is loaded: the calbin context
+# of CalRT 0.7.6 packages (seed 001 section 5, DESIGN.md section 4).
+REFERENCE_CONTEXT = 40_960
+TOKEN_ID_BYTES = 5  # a uint32 token id as a protobuf varint, at most
+# Every SubmitRequest field but the token lists, each at its wire limit, is about 1 KiB (alias,
+# client_request_id and session_id at 128 bytes, 64 stop ids, sampling, priority, deadline); the
+# largest other request, a LoadRequest with a 4,095-byte package path, about 4.3 KiB. Rounded up to
+# 8 KiB, so the limit covers every request type whatever the context (the unit test builds them).
+REQUEST_FIELDS_BYTES = 8192
+
+
+def request_bytes(context: int) -> int:
+    """The size of the largest valid request to a model of `context` tokens: prompt + resume ids (at
+    most `context` of them, 5 bytes each) plus every other field at its limit."""
+    return context * TOKEN_ID_BYTES + REQUEST_FIELDS_BYTES
+
+
+def job_id(value: str) -> str:
+    """A WaitRequest/CancelRequest job id that could name a job (checked before any lookup, so a huge
+    one is neither hashed under the engine lock nor echoed).
+
+    Raises:
+        NotFound: longer than any job id the daemon hands out.
+    """
+    if len(value) > MAX_JOB_ID_CHARS:
+        raise NotFound(f"unknown job id ({len(value)} characters; job ids have at most {MAX_JOB_ID_CHARS})")
+    return value
 
 
 def drain_window_s(name: str, value: int, present: bool) -> float | None:

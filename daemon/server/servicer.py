@@ -1,43 +1,58 @@
 """`calculet.v1.Daemon` over `DeviceCore`: convert, call one method, convert back.
 
 Runs on the grpc.aio event loop. Quick core calls (submit, cancel, status) run inline: they only
-take the engine lock briefly. Blocking operations (load, unload, drain, reset) run in the default
-thread pool. Wait streams follow a job's event log through a listener that wakes the loop with
-`call_soon_threadsafe`; WatchLoad streams sleep until their interval or a board-state change
-(`changes.StateChanges`, fed by `sync_health`); nothing polls. Request checks that only the wire
-defines (drain windows, WatchLoad interval, Reset fields: `checks.py`; the Wait index here) come
-before any core call, so a refused request changes nothing.
+take the engine lock briefly. Submit's size checks are O(1) and come first; a request of more than
+`INLINE_TOKENS` tokens is then converted, checked (O(tokens)) and submitted on a small pool of its
+own, so neither the loop nor the engine lock waits for a large prompt and no long operator call can
+starve it (smaller ones cost less than the thread hop and stay inline). Blocking operations
+(load, unload, drain, reset, GetModel's file reads) run in the default thread pool. Wait streams
+follow a job's event log through a listener that wakes the loop with `call_soon_threadsafe`;
+WatchLoad streams sleep until their interval or a board-state change (`changes.StateChanges`, fed by
+`sync_health`); nothing polls. Request checks that only the wire defines (drain windows, WatchLoad
+interval, Reset fields, job id lengths: `checks.py`; the Wait index here) come before any core call,
+so a refused request changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 
-from calculet.daemon.core.device_core import DeviceCore
+from calculet.daemon.core.device_core import DeviceCore, SubmitResult
 from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
-from calculet.daemon.device.errors import DeviceError
+from calculet.daemon.core.request import GenerationRequest, ModelLimits, prevalidate
 from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.daemon.server.changes import StateChanges, signature
-from calculet.daemon.server.checks import drain_window_s, package_path, reset_kind, stop_token, watch_interval_s
+from calculet.daemon.server.checks import (
+    REFERENCE_CONTEXT,
+    drain_window_s,
+    job_id,
+    package_path,
+    reset_kind,
+    stop_token,
+    watch_interval_s,
+)
 from calculet.daemon.server.errors import map_errors
-from calculet.daemon.wire import error_status, event_to_pb, request_from_pb
+from calculet.daemon.wire import check_submit_sizes, event_to_pb, request_from_pb
 from calculet.daemon.wire_views import (
     fault_from_pb,
     health_to_pb,
     load_report_to_pb,
     model_info_to_pb,
     progress_to_pb,
+    reset_result_to_pb,
     status_to_pb,
 )
 from calculet.v1 import daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
@@ -46,8 +61,28 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "calculet.v1.Daemon"
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+SUBMIT_WORKERS = 2  # the GIL serialises the conversions anyway; two let one wait on the engine lock
+# Up to this many prompt + resume tokens a Submit is converted and checked on the loop: ~0.1 ms of
+# work, less than a hop to a worker thread and back costs on a busy 2-core board (~0.5 ms measured).
+INLINE_TOKENS = 1024
+
+
+def _counts_refusals(submit: F) -> F:
+    """Count every Submit that ends in an error, of any kind, in JobCounters.rejected (observe.proto):
+    the transport is the one place that sees them all, the wire checks' refusals included."""
+
+    @functools.wraps(submit)
+    async def counted(self: DaemonServicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await submit(self, request, context)
+        except Exception:
+            self.core.count_rejected()
+            raise
+
+    return counted  # type: ignore[return-value]
 
 
 class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
@@ -60,6 +95,8 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         self._background: set[asyncio.Task[None]] = set()  # sync_health after loads whose caller left
         self._published: set[str] = set()  # aliases sync_health last published on grpc.health.v1
         self._sync_lock = asyncio.Lock()
+        # Owned here, shut down by `close`: Submit's conversion and core call.
+        self._submit_pool = ThreadPoolExecutor(SUBMIT_WORKERS, thread_name_prefix="calculet-submit")
         # The engine stops serving on its own (device lost, reset budget used up): publish at once.
         loop = asyncio.get_running_loop()
 
@@ -70,6 +107,10 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    def close(self) -> None:
+        """Stop Submit's worker threads (after the server stopped; a running conversion finishes)."""
+        self._submit_pool.shutdown(wait=False, cancel_futures=True)
 
     async def sync_health(self) -> None:
         """Publish overall and per-alias status on grpc.health.v1; wake WatchLoad streams on a change.
@@ -93,17 +134,28 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     # ---- inference plane ----------------------------------------------------------------
 
     @map_errors
+    @_counts_refusals
     async def Submit(self, request: inference_pb2.SubmitRequest, context: grpc.aio.ServicerContext) -> Any:
-        room = self.core.default_max_tokens(request.model) - len(request.prompt_tokens)
-        req = request_from_pb(request, max(1, room))  # unset max_tokens: whatever room the prompt leaves
-        result = self.core.submit(req)
+        limits = self.core.serving_limits(request.model)
+        # A model that does not serve now is refused by the core; bound its prompt by what any could take.
+        bound = limits.context if limits is not None else max(self.core.largest_context(), REFERENCE_CONTEXT)
+        check_submit_sizes(request, bound)  # O(1), before any token id is read
+        if len(request.prompt_tokens) + len(request.resume_tokens) <= INLINE_TOKENS:
+            result = self._submit_checked(request, limits)
+        else:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._submit_pool, self._submit_checked, request, limits)
         return inference_pb2.SubmitResponse(
             job_id=result.job_id, deduplicated=result.deduplicated, seed=result.seed, generation=result.generation
         )
 
+    def _submit_checked(self, request: inference_pb2.SubmitRequest, limits: ModelLimits | None) -> SubmitResult:
+        """Convert, check (O(tokens), outside the engine lock) and submit a request."""
+        return self.core.submit(_checked_request(request, limits), seed_given=request.sampling.HasField("seed"))
+
     @map_errors
     async def Wait(self, request: inference_pb2.WaitRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        log_ = self.core.event_log(request.job_id, for_wait=True)
+        log_ = self.core.event_log(job_id(request.job_id), for_wait=True)
         index = int(request.from_event_index)
         produced = len(log_.read(0))
         if index > produced:
@@ -138,7 +190,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     @map_errors
     async def Cancel(self, request: inference_pb2.CancelRequest, context: grpc.aio.ServicerContext) -> Any:
-        return inference_pb2.CancelResponse(already_finished=not self.core.cancel(request.job_id))
+        return inference_pb2.CancelResponse(already_finished=not self.core.cancel(job_id(request.job_id)))
 
     # ---- observation plane --------------------------------------------------------------
 
@@ -165,7 +217,8 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     @map_errors
     async def GetModel(self, request: observe_pb2.GetModelRequest, context: grpc.aio.ServicerContext) -> Any:
-        return model_info_to_pb(self.core.get_model(request.alias))
+        info = await self._blocking(self.core.get_model, request.alias)  # reads the tokenizer file
+        return model_info_to_pb(info)
 
     # ---- operations plane ---------------------------------------------------------------
 
@@ -263,26 +316,16 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         kind = reset_kind(request, lambda alias: self.core.models.serving(alias) is not None)
         started = time.monotonic()
         before = self.core.health()
-        result = operate_pb2.ResetResult(ok=True, kind=request.kind, reason=request.reason)
-        try:
-            result.ok, message = await self._blocking(self.core.reset, kind, request.reason, request.model)
-            log.info("operator %s reset (%s): %s", kind, request.reason, message)
-        except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
-            log.error("operator %s reset (%s) failed: %s", kind, request.reason, exc)
-            result.ok = False
-            result.error.CopyFrom(error_status(exc.kind, exc.message))
+        # Another reset in progress: FailedPrecondition; a failed attempt is reported in the result.
+        report = await self._blocking(self.core.operator_reset, kind, request.reason, request.model)
         after = self.core.health()
+        c = report.counts
+        (log.info if report.ok else log.error)(
+            "operator %s reset (%s): %s; jobs hit %d, recovered %d, failed %d; serving %s -> %s",
+            kind, request.reason, report.message, c.inflight, c.recovered, c.failed, before.serving, after.serving,
+        )  # fmt: skip
         await self.sync_health()
-        if kind == "configuration":
-            now = {m.alias: m.generation for m in after.models}
-            result.generations.extend(
-                operate_pb2.GenerationChange(alias=m.alias, before=m.generation, after=now.get(m.alias, 0))
-                for m in before.models
-            )
-        result.health_before = health_to_pb(before).status
-        result.health_after = health_to_pb(after).status
-        result.duration_s = time.monotonic() - started
-        return result
+        return reset_result_to_pb(report, request.reason, before, after, time.monotonic() - started)
 
     @map_errors
     async def InjectFault(self, request: operate_pb2.InjectFaultRequest, context: grpc.aio.ServicerContext) -> Any:
@@ -294,6 +337,13 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         return operate_pb2.InjectFaultResponse(
             next_job_index=self.core.next_job_index(), planned_faults=self.core.planned_faults()
         )
+
+
+def _checked_request(request: inference_pb2.SubmitRequest, limits: ModelLimits | None) -> GenerationRequest:
+    """The domain request, checked against `limits` (when its model serves) off the engine lock."""
+    room = (limits.context if limits is not None else 1) - len(request.prompt_tokens)
+    req = request_from_pb(request, max(1, room))  # unset max_tokens: whatever room the prompt leaves
+    return prevalidate(req, limits) if limits is not None else req
 
 
 __all__ = ["SERVICE_NAME", "CalculetError", "DaemonServicer"]

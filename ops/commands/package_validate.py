@@ -1,6 +1,7 @@
 """`calctl package validate DIR`: check a model package and list every problem.
 
-Argument checks only (DIR must be an existing directory, else usage error, exit 2); the work is
+Argument checks only (DIR must be an existing directory, else usage error, exit 2; a DIR that is
+a symlink loop is the package's defect, reported as file.symlink_loop, exit 1); the work is
 `calculet.daemon.package.validate.validate_package` against the calsim board. Prints one line
 per problem then a summary, or the report as JSON. Exit 0 valid (warnings allowed), 1 invalid.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from calculet.daemon.package.fs import is_symlink_loop
 from calculet.daemon.package.validate import validate_package
 
 COMMAND = ("package", "validate")
@@ -18,12 +20,14 @@ EXIT_OK, EXIT_INVALID = 0, 1
 
 
 def existing_dir(text: str) -> Path:
-    """argparse type: an existing directory.
+    """argparse type: an existing directory (or a symlink loop, which the validator reports).
 
     Raises:
         argparse.ArgumentTypeError: the path does not exist or is not a directory.
     """
     path = Path(text)
+    if is_symlink_loop(path):
+        return path
     if not path.exists():
         raise argparse.ArgumentTypeError(f"{text}: no such directory")
     if not path.is_dir():

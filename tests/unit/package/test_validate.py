@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from calculet.daemon.errors import ErrorKind, InvalidArgument, NotFound
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits, chip_dram_need
-from calculet.daemon.package.manifest import MANIFEST_NAME, PackageManifest, TensorDecl
+from calculet.daemon.package.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, PackageManifest, TensorDecl
 from calculet.daemon.package.presets import QWEN3_30B_A3B
 from calculet.daemon.package.report import CODES, PackageInvalid, Severity
 from calculet.daemon.package.validate import validate_package
@@ -221,6 +221,15 @@ DEFECTS: dict[str, Defect] = {
     "manifest-missing": Defect("manifest.missing", fs_defect(lambda r: (r / MANIFEST_NAME).unlink())),
     "manifest-not-json": Defect("manifest.unreadable", fs_defect(lambda r: (r / MANIFEST_NAME).write_text("{oops"))),
     "manifest-array": Defect("manifest.unreadable", fs_defect(lambda r: (r / MANIFEST_NAME).write_text("[]"))),
+    "manifest-directory": Defect(
+        "manifest.not_regular", fs_defect(lambda r: ((r / MANIFEST_NAME).unlink(), (r / MANIFEST_NAME).mkdir()))
+    ),
+    "manifest-too-deep": Defect(
+        "manifest.too_deep", fs_defect(lambda r: (r / MANIFEST_NAME).write_text("[" * 100_000 + "]" * 100_000))
+    ),
+    "manifest-too-large": Defect(
+        "manifest.too_large", fs_defect(lambda r: (r / MANIFEST_NAME).write_text(" " * (MAX_MANIFEST_BYTES + 1)))
+    ),
     "schema-version": Defect("schema.version", raw_defect(_set(2, "schema_version")), expect_in_message="2"),
     "missing-field": Defect("schema.missing_field", raw_defect(_del("kv", "lanes"))),
     "wrong-type": Defect("schema.wrong_type", raw_defect(_set("4", "kv", "lanes"))),
@@ -247,6 +256,10 @@ DEFECTS: dict[str, Defect] = {
     "path-absolute": Defect("file.path_escape", fs_defect(_absolute)),
     "path-symlink-out": Defect("file.path_escape", fs_defect(_symlink_out), None, "link.bin"),
     "file-unreadable": Defect("file.unreadable", fs_defect(lambda r: None), None, "Permission denied", _unreadable),
+    "file-symlink-loop": Defect(
+        "file.symlink_loop",
+        fs_defect(lambda r: ((r / "hparam.yaml").unlink(), os.symlink("hparam.yaml", r / "hparam.yaml"))),
+    ),
     "path-nul": Defect("file.path_escape", fs_defect(lambda r: _add_file_entry(r, _entry_for("a\x00b", b"")))),
     "file-duplicate": Defect("file.duplicate", raw_defect(lambda raw: raw["files"].append(dict(raw["files"][0])))),
     "file-duplicate-normalized": Defect(

@@ -1,0 +1,317 @@
+"""The reset controller (issue 7, items 3, 5 and 6): the reset budget, the one-reset-at-a-time gate,
+the in-flight limit's degradation and restoration, and the count of the jobs a reset hit.
+
+Pure parts run on small objects; the rest on an in-process DeviceCore over calsim, with hangs
+injected by job index and every wait a condition with a deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.core.device_core import DeviceCore
+from calculet.daemon.core.events import FinishReason
+from calculet.daemon.core.executor import InflightLimit, LimitState
+from calculet.daemon.core.kv import LaneState
+from calculet.daemon.core.reset_budget import (
+    BoardHalt,
+    JobFate,
+    ResetBudget,
+    ResetCounts,
+    ResetGate,
+    ResetTally,
+    fate,
+)
+from calculet.daemon.core.sequence import SeqState, Sequence
+from calculet.daemon.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
+
+from .engine_factories import build_models, finish, generate_each, request, running_core
+
+TIMEOUT = 20.0
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_models(tmp_path_factory.mktemp("models"))
+
+
+def _until(what: str, check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def assert_clean(core: DeviceCore) -> None:
+    status = core.status()
+    assert not status.jobs, status.jobs
+    assert status.inflight == 0
+    assert status.pool.in_use == 0 and status.pool.quarantined == 0, status.pool
+    for m in status.models:
+        assert all(lane.state is LaneState.FREE for lane in m.lanes), m.lanes
+
+
+# ---- the budget, the gate, the in-flight limit, the tally (no device) ---------------------------
+
+
+def test_clearing_the_budget_forgets_its_resets_and_the_exhausted_mark() -> None:
+    budget = ResetBudget(limit=1, window_s=600.0)
+    assert budget.try_spend() and not budget.try_spend()
+    assert budget.view().exhausted
+    budget.clear()
+    view = budget.view()
+    assert (view.used, view.exhausted) == (0, False)
+    assert budget.try_spend(), "a cleared budget allows automatic resets again"
+
+
+def test_the_gate_admits_one_reset_at_a_time() -> None:
+    gate = ResetGate()
+    tally = ResetTally()
+    assert gate.try_begin("operator ccu reset", tally)
+    assert not gate.try_begin("operator configuration reset"), "a second reset must be refused"
+    assert gate.holder == "operator ccu reset" and gate.tally is tally, "a refusal changes nothing"
+    gate.end()
+    assert not gate.busy and gate.tally is None
+    with pytest.raises(IllegalTransition):
+        gate.end()
+    assert gate.try_begin("automatic ccu reset")
+
+
+def test_an_anomaly_degrades_the_limit_and_clean_jobs_in_a_row_restore_it() -> None:
+    limit = InflightLimit(2, restore_after=3)
+    assert (limit.state, limit.value) == (LimitState.FULL, 2)
+    assert limit.anomaly("job 4 ended ccu_exception")
+    assert (limit.state, limit.value, limit.reason) == (LimitState.DEGRADED, 1, "job 4 ended ccu_exception")
+    assert not limit.clean_completion() and not limit.clean_completion()
+    assert not limit.anomaly("non-finite logits"), "already degraded"
+    assert limit.anomalies == 2 and limit.clean == 0, "an anomaly restarts the clean period"
+    assert [limit.clean_completion() for _ in range(3)] == [False, False, True]
+    assert (limit.state, limit.value, limit.reason) == (LimitState.FULL, 2, "")
+    assert not limit.clean_completion(), "clean jobs while FULL change nothing"
+
+
+def test_a_successful_reset_restores_the_limit_and_restore_after_0_waits_for_one() -> None:
+    limit = InflightLimit(2, restore_after=0)
+    limit.anomaly("hang")
+    assert not any(limit.clean_completion() for _ in range(1000)), "0: no clean period restores it"
+    assert limit.restore() and limit.value == 2
+    assert not limit.restore()
+
+
+def test_a_one_job_device_never_degrades_and_bad_limits_are_refused() -> None:
+    limit = InflightLimit(1)
+    assert not limit.anomaly("hang")
+    assert (limit.state, limit.value, limit.anomalies) == (LimitState.FULL, 1, 1)
+    for full, after in ((0, 3), (2, -1)):
+        with pytest.raises(InvalidArgument):
+            InflightLimit(full, after)
+
+
+def _seq(job_id: str) -> Sequence:
+    return Sequence(job_id, request((1, 2, 3), 8, seed=1), 1, frozenset())
+
+
+def test_the_fate_of_a_hit_job_follows_its_recovery() -> None:
+    decode = _seq("a")
+    decode.lifecycle.move(SeqState.PREFILL)
+    decode.lifecycle.move(SeqState.READY)
+    decode.lifecycle.move(SeqState.DECODE)
+    tally = ResetTally()
+    tally.add([decode])
+    assert fate(decode, 0) is JobFate.PENDING, "its faulted job is not applied yet"
+    decode.recoveries += 1
+    decode.lifecycle.move(SeqState.RECOVER)
+    decode.lifecycle.move(SeqState.PREFILL)
+    assert not tally.settled(), "re-prefilling"
+    decode.lifecycle.move(SeqState.READY)
+    assert tally.settled() and tally.counts() == ResetCounts(1, 1, 0)
+
+    failed, cancelled, untouched = _seq("b"), _seq("c"), _seq("d")
+    tally.add([failed, cancelled, untouched])
+    tally.add([decode])  # recorded once, with its count when the reset first hit it
+    failed.recoveries += 1
+    failed.finish(FinishReason.ERROR, ErrorKind.ABORTED, "recovery budget exhausted")
+    cancelled.finish(FinishReason.CANCELLED)
+    untouched.finish(FinishReason.LENGTH)  # its job finished before the reset reached it
+    assert [fate(s, 0) for s in (failed, cancelled, untouched)] == [JobFate.FAILED, JobFate.NEITHER, JobFate.NEITHER]
+    assert tally.counts() == ResetCounts(4, 1, 1)
+
+
+def test_warm_up_probes_are_not_client_jobs() -> None:
+    probe = _seq("probe")
+    probe.internal = True
+    tally = ResetTally()
+    tally.add([probe])
+    assert tally.counts() == ResetCounts(0, 0, 0)
+
+
+# ---- item 5: an operator reset is not an anomaly; real anomalies degrade, then restore ------------
+
+
+def _hung_job(core: DeviceCore, seed: int = 1) -> str:
+    """Submit one request whose first device job hangs; return once that job is in flight."""
+    core.inject_fault(Fault(FaultKind.HANG))
+    job = core.submit(request((4, 5, 6), 6, seed=seed, temperature=0.8)).job_id
+    _until("the hung job in flight", lambda: len(core.engine.executor.inflight) == 1)
+    return job
+
+
+def test_an_operator_ccu_reset_is_not_an_anomaly(models: Path) -> None:
+    with running_core(models, fault_injection=True) as core:
+        reference = generate_each(core, [request((4, 5, 6), 6, seed=1, temperature=0.8)])[0]
+        job = _hung_job(core)
+        ok, _ = core.reset("ccu", "operator unsticks a hung job")
+        tokens, final = finish(core, job)
+        assert ok and tokens == reference and final.reason is FinishReason.LENGTH
+        assert core.engine.executor.limit == 2, "an operator reset must not drop ping/pong"
+        assert core.engine.executor.anomalies == 0
+        assert core.status().degraded_reason == ""
+        assert_clean(core)
+
+
+def test_a_ccu_exception_degrades_and_a_clean_period_restores_ping_pong(models: Path) -> None:
+    with running_core(models, fault_injection=True) as core:
+        core.engine.executor.limiter.restore_after = 5
+        core.inject_fault(Fault(FaultKind.CCU_EXCEPTION))
+        finish(core, core.submit(request((1, 2, 3), 1, seed=1)).job_id)
+        status = core.status()
+        assert status.max_inflight == 1 and status.anomalies == 1 and "ccu_exception" in status.degraded_reason
+        # The faulted prefill's re-prefill was clean (1); a prefill and 2 decodes make 4 in a row.
+        finish(core, core.submit(request((1, 2, 3), 3, seed=2)).job_id)
+        assert core.engine.executor.limit == 1, "not clean for long enough yet"
+        finish(core, core.submit(request((1, 2, 3), 2, seed=3)).job_id)  # 6 in a row
+        status = core.status()
+        assert status.max_inflight == 2 and status.degraded_reason == ""
+        assert_clean(core)
+
+
+def test_a_successful_operator_reset_restores_a_degraded_limit(models: Path) -> None:
+    with running_core(models, fault_injection=True) as core:
+        core.inject_fault(Fault(FaultKind.NAN_LOGITS))
+        finish(core, core.submit(request((1, 2, 3), 2, seed=1)).job_id)
+        assert core.engine.executor.limit == 1
+        assert core.reset("configuration", "operator restores ping/pong")[0]
+        assert core.engine.executor.limit == 2
+
+
+# ---- item 3: a successful operator reset lifts a halt for a used-up budget ------------------------
+
+
+def _halt_on_a_hang(core: DeviceCore) -> str:
+    """With a budget of 0, one hang stops the board; returns the failed job."""
+    core.engine.reset_budget.limit = 0
+    core.inject_fault(Fault(FaultKind.HANG))
+    job = core.submit(request((4, 5, 6), 6, seed=1, temperature=0.8)).job_id
+    _, final = finish(core, job)
+    assert final.error_kind is ErrorKind.UNAVAILABLE
+    health = core.health()
+    assert not health.serving and health.reset_budget.exhausted
+    assert core.engine.halt.state is BoardHalt.AWAITING_OPERATOR
+    return job
+
+
+@pytest.mark.parametrize("kind", ["ccu", "configuration"])
+def test_a_successful_operator_reset_clears_a_used_up_budget_and_the_board_serves(models: Path, kind: str) -> None:
+    with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
+        reference = generate_each(core, [request((7, 8), 5, seed=2, temperature=0.8)])
+        _halt_on_a_hang(core)
+        core.engine.reset_budget.limit = 3
+
+        assert core.reset(kind, "operator clears the budget")[0]
+
+        health = core.health()
+        assert health.serving and not health.reset_budget.exhausted and health.reset_budget.used == 0, health
+        assert core.engine.halt.state is BoardHalt.NONE
+        assert generate_each(core, [request((7, 8), 5, seed=2, temperature=0.8)]) == reference
+        assert_clean(core)  # the given-up job's buffers left through quarantine and a rebuild
+
+
+def test_a_drained_board_stays_drained_after_the_halt_is_lifted(models: Path) -> None:
+    with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
+        core.engine.reset_budget.limit = 0
+        core.inject_fault(Fault(FaultKind.HANG))
+        job = core.submit(request((4, 5, 6), 6, seed=1)).job_id
+        core.stop_admitting()  # the operator drains while the job hangs
+        finish(core, job)
+        assert core.engine.halt.state is BoardHalt.AWAITING_OPERATOR
+        assert core.reset("ccu", "operator")[0]
+        health = core.health()
+        assert health.device_healthy and health.draining and not health.serving, health
+        assert core.resume() and core.health().serving
+
+
+def test_a_reset_that_does_not_end_the_hung_job_leaves_the_board_halted(models: Path) -> None:
+    with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
+        core.load("qwen", "qwen")
+        _halt_on_a_hang(core)  # the hung job is tiny's
+
+        report = core.operator_reset("configuration", "wrong model", model="qwen")
+
+        assert not report.ok and isinstance(report.error, FailedPrecondition), report
+        assert "still hangs" in report.message
+        assert not core.health().serving and core.health().reset_budget.exhausted
+        assert core.operator_reset("ccu", "the right reset").ok
+        assert core.health().serving
+        assert finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)[1].reason is FinishReason.LENGTH
+
+
+# ---- item 6: the jobs a reset hit are counted; one reset at a time ----------------------------------
+
+
+def test_the_report_counts_the_jobs_a_configuration_reset_hit(models: Path) -> None:
+    reqs = [request((10 + i, 20, 30), 40, seed=i, temperature=0.8) for i in range(4)]
+    with running_core(models, device_options={"time_scale": 0.02}) as core:
+        ids = [core.submit(r).job_id for r in reqs]
+        _until("every job streaming", lambda: all(core.event_log(j, for_wait=False).token_count >= 2 for j in ids))
+        with core.engine.cond:  # one job has used up its recoveries: this reset ends it
+            doomed = core.engine.sequences[ids[0]]
+            doomed.recoveries = core.engine.config.max_recoveries
+
+        report = core.operator_reset("configuration", "count them", settle_timeout_s=TIMEOUT)
+
+        assert report.ok, report
+        assert report.counts == ResetCounts(inflight=4, recovered=3, failed=1), report.counts
+        assert finish(core, ids[0])[1].error_kind is ErrorKind.ABORTED
+        assert all(finish(core, j)[1].reason is FinishReason.LENGTH for j in ids[1:])
+        assert_clean(core)
+
+
+def test_the_report_counts_the_hung_job_a_ccu_reset_recovered(models: Path) -> None:
+    with running_core(models, fault_injection=True) as core:
+        job = _hung_job(core)
+        report = core.operator_reset("ccu", "count it", settle_timeout_s=TIMEOUT)
+        assert report.ok and report.counts == ResetCounts(1, 1, 0), report
+        assert finish(core, job)[1].reason is FinishReason.LENGTH
+
+
+def test_a_reset_in_progress_refuses_another_and_the_next_one_runs(models: Path) -> None:
+    with running_core(models) as core:
+        entered, go = threading.Event(), threading.Event()
+        original = core.engine.operator_reset_succeeded
+
+        def held() -> object:
+            entered.set()
+            assert go.wait(TIMEOUT)
+            return original()
+
+        core.engine.operator_reset_succeeded = held  # type: ignore[method-assign]
+        first: list[object] = []
+        resetter = threading.Thread(target=lambda: first.append(core.reset("ccu", "first")))
+        resetter.start()
+        assert entered.wait(TIMEOUT)
+        resets = core.engine.counters.resets
+        for kind in ("ccu", "configuration"):
+            with pytest.raises(FailedPrecondition, match="reset in progress"):
+                core.reset(kind, "second")
+        assert core.engine.counters.resets == resets, "a refused reset is not counted"
+        go.set()
+        resetter.join(TIMEOUT)
+        assert first and first[0] == (True, "compute units reset")
+        core.engine.operator_reset_succeeded = original  # type: ignore[method-assign]
+        assert core.reset("configuration", "next")[0], "the gate is free again"
+        assert finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)[1].reason is FinishReason.LENGTH
