@@ -411,18 +411,20 @@ class Engine:
         with self.cond:
             if req.client_request_id and (first := self._deduplicate_locked(req.client_request_id, digest)):
                 return first, True
-            rt = runtime or self._serving(req.model)
-            if self.device_lost:  # warm-up probes too: nothing would ever run them
-                raise Unavailable("device lost: board is not serving")
-            assert rt.model is not None
-            validate_request(req, rt.limits)
-            if runtime is None and not self.admitting:
-                raise Unavailable("board is draining: not admitting new requests")
-            job_id = new_sequence_id()
-            seq = Sequence(job_id, req, rt.generation, rt.eos_ids)
-            seq.capture_logits = capture_logits
-            seq.internal = runtime is not None
-            self._applier.attach_history(seq, rt)
+            rt = self._admitting_runtime_locked(req.model, runtime)
+        # O(prompt) work outside the lock, on a sequence nobody else can see yet: validation (the
+        # transport has usually done it already) and the penalties' token history.
+        validate_request(req, rt.limits)
+        seq = Sequence(new_sequence_id(), req, rt.generation, rt.eos_ids)
+        seq.capture_logits = capture_logits
+        seq.internal = runtime is not None
+        self._applier.attach_history(seq, rt)
+        job_id = seq.job_id
+        with self.cond:
+            if req.client_request_id and (first := self._deduplicate_locked(req.client_request_id, digest)):
+                return first, True  # an identical Submit won the race while this one was prepared
+            if self._admitting_runtime_locked(req.model, runtime) is not rt:
+                raise Unavailable(f"model {req.model!r} changed generation while the request was prepared; retry")
             try:
                 self.scheduler.enqueue(seq)
             except Overloaded:
@@ -439,6 +441,20 @@ class Engine:
                 self.counters.submitted += 1
             self.cond.notify_all()
             return seq, False
+
+    def _admitting_runtime_locked(self, alias: str, runtime: ModelRuntime | None) -> ModelRuntime:
+        """The generation a new request of `alias` would run on (`runtime` for warm-up probes).
+
+        Raises:
+            NotFound / Unavailable: unknown alias, model not serving, device lost, board draining.
+        """
+        rt = runtime or self._serving(alias)
+        if self.device_lost:  # warm-up probes too: nothing would ever run them
+            raise Unavailable("device lost: board is not serving")
+        assert rt.model is not None
+        if runtime is None and not self.admitting:
+            raise Unavailable("board is draining: not admitting new requests")
+        return rt
 
     def _deduplicate_locked(self, client_id: str, digest: bytes) -> Sequence | None:
         """The job an earlier Submit with this client_request_id started, while it is live or retained.

@@ -156,6 +156,11 @@ class EventLog:
         _notify(listeners)
         return True
 
+    def produced(self) -> int:
+        """Events appended so far (O(1): Wait checks from_event_index against it)."""
+        with self._lock:
+            return len(self._events)
+
     def read(self, from_index: int) -> list[Event]:
         """Events with index >= from_index available now (possibly empty)."""
         with self._lock:

@@ -191,12 +191,22 @@ class ModelManager:
             if alias in self._loading:
                 raise FailedPrecondition(f"model {alias!r} is already loading")
             self._loading.add(alias)
+        send = progress or (lambda _p: None)
+        last: list[LoadProgress] = []
+
+        def report(p: LoadProgress) -> None:
+            # The last (done) progress waits until the alias is free again: a client that loads the
+            # alias again as soon as it reads it must not be told "already loading".
+            (last.append if p.done else send)(p)
+
         try:
             drain = self.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
-            return self._load(alias, package_dir, progress or (lambda _p: None), lanes, drain)
+            return self._load(alias, package_dir, report, lanes, drain)
         finally:
             with self._lock:
                 self._loading.discard(alias)
+            for p in last:
+                send(p)
 
     def _load(
         self, alias: str, package_dir: Path, progress: ProgressFn, lanes: int | None, drain_s: float

@@ -157,7 +157,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     async def Wait(self, request: inference_pb2.WaitRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         log_ = self.core.event_log(job_id(request.job_id), for_wait=True)
         index = int(request.from_event_index)
-        produced = len(log_.read(0))
+        produced = log_.produced()
         if index > produced:
             raise InvalidArgument(
                 f"from_event_index: {index} is beyond the {produced} events job {request.job_id} has produced"

@@ -297,3 +297,28 @@ def test_with_no_retention_submit_still_answers_and_finished_jobs_are_gone(model
         assert _poll(lambda: core.engine.idle())
         assert all(_gone(core, j.job_id) for j in jobs)
         assert len(core.engine.finished) == 0 and not core.engine.by_client_id
+
+
+def test_submit_builds_the_sequence_outside_the_engine_lock(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Same class as item 2: building a 40,960-token history under the lock stalled every other
+    # thread for ~15 ms per Submit. Validation and the history are O(prompt): outside the lock.
+    from calculet.daemon.core import engine as engine_module
+
+    held: dict[str, bool] = {}
+    with running_core(models) as core:
+        cond = core.engine.cond
+        real_validate, real_attach = engine_module.validate_request, core.engine._applier.attach_history
+
+        def validate(req: GenerationRequest, limits: Any) -> None:
+            held["validate"] = cond._is_owned()  # type: ignore[attr-defined]
+            real_validate(req, limits)
+
+        def attach(seq: Any, rt: Any) -> None:
+            held["history"] = cond._is_owned()  # type: ignore[attr-defined]
+            real_attach(seq, rt)
+
+        monkeypatch.setattr(engine_module, "validate_request", validate)
+        monkeypatch.setattr(core.engine._applier, "attach_history", attach)
+        job = core.submit(request((1, 2, 3), 4, seed=1)).job_id
+        finish(core, job)
+    assert held == {"validate": False, "history": False}

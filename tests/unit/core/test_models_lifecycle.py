@@ -43,6 +43,30 @@ def test_second_load_of_a_loading_alias_is_refused(models: Path) -> None:
         assert core.models.serving("other") is not None
 
 
+def test_the_last_load_progress_comes_once_the_alias_is_free_again(models: Path, tmp_path: Path) -> None:
+    # A client that loads again as soon as it reads the last progress (READY or FAILED) was told
+    # "already loading" now and then: the done progress came before the alias was released.
+    bad = tmp_path / "root"
+    shutil.copytree(models / "tiny", bad / "tiny")
+    (bad / "tiny" / "calculet-package.json").write_text("{")
+    with running_core(models) as core:
+        seen: list[tuple[ModelState, bool]] = []
+
+        def progress(p):  # type: ignore[no-untyped-def]
+            if p.done:
+                seen.append((p.state, "other" in core.models._loading))
+
+        core.load("other", "tiny", progress=progress)
+        core.models.models_root = bad.resolve()
+        with pytest.raises(FailedPrecondition):
+            core.load(
+                "broken",
+                "tiny",
+                progress=lambda p: seen.append((p.state, "broken" in core.models._loading)) if p.done else None,
+            )
+    assert seen == [(ModelState.READY, False), (ModelState.FAILED, False)]
+
+
 def test_loaded_alias_needs_replace(models: Path) -> None:
     with running_core(models) as core:
         with pytest.raises(FailedPrecondition, match="already loaded"):
