@@ -450,7 +450,7 @@ class Engine:
         """
         rt = runtime or self._serving(alias)
         if self.device_lost:  # warm-up probes too: nothing would ever run them
-            raise Unavailable("device lost: board is not serving")
+            raise self._halted_error_locked()
         assert rt.model is not None
         if runtime is None and not self.admitting:
             raise Unavailable("board is draining: not admitting new requests")
@@ -550,8 +550,14 @@ class Engine:
         if not rt.state.serving:
             raise Unavailable(f"model {alias!r} is {rt.state.value}")
         if self.device_lost:
-            raise Unavailable("device lost: board is not serving")
+            raise self._halted_error_locked()
         return rt
+
+    def _halted_error_locked(self) -> Unavailable:
+        """Why a halted board refuses work: waiting for an operator, or lost until a restart."""
+        if self.halt.state is BoardHalt.AWAITING_OPERATOR:
+            return Unavailable("automatic reset budget used up: the board waits for an operator reset")
+        return Unavailable("device lost: board is not serving")
 
     def _generation_busy(self, generation: int) -> bool:
         return any(s.generation == generation for s in self.sequences.values()) or any(

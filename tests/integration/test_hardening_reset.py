@@ -59,6 +59,8 @@ def test_operator_reset_clears_an_exhausted_reset_budget_and_the_board_serves_ag
             _generate(client, seed=1)
         health = client.health()
         assert health.status == common_pb2.SERVING_STATUS_NOT_SERVING and health.reset_budget.exhausted
+        with pytest.raises(Unavailable, match="waits for an operator"):  # says why, not "device lost"
+            client.submit("tiny", PROMPT, max_tokens=2, seed=1)
 
         result = client.reset(kind, "operator clears the exhausted budget")
 
