@@ -1,4 +1,4 @@
-"""Review of the daemon's transport: the real `DaemonServicer` over a calsim `DeviceCore`, served by an
+"""The daemon's transport contract: the real `DaemonServicer` over a calsim `DeviceCore`, served by an
 in-process grpc.aio server on a Unix socket, driven through raw stubs so the exact status codes show.
 
 Each test pins one place where the servicer or the wire conversion differed from the contract in

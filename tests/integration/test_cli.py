@@ -1,4 +1,4 @@
-"""Review of `calculet-daemon`'s command line: a bad flag or config value ends the process with exit
+"""`calculet-daemon`'s command line: a bad flag or config value ends the process with exit
 status 2 and one line naming the problem (never a traceback), a listen address that cannot be
 bound ends it with one line too, and the config file accepts the flag names it is documented with.
 

@@ -2,7 +2,7 @@
 request (and every valid request fits it), Submit's size checks are O(1) and come before any token id
 is read, a large prompt is converted and checked on Submit's pool (never on the event loop),
 over-long job ids are refused before any lookup, and `StrictDecoding` leaves handlers it cannot wrap
-alone. The behaviour against a real daemon is in tests/integration/test_hardening_transport.py.
+alone. The behaviour against a real daemon is in tests/integration/test_daemon_transport.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from calculet.daemon.server.errors import strict_handler
 from calculet.daemon.wire import check_submit_sizes
 from calculet.ops.sim_packages.build import build_sim_package
 from calculet.v1 import inference_pb2, operate_pb2
-from tests.unit.test_review_transport import ServedCore
+from tests.unit.server.test_servicer_contract import ServedCore
 
 LARGEST_ID = 2**32 - 1  # a 5-byte varint: the bound must hold whatever the vocabulary
 

@@ -1,4 +1,4 @@
-"""Adversarial review of the daemon core: each test pins one race or edge case that broke a
+"""Races and edge cases of the daemon core: each test pins one race or edge case that broke a
 request's tokens, stranded a job, hung or crashed a caller, or gave the wrong error kind. Most run a
 real in-process DeviceCore on calsim; one drives an Engine on `FakeDevice` to finish the device's
 jobs out of order. Races are staged with events and fault plans by job index, never with sleeps."""
