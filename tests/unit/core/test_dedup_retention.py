@@ -221,7 +221,7 @@ def test_retention_evicts_by_age_then_bytes_oldest_first_on_a_fake_clock() -> No
 
 
 def test_the_byte_estimate_bounds_what_finished_jobs_really_hold(models: Path) -> None:
-    """The estimate is calibrated against tracemalloc: not below what 40 retained jobs with logprobs
+    """The estimate is calibrated against tracemalloc: not below what 20 retained jobs with logprobs
     hold, and not absurdly above it (then the bound would evict jobs for nothing)."""
     with running_core(models) as core:
         warm = request((1, 2, 3), 4, seed=1, logprobs=2)
@@ -230,7 +230,7 @@ def test_the_byte_estimate_bounds_what_finished_jobs_really_hold(models: Path) -
         tracemalloc.start()
         try:
             before = tracemalloc.take_snapshot()
-            ids = [core.submit(request(tuple(range(300, 340)), 60, seed=i, logprobs=2)).job_id for i in range(40)]
+            ids = [core.submit(request(tuple(range(300, 340)), 60, seed=i, logprobs=2)).job_id for i in range(20)]
             for job_id in ids:
                 finish(core, job_id)
             assert _poll(lambda: core.engine.idle())
