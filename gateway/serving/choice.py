@@ -123,7 +123,7 @@ class ChoiceRunner:
         attempts, last_err = 0, None
         wait_until: float | None = None
         while True:
-            board = await self._next_board(last_err, wait_until)
+            board = await self._next_board(wait_until)
             if board is None:
                 if self._tokens and wait_until is None:
                     wait_until = time.monotonic() + self._policy.failover_wait_s
@@ -202,33 +202,28 @@ class ChoiceRunner:
             return None
         return ChoiceDelta(text, chunk.tokens, chunk.logprobs)
 
-    async def _next_board(self, last_err: CalculetError | None, wait_until: float | None) -> Board | None:
+    async def _next_board(self, wait_until: float | None) -> Board | None:
+        """The next board to try: one serving the same package and not failed in its current epoch.
+        None when the router has none left (after waiting for fleet changes until `wait_until`)."""
         if self._first is not None:
-            board, self._first = self._first, None
-            return board
+            first, self._first = self._first, None
+            return first
         while True:
             exclude = {t for t, epoch in self._failed.items() if self._same_epoch(t, epoch)}
-            for board in self._router_candidates(exclude):
-                text = self._fleet.cached_text(board, self._job.model)
-                if text is None:
-                    try:
-                        text = await self._fleet.model_text(board, self._job.model)
-                    except CalculetError:
-                        self._failed[board.target] = board.epoch
-                        continue
-                if text.facts.package_hash == self._text.facts.package_hash:
-                    return board
-                self._failed[board.target] = board.epoch
-            if wait_until is None:
-                return None
-            remaining = wait_until - time.monotonic()
-            if remaining <= 0:
-                return None
-            await self._fleet.wait_changed(remaining)
-
-    def _router_candidates(self, exclude: set[str]) -> list[Board]:
-        picked = self._router.pick(self._job.model, exclude=exclude, session=self._job.session_id)
-        return [] if picked is None else [picked]
+            board = self._router.pick(self._job.model, exclude=exclude, session=self._job.session_id)
+            if board is None:
+                remaining = 0.0 if wait_until is None else wait_until - time.monotonic()
+                if remaining <= 0:
+                    return None
+                await self._fleet.wait_changed(remaining)
+                continue
+            try:
+                text = await self._fleet.model_text(board, self._job.model)  # cached after the first
+            except CalculetError:
+                text = None
+            if text is not None and text.facts.package_hash == self._text.facts.package_hash:
+                return board
+            self._failed[board.target] = board.epoch  # another package (or none): never this choice's text
 
     def _same_epoch(self, target: str, epoch: int) -> bool:
         board = self._fleet.boards.get(target)

@@ -94,13 +94,10 @@ class GatewayService:
     async def model_context(self, alias: str) -> int:
         """The context length of `alias` as a serving board reports it (0 if none serves it now)."""
         for board in self.fleet.serving(alias):
-            text = self.fleet.cached_text(board, alias)
-            if text is None:
-                try:
-                    text = await self.fleet.model_text(board, alias)
-                except CalculetError:
-                    continue
-            return text.facts.context
+            try:
+                return (await self.fleet.model_text(board, alias)).facts.context  # cached after the first
+            except CalculetError:
+                continue
         return 0
 
     async def _model(self, alias: str, session: str) -> tuple[Board, ModelText]:

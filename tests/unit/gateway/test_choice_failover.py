@@ -128,6 +128,26 @@ def test_failover_only_to_boards_with_the_same_package() -> None:
     asyncio.run(scenario())
 
 
+def test_retry_looks_past_a_board_with_another_package() -> None:
+    async def scenario() -> None:
+        # a refuses before the first token; b (another package, and the less loaded, so the router
+        # offers it first) must be skipped for c, which serves the same package: not a 503.
+        a = FakeDaemon("a", refuse=[Unavailable("draining")], package_hash="pkg-a")
+        b = FakeDaemon("b", ready=False, package_hash="pkg-b")
+        c = FakeDaemon("c", ready=False, package_hash="pkg-a", queue_depth=8)
+        fleet, service = await start_service(a, b, c)
+        prepared = await service.prepare_completion(completion(PROMPT, max_tokens=10, seed=2), "")
+        b.set_ready(True)
+        c.set_ready(True)
+        await until(fleet, lambda: len(fleet.serving("fake")) == 3, "b and c ready")
+        texts, _, _ = await run_all(prepared)
+        assert texts[0] == expected_text(2, 10)
+        assert b.submitted == [] and len(c.submitted) == 1
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
 def test_stop_string_cuts_the_text_and_cancels_the_job() -> None:
     async def scenario() -> None:
         a = FakeDaemon("a")
