@@ -504,18 +504,25 @@ class DeviceCore:
             lanes,
             queues,
             rt.message,
-            self._package_hash(rt),
+            self._package_hash_or_empty(rt),
         )
 
     def _package_hash(self, rt: ModelRuntime) -> str:
-        """SHA-256 of the runtime's manifest, read once per generation ("" if it cannot be read)."""
+        """SHA-256 of the runtime's manifest, read once per generation (Status and GetModel share it).
+
+        Raises:
+            OSError: the manifest cannot be read.
+        """
         key = (rt.alias, rt.generation)
         if key not in self._hashes:
-            try:
-                self._hashes[key] = hashlib.sha256((rt.package_dir / MANIFEST_NAME).read_bytes()).hexdigest()
-            except OSError:
-                return ""
+            self._hashes[key] = hashlib.sha256((rt.package_dir / MANIFEST_NAME).read_bytes()).hexdigest()
         return self._hashes[key]
+
+    def _package_hash_or_empty(self, rt: ModelRuntime) -> str:
+        try:
+            return self._package_hash(rt)
+        except OSError:
+            return ""  # Status still answers; GetModel reports the unreadable package
 
     @staticmethod
     def _pool_view(runtimes: list[ModelRuntime]) -> PoolView:
@@ -561,7 +568,7 @@ class DeviceCore:
         try:
             tokenizer = (rt.package_dir / m.tokenizer.path).read_bytes()
             template = (rt.package_dir / m.tokenizer.chat_template).read_text(encoding="utf-8")
-            package_hash = hashlib.sha256((rt.package_dir / MANIFEST_NAME).read_bytes()).hexdigest()
+            package_hash = self._package_hash(rt)
         except OSError as exc:
             raise Unavailable(f"model {alias!r}: cannot read tokenizer files: {exc.strerror}") from None
         limits = rt.limits
