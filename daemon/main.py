@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.core.device_core import POLICIES, DaemonConfig, DeviceCore
+from calculet.daemon.core.config import POLICIES, DaemonConfig
+from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.device.registry import available_drivers
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument

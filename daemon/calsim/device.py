@@ -4,7 +4,7 @@
 Data flow: `CalsimDriver.open` parses the options and opens a `CalsimDevice`, which owns the one
 lock + condition of the board, the `MemoryMap`, the registered host buffers, the configured
 models (each with its `Kernel`, which owns the model's KV lanes), the `FaultPlan` and the
-`Engine` (banks, clock, worker thread). `submit` numbers the attempt, asks the fault plan, checks
+`ComputeEngine` (banks, clock, worker thread). `submit` numbers the attempt, asks the fault plan, checks
 the job completely (`job_check`) and only then holds bank, buffers and lanes in the engine.
 Ownership of host buffers: the caller owns them; between an accepted submit and the job's
 finish the engine holds them (reads inputs at H2D, writes outputs at D2H) and refuses them to
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from calculet.daemon.calsim.engine import Engine
+from calculet.daemon.calsim.engine import ComputeEngine
 from calculet.daemon.calsim.faults import Fault, FaultKind, FaultPlan
-from calculet.daemon.calsim.handles import CalsimModel, CalsimSubmission, ModelState
+from calculet.daemon.calsim.handles import CalsimModel, CalsimSubmission, ConfigState
 from calculet.daemon.calsim.job_check import resolve_job
 from calculet.daemon.calsim.kernel import Kernel
 from calculet.daemon.calsim.memory import MemoryMap, chip_needs
@@ -84,7 +84,7 @@ class CalsimDevice(VirtualDevice):
             lane_selection=True,
         )
         self._info = DeviceInfo("calsim", board, chips, RUNTIME_VERSION, DRIVER_VERSION, FIRMWARE_VERSION, caps)
-        self._engine = Engine(self._cond, options.time_scale, self._plan.seed, f"calsim-board{board}")
+        self._engine = ComputeEngine(self._cond, options.time_scale, self._plan.seed, f"calsim-board{board}")
         self._engine.start()
 
     # ------------------------------------------------------------------ identity
@@ -167,7 +167,7 @@ class CalsimDevice(VirtualDevice):
             busy = self._engine.holds_model(m.config_id)
             if busy:
                 raise BufferInUse(f"model {m.name!r} has job(s) {[j.job_id for j in busy]} in flight")
-            m.state.move(ModelState.RELEASED)
+            m.state.move(ConfigState.RELEASED)
             del self._models[m.config_id]
             self._memory.release(m.config_id)
 
@@ -203,7 +203,9 @@ class CalsimDevice(VirtualDevice):
 
     # ------------------------------------------------------------------ jobs
 
-    def submit(self, model: ConfiguredModel, job: JobSpec, engine: EngineSlot = EngineSlot.AUTO) -> CalsimSubmission:
+    def submit(
+        self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO
+    ) -> CalsimSubmission:
         """See `VirtualDevice.submit`. Order of checks: device alive; the attempt gets its index
         and fault (device_lost fires here); model handle (ModelReleased); the job (InvalidJob);
         bank (EngineBusy); buffers (BufferInUse); lanes (LaneBusy); injected submit_error
@@ -219,10 +221,10 @@ class CalsimDevice(VirtualDevice):
             m = self._own(model)
             if not isinstance(job, JobSpec):
                 raise InvalidJob(f"submit needs a JobSpec, got {type(job).__name__}")
-            if not isinstance(engine, EngineSlot):
-                raise InvalidJob(f"engine must be an EngineSlot, got {engine!r}")
+            if not isinstance(engine_slot, EngineSlot):
+                raise InvalidJob(f"engine_slot must be an EngineSlot, got {engine_slot!r}")
             resolved = resolve_job(job, m.geometry, self._buffers)
-            bank = self._engine.pick_bank(engine)
+            bank = self._engine.pick_bank(engine_slot)
             self._engine.check_free(m.config_id, resolved)
             if fault is not None and fault.kind is FaultKind.SUBMIT_ERROR:
                 raise SubmitFailed(f"runtime refused submit attempt {index} (injected submit_error)")
@@ -299,7 +301,7 @@ class CalsimDevice(VirtualDevice):
             self._closed = True
             self._engine.shutdown(self._engine.gone or f"calsim board {self._info.board_index} is closed")
             for m in list(self._models.values()):
-                m.state.move(ModelState.RELEASED)
+                m.state.move(ConfigState.RELEASED)
                 self._memory.release(m.config_id)
             self._models.clear()
             self._buffers.clear()

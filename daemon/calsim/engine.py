@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 BANKS = (EngineSlot.PING, EngineSlot.PONG)
 
 
-class Engine:
+class ComputeEngine:
     """Banks, in-flight jobs, holds, modelled clock and worker of one calsim board.
 
     Args:

@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
 
-from calculet.daemon.calsim.engine import Engine
+from calculet.daemon.calsim.engine import ComputeEngine
 from calculet.daemon.calsim.faults import Fault
 from calculet.daemon.calsim.job import Job
 from calculet.daemon.calsim.job_check import ModelGeometry
@@ -26,12 +26,14 @@ from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.daemon.package.manifest import PackageManifest
 
 
-class ModelState(Enum):
+class ConfigState(Enum):
+    """State of one configuration (a package configured on the board) in calsim."""
+
     CONFIGURED = "configured"
     RELEASED = "released"
 
 
-MODEL_EDGES = table([(ModelState.CONFIGURED, [ModelState.RELEASED])])
+CONFIG_EDGES = table([(ConfigState.CONFIGURED, [ConfigState.RELEASED])])
 
 
 class CalsimModel(ConfiguredModel):
@@ -65,8 +67,8 @@ class CalsimModel(ConfiguredModel):
         self.needs = needs
         contexts = {d.name: min(self.lane_context, d.context) for d in manifest.submodels}
         self.geometry = ModelGeometry(self.submodels, self.lanes, contexts)
-        self.state: Lifecycle[ModelState] = Lifecycle(
-            f"calsim model {self.name} #{config_id}", ModelState.CONFIGURED, MODEL_EDGES
+        self.state: Lifecycle[ConfigState] = Lifecycle(
+            f"calsim model {self.name} #{config_id}", ConfigState.CONFIGURED, CONFIG_EDGES
         )
 
     def __repr__(self) -> str:
@@ -77,11 +79,11 @@ class CalsimSubmission(Submission):
     """Handle of one accepted calsim job. `history()` and `fault` (calsim only) show the statuses
     it went through and the fault it carries, for tests and traces."""
 
-    def __init__(self, engine: Engine, job: Job) -> None:
+    def __init__(self, engine: ComputeEngine, job: Job) -> None:
         self._engine = engine
         self._job = job
         self.job_id = job.job_id
-        self.engine = job.bank
+        self.engine_slot = job.bank
         self.spec = job.spec
 
     @property
@@ -117,4 +119,4 @@ class CalsimSubmission(Submission):
             return tuple(self._job.history)
 
     def __repr__(self) -> str:
-        return f"CalsimSubmission(job={self.job_id}, engine={self.engine.value})"
+        return f"CalsimSubmission(job={self.job_id}, engine_slot={self.engine_slot.value})"

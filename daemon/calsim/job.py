@@ -1,6 +1,6 @@
 """One accepted calsim job: its status lifecycle, pipeline step, modelled schedule and staged data.
 
-Data flow: `Engine.accept` builds a `Job` from a `ResolvedJob`, the clock fills its
+Data flow: `ComputeEngine.accept` builds a `Job` from a `ResolvedJob`, the clock fills its
 `Schedule`, and the engine's worker moves it through its steps: H2D (inputs copied from the host
 buffers into `staged`), COMPUTE (kernel -> `logits`, bf16), FINISH (logits written into the host
 output buffers, status DONE or CCU_EXCEPTION, `done` set). Ownership: the engine owns the Job; the

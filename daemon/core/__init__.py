@@ -1,15 +1,18 @@
-"""The daemon's core bookkeeping, below the scheduler and executor (DESIGN.md section 3).
+"""The daemon's domain core: one board's jobs, models and device work, with no transport
+(DESIGN.md section 3). `docs/daemon.md` draws who owns what.
 
-Plain classes, no gRPC and no device threads of their own:
+- `device_core.DeviceCore`: the facade the servicer calls; builds views (`views.py`) from snapshots.
+- `engine.Engine`: owns every client job (`job_table`), model generation (`generations`), the
+  `scheduler.Scheduler` and the `executor.Executor`, behind one lock; runs the engine and completion
+  threads. Nothing outside it touches its state; `snapshot()` gives frozen views (`snapshot.py`).
+- `scheduler.Scheduler`: waiting / ready / recovering jobs and continuous batching; assigns and frees
+  KV lanes (`kv.KVManager`, one per generation) and queues admission (`admission.AdmissionQueue`).
+- `executor.Executor`: device jobs: reserves the planned rows' KV, fills a `jobs.JobContext` from the
+  generation's `jobs.JobPool`, submits (outside the engine lock), commits or loses the rows.
+- `completion`: what a finished device job means, decided without changing anything (`settle`).
+- `models.ModelManager`: load, warm, publish, drain and unload generations through the engine.
 
-- `kv.KVManager`: the KV lanes of one model generation as transactions
-  (assign -> reserve -> commit | rollback; faults mark a lane unknown).
-- `admission.AdmissionQueue`: requests waiting for capacity, by priority then arrival, with deadlines.
-- `jobs.JobPool` / `jobs.JobContext`: the host buffers one device job may DMA, allocated and
-  registered once per pool slot and handed out by pool key.
-
-Data flow: the scheduler pops an admissible request from the `AdmissionQueue` (asking the
-`KVManager` whether a lane is free), assigns it a lane, reserves the lane's next length, acquires
-a `JobContext`, and the executor submits; on completion the executor commits or rolls back the
-reservation and releases (or quarantines) the context.
+Data flow: Submit -> engine queues the job -> scheduler plans a device job and hands it lanes ->
+executor prepares (lock) and submits (no lock) -> completion thread waits, samples, settles ->
+engine applies (tokens streamed, KV committed or lost, lanes freed) -> buffers back to the pool.
 """

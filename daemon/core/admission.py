@@ -17,8 +17,8 @@ fit; a scheduler that must not let large requests starve makes its predicate ref
 while the large head waits (its policy, not this queue's).
 
 Ownership: an enqueued item belongs to the queue until `pop_ready`, `expire`, `cancel` or `drain`
-returns it. Thread-safety: one lock per queue; `can_admit` runs under it and must not call back
-into the queue.
+returns it. Lock: none of its own; its owner (the scheduler, under the engine lock) serialises every
+call, and `can_admit` must not call back into the queue.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -78,7 +77,6 @@ class AdmissionQueue(Generic[T]):
         self.aging_s = aging_s
         self.retry_after_s = retry_after_s
         self._clock = clock
-        self._lock = threading.Lock()
         self._seq = itertools.count()
         self._by_id: dict[Hashable, _Entry[T]] = {}
         # priority -> item_id -> entry, in arrival order (dicts keep insertion order).
@@ -96,18 +94,17 @@ class AdmissionQueue(Generic[T]):
         """
         if math.isnan(deadline):
             raise InvalidArgument(f"admission deadline of {item_id!r} is NaN")
-        with self._lock:
-            if item_id in self._by_id:
-                raise FailedPrecondition(f"request {item_id!r} is already waiting for admission")
-            if len(self._by_id) >= self.max_depth:
-                raise Overloaded(f"admission queue full ({self.max_depth} waiting)", retry_after_s=self.retry_after_s)
-            now = self._clock()
-            if deadline <= now:
-                raise Overloaded(f"admission deadline of {item_id!r} already passed")
-            entry = _Entry(item_id, item, deadline, priority, now, next(self._seq))
-            self._by_id[item_id] = entry
-            self._levels.setdefault(priority, {})[item_id] = entry
-            heapq.heappush(self._deadlines, (deadline, entry.seq, item_id))
+        if item_id in self._by_id:
+            raise FailedPrecondition(f"request {item_id!r} is already waiting for admission")
+        if len(self._by_id) >= self.max_depth:
+            raise Overloaded(f"admission queue full ({self.max_depth} waiting)", retry_after_s=self.retry_after_s)
+        now = self._clock()
+        if deadline <= now:
+            raise Overloaded(f"admission deadline of {item_id!r} already passed")
+        entry = _Entry(item_id, item, deadline, priority, now, next(self._seq))
+        self._by_id[item_id] = entry
+        self._levels.setdefault(priority, {})[item_id] = entry
+        heapq.heappush(self._deadlines, (deadline, entry.seq, item_id))
 
     def pop_ready(self, can_admit: Callable[[T], bool]) -> T | None:
         """Remove and return the most urgent waiting item that `can_admit` accepts.
@@ -118,26 +115,24 @@ class AdmissionQueue(Generic[T]):
         Returns:
             The item, or None when no waiting item is admissible.
         """
-        with self._lock:
-            now = self._clock()
-            for entry in self._in_order(now):
-                if entry.deadline > now and can_admit(entry.item):
-                    self._remove(entry)
-                    return entry.item
-            return None
+        now = self._clock()
+        for entry in self._in_order(now):
+            if entry.deadline > now and can_admit(entry.item):
+                self._remove(entry)
+                return entry.item
+        return None
 
     def expire(self, now: float) -> list[T]:
         """Remove and return every item whose deadline is at or before `now`, earliest first.
         The caller fails them with `Overloaded` ("admission deadline")."""
-        with self._lock:
-            expired: list[T] = []
-            while self._deadlines and self._deadlines[0][0] <= now:
-                _, seq, item_id = heapq.heappop(self._deadlines)
-                entry = self._by_id.get(item_id)
-                if entry is not None and entry.seq == seq:
-                    self._remove(entry)
-                    expired.append(entry.item)
-            return expired
+        expired: list[T] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, seq, item_id = heapq.heappop(self._deadlines)
+            entry = self._by_id.get(item_id)
+            if entry is not None and entry.seq == seq:
+                self._remove(entry)
+                expired.append(entry.item)
+        return expired
 
     def cancel(self, item_id: Hashable) -> T:
         """Remove a waiting item and return it.
@@ -145,34 +140,29 @@ class AdmissionQueue(Generic[T]):
         Raises:
             NotFound: no waiting item has this id (never queued, or already admitted/expired).
         """
-        with self._lock:
-            entry = self._by_id.get(item_id)
-            if entry is None:
-                raise NotFound(f"request {item_id!r} is not waiting for admission")
-            self._remove(entry)
-            return entry.item
+        entry = self._by_id.get(item_id)
+        if entry is None:
+            raise NotFound(f"request {item_id!r} is not waiting for admission")
+        self._remove(entry)
+        return entry.item
 
     def drain(self) -> list[T]:
         """Remove and return every waiting item in queue order (model unload / drain)."""
-        with self._lock:
-            entries = list(self._in_order(self._clock()))
-            for entry in entries:
-                self._remove(entry)
-            return [e.item for e in entries]
+        entries = list(self._in_order(self._clock()))
+        for entry in entries:
+            self._remove(entry)
+        return [e.item for e in entries]
 
     def next_deadline(self) -> float | None:
         """The earliest deadline among waiting items, or None when the queue is empty."""
-        with self._lock:
-            self._drop_stale_deadlines()
-            return self._deadlines[0][0] if self._deadlines else None
+        self._drop_stale_deadlines()
+        return self._deadlines[0][0] if self._deadlines else None
 
     def __contains__(self, item_id: Hashable) -> bool:
-        with self._lock:
-            return item_id in self._by_id
+        return item_id in self._by_id
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._by_id)
+        return len(self._by_id)
 
     def depth(self) -> int:
         """Items waiting."""
@@ -180,10 +170,9 @@ class AdmissionQueue(Generic[T]):
 
     def depth_by_priority(self) -> dict[int, int]:
         """Items waiting per (base) priority; levels with no item are absent."""
-        with self._lock:
-            return {p: len(level) for p, level in self._levels.items() if level}
+        return {p: len(level) for p, level in self._levels.items() if level}
 
-    # ---- internals (lock held) -----------------------------------------------------------
+    # ---- internals -----------------------------------------------------------------------
 
     def _effective(self, entry: _Entry[T], now: float) -> int:
         if self.aging_s is None:

@@ -1,229 +1,243 @@
-"""Applying finished device jobs to sequences, KV and buffers (the completion path).
+"""The completion step: what a finished device job means for its rows, decided without changing
+anything (DESIGN.md section 3).
 
-For a DONE job: sample every row from the context's logits outside the engine lock, then under
-it commit each row's KV reservation, stream the token, and either finish the sequence or put it
-back into the ready set; finally return the context to its pool. A configuration reset may clear
-the job's lanes while it is sampled, so `kv_lost` is checked again under the lock before any
-commit. For a CCU exception: the KV effect is unknown, so every lane of the job becomes UNKNOWN
-and its sequence re-prefills (bounded by `max_recoveries`). Generation fencing: a job whose
-generation is no longer running is dropped without touching any lane, buffer or result of another
-generation. Once the board stopped serving, a sequence is failed instead of requeued.
+Two functions, both free of engine state:
+
+- `sample(job)` (no lock; the completion thread owns the job's buffers now) turns the context's
+  logits into one token per row;
+- `settle(job, status, sampled, facts)` (called under the engine lock, so what it reads of the
+  sequences is stable) returns a `Settlement`: per row the KV effect (commit or lose), the token to
+  stream, and what follows (next step, re-prefill, or end with a reason); plus the anomaly to count.
+
+The engine applies the settlement: the executor commits or loses the rows' reservations and ends the
+context, the sequences stream and move on, the scheduler frees lanes of those that end. Rules:
+
+- DONE: each row's KV is committed and its token streamed; a NaN/Inf row is an anomaly, its KV is
+  lost and it re-prefills. A configuration reset that cleared the job's lanes (`kv_lost`) makes it a
+  fault even if the device says DONE.
+- CCU exception or a hung job collected after a reset: every row's KV is unknown; the sequences
+  re-prefill, at most `max_recoveries` times each. A reset's own CCU exceptions are not anomalies.
+- Generation fencing: a job whose generation no longer runs touches no lane, no buffer and no result
+  of another generation; its sequences end with UNAVAILABLE.
+- Once the board stopped serving, a sequence ends instead of continuing or re-prefilling.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from enum import Enum, auto
 
 import numpy as np
 
 from calculet.daemon.core.events import FinishReason, TokenLogprob
-from calculet.daemon.core.executor import InFlight
-from calculet.daemon.core.jobs import BufferState
-from calculet.daemon.core.kv import LaneState, Reservation
+from calculet.daemon.core.executor import DeviceJob
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.device.errors import DeviceError
 from calculet.daemon.device.types import JobStatus
 from calculet.daemon.errors import ErrorKind
-from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.types import RowResult, RowSampling
 
-if TYPE_CHECKING:
-    from calculet.daemon.core.engine import Engine
 
-log = logging.getLogger(__name__)
+class KvEffect(Enum):
+    NONE = auto()  # the generation is gone: its lanes are not touched
+    COMMIT = auto()  # the row's output is trusted: the lane holds the reserved length
+    LOSE = auto()  # the row's KV is untrusted: the lane becomes UNKNOWN
 
 
-class CompletionApplier:
-    """The completion path of one engine (called from its completion thread)."""
+@dataclass(frozen=True)
+class End:
+    """The sequence ends with this Final."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    reason: FinishReason
+    kind: ErrorKind | None = None
+    message: str = ""
 
-    # ---- per sequence setup --------------------------------------------------------------
 
-    def attach_history(self, seq: Sequence, rt: ModelRuntime) -> None:
-        assert rt.model is not None
-        seq.history = TokenHistory(rt.model.vocab_size, seq.request.prompt_tokens, seq.generated)
+@dataclass(frozen=True)
+class Recover:
+    """The sequence re-prefills its prompt and tokens into its (rebuilt) lane."""
 
-    # ---- completions ---------------------------------------------------------------------
+    message: str
 
-    def apply(self, job: InFlight, status: JobStatus | None) -> None:
-        """Apply a finished job (status None: the job was already failed by the caller)."""
-        engine = self.engine
-        rt = job.plan.runtime
-        with engine.cond:
-            fenced = engine.runtimes.get(job.generation) is not rt
-        if status is None:
-            return
-        if status is JobStatus.DONE and not fenced and not job.quarantine and not job.kv_lost:
-            self._apply_done(job, rt)
-        elif fenced:
-            self._drop_fenced(job, rt)
-        else:
-            self._apply_fault(job, rt, status)
 
-    def _apply_done(self, job: InFlight, rt: ModelRuntime) -> None:
-        engine = self.engine
-        job.ctx.mark_completing()
-        n = len(job.plan.seqs)
-        logits = job.ctx.logits[:n]
-        rows = [RowSampling(s.request.sampling, s.step, s.history) for s in job.plan.seqs]
-        assert rt.sampler is not None
-        results = rt.sampler.sample(logits, rows)
-        captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(job.plan.seqs)]
-        with engine.cond:
-            if job.kv_lost:  # a configuration reset cleared its lanes while we sampled: nothing to commit
-                self._fault_locked(job, rt, JobStatus.DONE)
-                return
-            anomalies = engine.executor.anomalies
-            for seq, res, r, cap in zip(job.plan.seqs, results, job.reservations, captured, strict=True):
-                if cap is not None and res.token is not None and seq.first_logits is None:
-                    seq.first_logits = cap  # the logits of its first token (a NaN row re-prefills)
-                self._row_done(rt, seq, res, r)
-            assert rt.pool is not None
-            rt.pool.release(job.ctx)
-            self._check_counters(job)
-            if engine.executor.anomalies == anomalies:  # no NaN row, counters agree: a clean job
-                engine.executor.note_clean()
-            engine.executor.retire(job)
-            engine.cond.notify_all()
+@dataclass(frozen=True)
+class Continue:
+    """The sequence is ready for its next decode step."""
 
-    def _row_done(self, rt: ModelRuntime, seq: Sequence, res: RowResult, r: Reservation) -> None:
-        engine = self.engine
-        assert rt.kv is not None
+
+Next = End | Recover | Continue
+
+
+@dataclass(frozen=True)
+class RowOutcome:
+    """What one row of a device job means for its sequence.
+
+    Attributes:
+        row: the row's index in the device job (its reservation).
+        token / logprob: the token to stream (None: nothing to stream).
+        first_logits: the step's logits, for a sequence that captures them (golden check).
+        lost_kv: the row lost its KV (the sequence's recovery count goes up, as in Status).
+    """
+
+    row: int
+    seq: Sequence
+    kv: KvEffect
+    then: Next
+    token: int | None = None
+    logprob: TokenLogprob | None = None
+    first_logits: np.ndarray | None = None
+    lost_kv: bool = False
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """A finished device job, decided. `anomalies`: device anomalies to count (each drops the in-flight
+    limit); `clean`: a DONE job with none (enough in a row restore a degraded limit)."""
+
+    rows: tuple[RowOutcome, ...]
+    anomalies: tuple[str, ...] = ()
+    clean: bool = False
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """The sampled rows of a DONE job and the captured logits (None where not captured)."""
+
+    results: list[RowResult]
+    captured: list[np.ndarray | None]
+
+
+@dataclass(frozen=True)
+class BoardFacts:
+    """What `settle` needs to know about the board, read under the engine lock.
+
+    Attributes:
+        fenced: the job's generation no longer runs.
+        serving: the board still serves (not lost, not halted).
+        max_recoveries: re-prefills a sequence may need before it fails.
+        device_left / expected_left: unfinished jobs the device reports (None: it could not say)
+            and the number the executor expects besides this one.
+    """
+
+    fenced: bool
+    serving: bool
+    max_recoveries: int
+    device_left: int | None = None
+    expected_left: int = 0
+
+
+def sample(job: DeviceJob) -> Sampled:
+    """Sample one token per row from the job's logits (no lock: the job's buffers are the completion
+    thread's until the settlement is applied)."""
+    job.ctx.mark_completing()
+    rt = job.plan.runtime
+    assert rt.sampler is not None
+    logits = job.ctx.logits[: len(job.plan.seqs)]
+    rows = [RowSampling(s.request.sampling, s.step, s.history) for s in job.plan.seqs]
+    results = rt.sampler.sample(logits, rows)
+    captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(job.plan.seqs)]
+    return Sampled(results, captured)
+
+
+def settle(job: DeviceJob, status: JobStatus, sampled: Sampled | None, facts: BoardFacts) -> Settlement:
+    """Decide what a finished device job means (under the engine lock; changes nothing).
+
+    Args:
+        status: the job's device status.
+        sampled: its sampled rows when it was sampled (a DONE job of a running generation).
+    """
+    if facts.fenced:
+        return _fenced(job)
+    if status is JobStatus.DONE and sampled is not None and not job.quarantine and not job.kv_lost:
+        return _done(job, sampled, facts)
+    return _fault(job, status, facts)
+
+
+def recovery(seq: Sequence, rt: ModelRuntime, message: str, *, serving: bool, max_recoveries: int) -> End | Recover:
+    """What follows for a sequence that just lost its KV (this loss already counted or not: the
+    verdict uses `seq.recoveries + 1`)."""
+    if seq.cancel_requested:
+        return _cancelled(seq)
+    if not serving:
+        return End(FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"{message}; board stopped serving")
+    if seq.recoveries + 1 > max_recoveries:
+        return End(FinishReason.ERROR, ErrorKind.ABORTED, f"{message} (recovery budget exhausted)")
+    if rt.prefill is not None and len(seq.prefill_tokens) > rt.prefill.max_tokens:
+        # A package may declare a prefill bucket smaller than its context: a sequence that grew past
+        # it cannot be re-prefilled in one job (no chunked prefill), so it cannot recover.
+        return End(
+            FinishReason.ERROR,
+            ErrorKind.ABORTED,
+            f"{message}; cannot re-prefill {len(seq.prefill_tokens)} tokens into the "
+            f"{rt.prefill.max_tokens}-token prefill bucket",
+        )
+    return Recover(message)
+
+
+def _recovery(seq: Sequence, rt: ModelRuntime, message: str, facts: BoardFacts) -> End | Recover:
+    return recovery(seq, rt, message, serving=facts.serving, max_recoveries=facts.max_recoveries)
+
+
+def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
+    rows: list[RowOutcome] = []
+    anomalies: list[str] = []
+    now = time.monotonic()
+    rt = job.plan.runtime
+    for row, (seq, res, cap) in enumerate(zip(job.plan.seqs, sampled.results, sampled.captured, strict=True)):
         if res.token is None:  # NaN/Inf logits: the output is untrustworthy, so is the KV it wrote
-            rt.kv.rollback(r)
-            rt.kv.mark_unknown(r.lane)
-            engine.executor.note_anomaly("non-finite logits")
-            self.fail_or_recover(rt, seq, "non-finite logits from the device", lane_lost=True)
-            return
-        rt.kv.commit(r)
+            anomalies.append("non-finite logits")
+            lost = _recovery(seq, rt, "non-finite logits from the device", facts)
+            rows.append(RowOutcome(row, seq, KvEffect.LOSE, lost, lost_kv=True))
+            continue
+        first = cap if seq.first_logits is None else None  # the logits of its first token
         if seq.cancel_requested:
-            reason, kind, message = seq.pending_error or (FinishReason.CANCELLED, None, "")
-            engine.finish(seq, reason, kind, message)
-            return
+            rows.append(RowOutcome(row, seq, KvEffect.COMMIT, _cancelled(seq), first_logits=first))
+            continue
         logprob = None
         if seq.request.sampling.logprobs is not None and res.logprob is not None:
             logprob = TokenLogprob(res.token, res.logprob, res.top_logprobs)
-        assert seq.history is not None
-        seq.history.append(res.token)
-        finished = seq.accept(res.token, logprob)
-        if finished is not None:
-            engine.finish(seq, finished, None, "")
-        elif seq.deadline is not None and seq.deadline <= time.monotonic():
-            engine.finish(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
-        elif engine.device_lost:  # the board stopped serving while this job ran: no next step will run
-            engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "board stopped serving")
-        else:
-            seq.lifecycle.move(SeqState.READY)
-            engine.scheduler.mark_ready(seq)
+        then = _after_token(seq, res.token, now, facts)
+        rows.append(RowOutcome(row, seq, KvEffect.COMMIT, then, res.token, logprob, first))
+    if facts.device_left is not None and facts.device_left > facts.expected_left:
+        # The device may be ahead of us (the other bank finished too), never behind.
+        anomalies.append(f"device reports {facts.device_left} jobs left, executor expects {facts.expected_left}")
+    return Settlement(tuple(rows), tuple(anomalies), clean=not anomalies)
 
-    def _apply_fault(self, job: InFlight, rt: ModelRuntime, status: JobStatus) -> None:
-        """CCU exception, a hung job collected after a reset, or a job whose lanes a configuration
-        reset cleared: lanes unknown, sequences recover."""
-        with self.engine.cond:
-            self._fault_locked(job, rt, status)
 
-    def _fault_locked(self, job: InFlight, rt: ModelRuntime, status: JobStatus) -> None:
-        engine = self.engine
-        if not (job.kv_lost or job.reset_hit):  # a reset's deliberate CCU exception is not a device anomaly
-            engine.executor.note_anomaly(f"job {job.job_id} ended {status.value}")
-        assert rt.kv is not None and rt.pool is not None
-        reason = "a configuration reset cleared its KV" if job.kv_lost else f"device job ended {status.value}"
-        for seq, r in zip(job.plan.seqs, job.reservations, strict=True):
-            rt.kv.mark_unknown(r.lane)
-            self.fail_or_recover(rt, seq, reason, lane_lost=True)
-        self._end_context(job, rt)
-        engine.executor.retire(job)
-        engine.cond.notify_all()
+def _after_token(seq: Sequence, token: int, now: float, facts: BoardFacts) -> Next:
+    stop = seq.stop_reason_after(token)
+    if stop is not None:
+        return End(stop)
+    if seq.deadline is not None and seq.deadline <= now:
+        return End(FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
+    if not facts.serving:  # the board stopped serving while this job ran: no next step will run
+        return End(FinishReason.ERROR, ErrorKind.UNAVAILABLE, "board stopped serving")
+    return Continue()
 
-    def _drop_fenced(self, job: InFlight, rt: ModelRuntime) -> None:
-        """The job's generation is gone: its results must not reach anything of another one."""
-        engine = self.engine
-        log.warning("dropping completion of job %s from retired generation %s", job.job_id, job.generation)
-        with engine.cond:
-            for seq in job.plan.seqs:
-                if seq.state is not SeqState.DONE:
-                    engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
-            if rt.pool is not None and job.ctx.state is not BufferState.RETIRED:
-                self._end_context(job, rt)
-            engine.executor.retire(job)
-            engine.cond.notify_all()
 
-    def job_lost(self, job: InFlight, message: str) -> None:
-        """The device is gone: fail the job's sequences; its buffers are abandoned with the device."""
-        rt = job.plan.runtime
-        for seq, r in zip(job.plan.seqs, job.reservations, strict=True):
-            if rt.kv is not None and rt.kv.lane(r.lane).state in (LaneState.ACTIVE, LaneState.RESERVED):
-                rt.kv.mark_unknown(r.lane)
-            if seq.state is not SeqState.DONE:
-                self.engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, message)
+def _fault(job: DeviceJob, status: JobStatus, facts: BoardFacts) -> Settlement:
+    """CCU exception, a hung job collected after a reset, or a job whose lanes a configuration reset
+    cleared: every row's KV is unknown, its sequence recovers."""
+    rt = job.plan.runtime
+    reason = "a configuration reset cleared its KV" if job.kv_lost else f"device job ended {status.value}"
+    rows = tuple(
+        RowOutcome(row, seq, KvEffect.LOSE, _recovery(seq, rt, reason, facts), lost_kv=True)
+        for row, seq in enumerate(job.plan.seqs)
+    )
+    # A reset's deliberate CCU exception (or a cleared configuration) is not a device anomaly.
+    deliberate = job.kv_lost or job.reset_hit
+    return Settlement(rows, () if deliberate else (f"device job {job.device_job_id} ended {status.value}",))
 
-    def end_abandoned(self, job: InFlight) -> None:
-        """A job given up while the device still held it (the reset budget was used up), ended on
-        the device by an operator reset since: its buffers leave through quarantine and a pool
-        rebuild, never reused. Its sequences were failed and its lanes freed when it was given up.
-        Engine lock held."""
-        rt = job.plan.runtime
-        if self.engine.runtimes.get(job.generation) is not rt or rt.pool is None:
-            return  # its generation is gone, and its pool with it
-        if job.ctx.state in (BufferState.SUBMITTED, BufferState.RUNNING):
-            job.quarantine = True
-            self._end_context(job, rt)
 
-    # ---- shared helpers (engine lock held) ------------------------------------------------
+def _fenced(job: DeviceJob) -> Settlement:
+    """The job's generation is gone: its results must not reach anything of another one."""
+    end = End(FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
+    rows = (RowOutcome(i, s, KvEffect.NONE, end) for i, s in enumerate(job.plan.seqs) if s.state is not SeqState.DONE)
+    return Settlement(tuple(rows))
 
-    def fail_or_recover(self, rt: ModelRuntime, seq: Sequence, message: str, *, lane_lost: bool) -> None:
-        """Re-prefill a sequence whose job failed, or end it when it may not recover any more."""
-        engine = self.engine
-        assert rt.kv is not None
-        if not lane_lost and seq.lane is not None:
-            rt.kv.mark_unknown(seq.lane)  # simplest correct retry: rebuild the lane from scratch
-        seq.recoveries += 1
-        engine.counters.recoveries += 1
-        if seq.cancel_requested:
-            reason, kind, msg = seq.pending_error or (FinishReason.CANCELLED, None, "")
-            engine.finish(seq, reason, kind, msg)
-        elif engine.device_lost:  # the board stopped serving: no re-prefill will run
-            engine.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"{message}; board stopped serving")
-        elif seq.recoveries > engine.config.max_recoveries:
-            engine.finish(seq, FinishReason.ERROR, ErrorKind.ABORTED, f"{message} (recovery budget exhausted)")
-        elif rt.prefill is not None and len(seq.prefill_tokens) > rt.prefill.max_tokens:
-            # A package may declare a prefill bucket smaller than its context: a sequence that grew
-            # past it cannot be re-prefilled in one job (no chunked prefill), so it cannot recover.
-            engine.finish(
-                seq,
-                FinishReason.ERROR,
-                ErrorKind.ABORTED,
-                f"{message}; cannot re-prefill {len(seq.prefill_tokens)} tokens into the "
-                f"{rt.prefill.max_tokens}-token prefill bucket",
-            )
-        else:
-            seq.lifecycle.move(SeqState.RECOVER)
-            engine.scheduler.mark_recover(seq)
 
-    def _end_context(self, job: InFlight, rt: ModelRuntime) -> None:
-        """Return a faulted job's context: quarantined (and the pool rebuilt) after a timeout or
-        reset, since the device may have held it; otherwise the job finished and it is reusable."""
-        assert rt.pool is not None
-        if job.quarantine:
-            rt.pool.quarantine(job.ctx)
-            rt.pool.rebuild(rt.pool.generation + 1)
-        else:
-            if job.ctx.state is not BufferState.COMPLETING:  # the DONE path already took it back
-                job.ctx.mark_completing()
-            rt.pool.release(job.ctx)
-
-    def _check_counters(self, job: InFlight) -> None:
-        """The device's count of unfinished jobs must match ours (minus the one just finished)."""
-        engine = self.engine
-        try:
-            left = engine.device.counters().left
-        except DeviceError:  # lost meanwhile: the path that saw it first fails the board
-            return
-        expected = len(engine.executor.inflight) - 1
-        if left > expected:  # the device may be ahead of us (the other bank finished too), never behind
-            engine.executor.note_anomaly(f"device reports {left} jobs left, executor expects {expected}")
+def _cancelled(seq: Sequence) -> End:
+    """A cancelled sequence's Final: CANCELLED, or the error of the unload/drain that cancelled it."""
+    reason, kind, message = seq.pending_error or (FinishReason.CANCELLED, None, "")
+    return End(reason, kind, message)

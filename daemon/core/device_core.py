@@ -1,45 +1,37 @@
 """`DeviceCore`: the daemon's domain API, one object per board, no transport (DEVELOPERS.md rule 1).
 
-It opens the device through the driver registry, owns the `Engine` (scheduling, execution,
-completion) and the `ModelManager` (lifecycle), and answers the three planes of DESIGN.md
-section 6 with domain objects. The gRPC servicer converts protobuf to these calls and back, nothing
-more. Thread-safe: methods may be called from any thread; long operations (load, unload, drain)
-block the caller, never the engine threads.
+A thin facade: it opens the device through the driver registry and holds the `Engine` (client jobs,
+scheduling, device jobs, generations; its own lock) and the `ModelManager` (load / unload / warm-up).
+Each method answers one request of the three planes of DESIGN.md section 6 by calling them and
+building a view (`views.py`) from an `EngineSnapshot`; it never touches the engine's state directly.
+The gRPC servicer converts protobuf to these calls and back, nothing more.
+
+Thread-safe: methods may be called from any thread. Inference and observation calls take the engine
+lock only for bookkeeping (no device call runs under it); long operations (load, unload, drain, reset)
+block their caller, never the engine threads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.core.engine import Engine, EngineConfig
+from calculet.daemon.core.config import DaemonConfig
+from calculet.daemon.core.engine import Engine, SubmitReceipt
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
 from calculet.daemon.core.request import GenerationRequest, ModelLimits
 from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.scheduler import SchedulingPolicy
-from calculet.daemon.core.sequence import SeqState
-from calculet.daemon.core.status import (
-    HealthView,
-    JobView,
-    LoadView,
-    ModelHealthView,
-    ModelInfoView,
-    ModelLoadView,
-    ModelView,
-    PoolView,
-    QueueView,
-    StatusView,
-)
+from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
+from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
+from calculet.daemon.core.views import health_view, load_view, status_view
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost
 from calculet.daemon.device.registry import load_driver
@@ -49,88 +41,8 @@ from calculet.daemon.package.manifest import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("continuous", "serial")
 CLOSE_SETTLE_S = 2.0  # at close, how long device jobs in flight may take before they count as hung
 _LOST_INFO = DeviceInfo("lost", 0, (), "", "", "", DeviceCapabilities(0, False, 0, False))
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    """Everything the daemon is started with (flags and config file, already merged).
-
-    Attributes:
-        board: board index on this host.
-        device: driver name in the `calculet.devices` entry point group.
-        device_options: driver options (calsim: time_scale, fault_plan, ...).
-        models_root: package paths given to Load must resolve inside it.
-        models: startup models as (alias, path relative to models_root or absolute inside it).
-        policy: "continuous" (batching, ping/pong) or "serial" (today's product, for comparison).
-        max_inflight: 1 or 2 (capped by the device's capability).
-        job_timeout_s: wall-clock wait for one device job before the device is reset.
-        fault_injection: allow the InjectFault RPC (calsim only).
-        drain_timeout_s: default drain/unload timeout.
-        orphan_timeout_s: cancel a job that has had no Wait stream for this long (None = never).
-        retention_bytes: estimated bytes of finished jobs kept for Wait re-attach and Submit retries
-            (oldest evicted first; 0 keeps none).
-        retention_s: seconds a finished job is kept at most after its Final.
-    """
-
-    board: int = 0
-    device: str = "calsim"
-    device_options: dict[str, Any] = field(default_factory=dict)
-    models_root: Path = Path(".")
-    models: tuple[tuple[str, str], ...] = ()
-    policy: str = "continuous"
-    max_inflight: int = 2
-    job_timeout_s: float = 30.0
-    fault_injection: bool = False
-    drain_timeout_s: float = 30.0
-    queue_depth: int = 1024
-    admission_timeout_s: float = 30.0
-    decode_jobs_per_model: int = 1
-    orphan_timeout_s: float | None = 60.0
-    retention_bytes: int = 256 * 1024 * 1024
-    retention_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise InvalidArgument(f"policy: must be one of {', '.join(POLICIES)}, got {self.policy!r}")
-        if self.max_inflight not in (1, 2):
-            raise InvalidArgument(f"max_inflight: must be 1 or 2, got {self.max_inflight}")
-        if self.decode_jobs_per_model not in (1, 2):
-            raise InvalidArgument(f"decode_jobs_per_model: must be 1 or 2, got {self.decode_jobs_per_model}")
-        if self.job_timeout_s <= 0:
-            raise InvalidArgument(f"job_timeout_s: must be positive, got {self.job_timeout_s}")
-        if self.retention_bytes < 0:
-            raise InvalidArgument(f"retention_bytes: must be >= 0, got {self.retention_bytes}")
-        if not (math.isfinite(self.retention_s) and self.retention_s > 0):
-            raise InvalidArgument(f"retention_s: must be a positive number of seconds, got {self.retention_s}")
-
-    def engine_config(self) -> EngineConfig:
-        serial = self.policy == "serial"
-        policy = SchedulingPolicy(
-            max_active=1 if serial else 1 << 30,
-            queue_depth=self.queue_depth,
-            admission_timeout_s=self.admission_timeout_s,
-            decode_jobs_per_model=self.decode_jobs_per_model,
-        )
-        return EngineConfig(
-            policy=policy,
-            max_inflight=1 if serial else self.max_inflight,
-            synchronous=serial,
-            job_timeout_s=self.job_timeout_s,
-            orphan_timeout_s=self.orphan_timeout_s,
-            retention_bytes=self.retention_bytes,
-            retention_s=self.retention_s,
-        )
-
-
-@dataclass(frozen=True)
-class SubmitResult:
-    job_id: str
-    deduplicated: bool
-    seed: int
-    generation: int
 
 
 class DeviceCore:
@@ -144,8 +56,8 @@ class DeviceCore:
         self.started_at = time.time()
         self._last_info: DeviceInfo | None = self.device.info()
         self._closed = False
-        self._close_lock = threading.Lock()
-        self._hashes: dict[tuple[str, int], str] = {}  # (alias, generation) -> manifest SHA-256
+        self._close_lock = threading.Lock()  # guards `_closed`
+        self._hashes: dict[tuple[str, int], str] = {}  # (alias, generation) -> manifest SHA-256 (GIL-atomic)
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -179,8 +91,7 @@ class DeviceCore:
                 return
             self._closed = True
         self.end_unfinished("board closed: resume on another board")
-        with self.engine.cond:
-            self.engine.health_listeners.clear()  # the transport is gone: nobody to tell any more
+        self.engine.clear_health_listeners()  # the transport is gone: nobody to tell any more
         if self.engine.wait_device_idle(min(settle_s, self.config.job_timeout_s)):
             self._retire_all()
             self.engine.stop()
@@ -203,14 +114,13 @@ class DeviceCore:
 
     # ---- inference plane --------------------------------------------------------------------
 
-    def submit(self, req: GenerationRequest, *, seed_given: bool = True) -> SubmitResult:
-        """Queue a request (see `Engine.submit_sequence`); `seed_given` False: the seed was drawn for it.
+    def submit(self, req: GenerationRequest, *, seed_given: bool = True) -> SubmitReceipt:
+        """Queue a request (see `Engine.submit`); `seed_given` False: the seed was drawn for it.
 
         Raises:
-            As `Engine.submit_sequence`.
+            As `Engine.submit`.
         """
-        seq, dedup = self.engine.submit_sequence(req, seed_given=seed_given)
-        return SubmitResult(seq.job_id, dedup, seq.request.sampling.seed, seq.generation)
+        return self.engine.submit(req, seed_given=seed_given)
 
     def count_rejected(self) -> None:
         """Count a refused Submit in Status's `rejected` (the transport calls it for every refusal)."""
@@ -220,9 +130,7 @@ class DeviceCore:
         """The limits a Submit to `alias` is checked against: those of its serving generation, or None
         when none serves (unknown, loading, unloaded: `submit` refuses it for that). O(1).
         """
-        with self.engine.cond:  # a published runtime keeps its model until it is unpublished
-            rt = self.engine.aliases.get(alias)
-            return rt.limits if rt is not None and rt.model is not None and rt.state.serving else None
+        return self.engine.serving_limits(alias)
 
     def largest_context(self) -> int:
         """The largest context of any model loaded here, in any state (0 with none). O(models)."""
@@ -237,8 +145,8 @@ class DeviceCore:
         return self.engine.event_log(job_id, for_wait=for_wait)
 
     def job_generation(self, job_id: str) -> tuple[int, int]:
-        seq = self.engine.sequence(job_id)
-        return (seq.generation, seq.recoveries) if seq is not None else (0, 0)
+        """(model generation, recoveries) of a job; (0, 0) once it is forgotten."""
+        return self.engine.job_generation(job_id) or (0, 0)
 
     def cancel(self, job_id: str) -> bool:
         return self.engine.cancel(job_id)
@@ -266,32 +174,20 @@ class DeviceCore:
         return self.wait_drained(timeout_s, interrupt)
 
     def stop_admitting(self) -> None:
-        with self.engine.cond:
-            self.engine.admitting = False
-            self.engine.cond.notify_all()
+        self.engine.stop_admitting()
 
     def wait_drained(self, timeout_s: float | None = None, interrupt: bool = False) -> tuple[bool, int, int]:
         """Wait until no job is left; optionally cancel what remains after the timeout."""
-        timeout = self.config.drain_timeout_s if timeout_s is None else timeout_s
-        engine = self.engine
-        with engine.cond:
-            deadline = time.monotonic() + timeout
-            while engine.sequences and (left := deadline - time.monotonic()) > 0:
-                engine.cond.wait(left)
-            remaining = len(engine.sequences)
+        remaining = self.engine.wait_drained(self.config.drain_timeout_s if timeout_s is None else timeout_s)
         interrupted = 0
         if remaining and interrupt:
             for rt in self.models.all():
-                interrupted += engine.cancel_generation(rt.generation, "board drained")
+                interrupted += self.engine.cancel_generation(rt.generation, "board drained")
         return remaining == 0, remaining, interrupted
 
     def resume(self) -> bool:
         """Admit again after a drain. Returns whether the board was draining."""
-        with self.engine.cond:
-            was = not self.engine.admitting
-            self.engine.admitting = not self.engine.device_lost
-            self.engine.cond.notify_all()
-            return was
+        return self.engine.resume()
 
     def reset(self, kind: str, reason: str, model: str = "") -> tuple[bool, str]:
         """`operator_reset` without waiting for the jobs it hit to recover. Returns (ok, message).
@@ -368,6 +264,12 @@ class DeviceCore:
         names = ", ".join(rt.alias for rt in targets) or "none"
         return f"configuration reset ({names}); their sequences re-prefill"
 
+    def set_reset_budget(self, limit: int, window_s: float | None = None) -> None:
+        """Change the automatic reset budget: `limit` resets per `window_s` seconds (None: unchanged)."""
+        if limit < 0 or (window_s is not None and not window_s > 0):
+            raise InvalidArgument(f"reset budget: limit >= 0 and a positive window, got {limit}/{window_s}")
+        self.engine.set_reset_budget(limit, window_s)
+
     def inject_fault(self, fault: Any) -> Any:
         """Add a fault to calsim's plan (only when the daemon was started with fault injection)."""
         return self._fault_hook("inject")(fault)
@@ -392,86 +294,28 @@ class DeviceCore:
     # ---- observation plane ------------------------------------------------------------------
 
     def health(self) -> HealthView:
-        engine = self.engine
-        healthy = self.device.healthy() and not engine.device_lost
-        with engine.cond:
-            draining = healthy and not engine.admitting
-            models = tuple(
-                ModelHealthView(rt.alias, rt.generation, rt.state)
-                for rt in sorted(engine.aliases.values(), key=lambda r: r.alias)
-            )
-            budget = engine.reset_budget.view()
-        ready = any(m.state.serving for m in models)
-        if not healthy:
-            reason = "automatic reset budget exhausted" if budget.exhausted else "device lost or unusable"
-        elif draining:
-            reason = "draining"
-        elif not ready:
-            reason = "no model is ready"
-        else:
-            reason = ""
-        return HealthView(reason == "", draining, healthy, models, budget, reason)
+        return health_view(self.engine.snapshot(), self.device.healthy())
 
     def on_health_change(self, listener: Callable[[], None]) -> None:
         """Call `listener()` (from an engine thread; it must not block) when the board stops
         serving on its own: device lost, automatic reset budget used up, a crashed device thread."""
-        with self.engine.cond:
-            self.engine.health_listeners.append(listener)
+        self.engine.add_health_listener(listener)
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine's state at one instant (tests and tools read counters from it)."""
+        return self.engine.snapshot()
 
     def status(self) -> StatusView:
-        engine = self.engine
-        health = self.health()
-        info, memory, counters = self._device_facts()
-        runtimes = self.models.all()
-        with engine.cond:
-            published = {rt.generation for rt in engine.aliases.values()}
-            models = tuple(self._model_view(rt, rt.generation in published) for rt in runtimes)
-            now = time.monotonic()
-            jobs = tuple(
-                JobView(
-                    s.job_id,
-                    s.request.model,
-                    s.generation,
-                    s.state.name,
-                    s.lane,
-                    len(s.request.prompt_tokens),
-                    len(s.generated),
-                    s.request.priority,
-                    now - s.t_submit,
-                    s.request.client_request_id,
-                )
-                for s in engine.sequences.values()
-            )
-            c = engine.counters
-            pool = self._pool_view(runtimes)
-            return StatusView(
-                board=self.config.board,
-                driver=self.config.device,
-                started_at=self.started_at,
-                fault_injection=self.config.fault_injection,
-                device=info,
-                memory=memory,
-                models=models,
-                jobs=jobs,
-                device_counters=counters,
-                accepted=c.submitted,
-                rejected=c.rejected,
-                completed=c.completed,
-                cancelled=c.cancelled,
-                failed=c.failed,
-                recoveries=c.recoveries,
-                pool=pool,
-                resets=c.resets,
-                last_reset_reason=c.last_reset_reason,
-                last_reset=c.last_reset,
-                policy=self.config.policy,
-                max_inflight=engine.executor.limit,
-                inflight=len(engine.executor.inflight),
-                draining=not engine.admitting,
-                health=health,
-                degraded_reason=engine.executor.degraded_reason,
-                anomalies=engine.executor.anomalies,
-            )
+        device = self._device_facts()
+        snap = self.engine.snapshot()
+        health = health_view(snap, self.device.healthy())
+        c = self.config
+        identity = (c.board, c.device, self.started_at, c.fault_injection, c.policy)
+        return status_view(snap=snap, health=health, identity=identity, device=device, describe=self._describe)
+
+    def load_report(self) -> LoadView:
+        snap = self.engine.snapshot()
+        return load_view(f"board{self.config.board}", snap, health_view(snap, self.device.healthy()))
 
     def _device_facts(self) -> tuple[DeviceInfo, MemoryUsage, JobCounters]:
         """Device identity and counters; after a device loss, the last known identity and zeros."""
@@ -488,77 +332,24 @@ class DeviceCore:
         self._last_info = facts[0]
         return facts
 
-    def _model_view(self, rt: ModelRuntime, published: bool) -> ModelView:
-        sched = self.engine.scheduler
-        gen = rt.generation
-        queues = QueueView(*sched.depths(gen, self.engine.sequences.values()))
-        lanes = rt.kv.snapshot() if rt.kv is not None else ()
-        return ModelView(
-            rt.alias,
-            gen,
-            rt.state,
-            published,
-            rt.ready_at,
-            rt.manifest.name,
-            self.models.relative(rt.package_dir),
-            lanes,
-            queues,
-            rt.message,
-            self._package_hash_or_empty(rt),
-        )
+    def _describe(self, g: GenerationView) -> tuple[str, str]:
+        """A generation's package path as operators name it, and its manifest hash ("" if unreadable)."""
+        try:
+            digest = self._manifest_hash(g.alias, g.generation, g.package_dir)
+        except OSError:
+            digest = ""  # Status still answers; GetModel reports the unreadable package
+        return self.models.relative(g.package_dir), digest
 
-    def _package_hash(self, rt: ModelRuntime) -> str:
-        """SHA-256 of the runtime's manifest, read once per generation (Status and GetModel share it).
+    def _manifest_hash(self, alias: str, generation: int, package_dir: Path) -> str:
+        """SHA-256 of a generation's manifest, read once per generation (Status and GetModel share it).
 
         Raises:
             OSError: the manifest cannot be read.
         """
-        key = (rt.alias, rt.generation)
+        key = (alias, generation)
         if key not in self._hashes:
-            self._hashes[key] = hashlib.sha256((rt.package_dir / MANIFEST_NAME).read_bytes()).hexdigest()
+            self._hashes[key] = hashlib.sha256((package_dir / MANIFEST_NAME).read_bytes()).hexdigest()
         return self._hashes[key]
-
-    def _package_hash_or_empty(self, rt: ModelRuntime) -> str:
-        try:
-            return self._package_hash(rt)
-        except OSError:
-            return ""  # Status still answers; GetModel reports the unreadable package
-
-    @staticmethod
-    def _pool_view(runtimes: list[ModelRuntime]) -> PoolView:
-        in_use = free = quarantined = waits = 0
-        for rt in runtimes:
-            if rt.pool is None:
-                continue
-            st = rt.pool.stats()
-            in_use += st.in_use
-            quarantined += st.quarantined
-            waits += st.acquire_misses
-            free += sum(k.free for k in st.per_key.values())
-        return PoolView(in_use, free, quarantined, waits)
-
-    def load_report(self) -> LoadView:
-        engine = self.engine
-        health = self.health()
-        with engine.cond:
-            models = []
-            for rt in engine.aliases.values():
-                gen = rt.generation
-                seqs = [s for s in engine.sequences.values() if s.generation == gen]
-                waiting = sum(1 for s in seqs if s.state is SeqState.WAITING)
-                models.append(
-                    ModelLoadView(
-                        rt.alias,
-                        gen,
-                        rt.state,
-                        rt.state.serving,
-                        waiting,
-                        len(seqs) - waiting,
-                        rt.kv.free_count() if rt.kv is not None else 0,
-                        rt.kv.lanes if rt.kv is not None else 0,
-                    )
-                )
-        return LoadView(f"board{self.config.board}", health.serving, health.draining, tuple(models))
 
     def get_model(self, alias: str) -> ModelInfoView:
         rt = self.models.serving(alias)
@@ -568,7 +359,7 @@ class DeviceCore:
         try:
             tokenizer = (rt.package_dir / m.tokenizer.path).read_bytes()
             template = (rt.package_dir / m.tokenizer.chat_template).read_text(encoding="utf-8")
-            package_hash = self._package_hash(rt)
+            package_hash = self._manifest_hash(rt.alias, rt.generation, rt.package_dir)
         except OSError as exc:
             raise Unavailable(f"model {alias!r}: cannot read tokenizer files: {exc.strerror}") from None
         limits = rt.limits
@@ -593,4 +384,4 @@ class DeviceCore:
         )
 
 
-__all__ = ["DaemonConfig", "DeviceCore", "LoadProgress", "SubmitResult"]
+__all__ = ["DaemonConfig", "DeviceCore", "LoadProgress", "SubmitReceipt"]

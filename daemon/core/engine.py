@@ -1,25 +1,37 @@
-"""The device loop: admission, continuous batching, submit, completion (DESIGN.md section 3).
+"""The engine: every client job, the scheduler, the device jobs and the model generations of one
+board, behind one lock (DESIGN.md section 3).
 
-Threads (the threading model):
-- the caller's threads (gRPC handlers) call `submit` / `cancel` / `snapshot`; they only take the
-  engine lock briefly and never touch the device;
-- the **engine thread** sleeps on the engine condition until there is work and a free in-flight
-  slot, asks the `Scheduler` for a `JobPlan`, assigns lanes and has the `Executor` submit it
-  (non-blocking); with the serial policy it also waits for the job right away, like today's
-  product;
-- the **completion thread** blocks in `Submission.wait` on the oldest in-flight job, samples its
-  logits outside the lock (so sampling overlaps the other bank's device work), then under the
-  lock commits or rolls back KV, streams tokens, and returns the context to its pool.
+State and its owner (all private; other modules call methods that return copies or frozen views):
+
+    client jobs (live + retained)   `JobTable`          engine lock
+    model generations, aliases      `GenerationTable`   engine lock
+    waiting/ready sets, lane use    `Scheduler` (+ each generation's `KVManager`)   engine lock
+    device jobs, banks, limit       `Executor`          engine lock (its `submit` runs without it)
+    counters, admitting, halt,      the engine          engine lock
+    reset budget and gate
+
+The lock is `_cond`'s. It is held only for bookkeeping: no device call runs under it, so Health,
+Status and Submit never wait behind the device. The exceptions are queries that cannot block
+(`Submission.status` in a reset's accounting is taken outside it too).
+
+Threads:
+- callers (gRPC handlers, the ModelManager) call the public methods; each takes the lock briefly;
+- the **engine thread** sleeps on the condition until there is work and a free bank, takes a plan
+  from the scheduler (which hands over the sequences with their lanes), has the executor prepare
+  it under the lock, then fills and submits it *outside* the lock and records it as started. With
+  the serial policy it also waits for that job at once, like today's product;
+- the **completion thread** waits (outside the lock) for the oldest submitted device job, samples
+  its logits outside the lock (overlapping the other bank's device work), then under the lock
+  `completion.settle` decides what the job means and the engine applies it.
+Resets hold launches (no job is being submitted) while the device resets, then mark what they hit.
 Nothing polls: every wait is on the condition, an event log listener, or the device's wait.
 
-Per-job state lives in `Sequence`s (`sequence.py`); completions are applied by
-`completion.py`. Ownership: a READY/WAITING sequence belongs to the scheduler, a sequence in a
-PREFILL/DECODE job belongs to that job's `InFlight` until its completion is applied.
+A sequence in WAITING/READY/RECOVER belongs to the scheduler; one in PREFILL/DECODE belongs to the
+`DeviceJob` carrying it until its settlement is applied; a DONE one is retained in the job table.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 import time
@@ -28,11 +40,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from calculet.daemon.core.completion import CompletionApplier
-from calculet.daemon.core.events import EventLog, FinishReason, Retention, job_bytes
-from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS, Executor, InFlight
+import numpy as np
+
+from calculet.daemon.core import completion
+from calculet.daemon.core.completion import BoardFacts, Continue, Next, Recover, Settlement
+from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason, wait_finished
+from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS, DeviceJob, Executor, PoolUpkeep
+from calculet.daemon.core.generations import GenerationTable
 from calculet.daemon.core.ids import new_sequence_id
-from calculet.daemon.core.request import GenerationRequest, validate_request
+from calculet.daemon.core.job_table import JobTable
+from calculet.daemon.core.jobs import BufferState
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.request import GenerationRequest, ModelLimits, validate_request
 from calculet.daemon.core.request_digest import request_digest
 from calculet.daemon.core.reset_budget import (
     HALT_TRANSITIONS,
@@ -45,10 +64,11 @@ from calculet.daemon.core.reset_budget import (
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.core.status import ResetOutcome
+from calculet.daemon.core.snapshot import CounterView, EngineSnapshot, GenerationView
+from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, WaitTimeout
-from calculet.daemon.device.types import JobStatus, TaskType
+from calculet.daemon.device.types import EngineSlot, JobStatus, TaskType
 from calculet.daemon.errors import (
     CalculetError,
     Cancelled,
@@ -60,6 +80,7 @@ from calculet.daemon.errors import (
     Unavailable,
 )
 from calculet.daemon.lifecycle import Lifecycle
+from calculet.daemon.sampling.history import TokenHistory
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +91,9 @@ class EngineConfig:
 
     Attributes:
         policy: scheduling knobs.
-        max_inflight: jobs in flight at once (capped by the device's capability).
-        synchronous: wait for each job right after submitting it (the serial policy).
-        job_timeout_s: wall-clock wait for one job before the device is reset.
+        max_inflight: device jobs in flight at once (capped by the device's capability).
+        synchronous: wait for each device job right after submitting it (the serial policy).
+        job_timeout_s: wall-clock wait for one device job before the device is reset.
         max_recoveries: re-prefills a sequence may need after lost KV before it fails.
         reset_limit / reset_window_s: automatic resets allowed per window before the board stops
             serving and waits for an operator.
@@ -98,8 +119,28 @@ class EngineConfig:
     orphan_timeout_s: float | None = 60.0
 
 
+@dataclass(frozen=True)
+class SubmitReceipt:
+    """What Submit answers: the job's id, whether an earlier identical Submit already started it, its
+    seed and the model generation it runs on."""
+
+    job_id: str
+    deduplicated: bool
+    seed: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """A finished warm-up probe: its Final, its tokens and its first step's logits."""
+
+    final: FinalEvent
+    tokens: tuple[int, ...]
+    first_logits: np.ndarray | None
+
+
 @dataclass
-class EngineCounters:
+class _Counters:
     submitted: int = 0
     rejected: int = 0
     completed: int = 0
@@ -114,43 +155,50 @@ class EngineCounters:
 
 
 class Engine:
-    """Owns the scheduler, the executor and every sequence of one device."""
+    """Owns the client jobs, the scheduler, the executor and the model generations of one device.
+
+    Args:
+        device: the opened board (the engine calls it, never under its lock).
+        config: engine settings.
+    """
 
     def __init__(self, device: VirtualDevice, config: EngineConfig) -> None:
-        self.device = device
-        self.config = config
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)
-        self.scheduler = Scheduler(config.policy)
-        self.executor = Executor(
+        self._device = device
+        self._config = config
+        self._cond = threading.Condition(threading.Lock())
+        self._scheduler = Scheduler(config.policy)
+        self._executor = Executor(
             device, 1 if config.synchronous else config.max_inflight, config.restore_after_clean_jobs
         )
-        self.counters = EngineCounters()
-        self.reset_budget = ResetBudget(config.reset_limit, config.reset_window_s)
-        self.reset_gate = ResetGate()
-        self.halt: Lifecycle[BoardHalt] = Lifecycle("board halt", BoardHalt.NONE, HALT_TRANSITIONS)
-        self.abandoned: list[InFlight] = []  # given up at a halt while the device still held them
+        self._generations = GenerationTable()
+        self._jobs = JobTable(config.retention_bytes, config.retention_s)
+        self._counters = _Counters()
+        self._reset_budget = ResetBudget(config.reset_limit, config.reset_window_s)
+        self._reset_gate = ResetGate()
+        self._halt: Lifecycle[BoardHalt] = Lifecycle("board halt", BoardHalt.NONE, HALT_TRANSITIONS)
+        self._abandoned: list[DeviceJob] = []  # given up at a halt while the device still held them
         self._admitting_before_halt = True
-        self.runtimes: dict[int, ModelRuntime] = {}  # generations whose jobs may run
-        self.aliases: dict[str, ModelRuntime] = {}  # published alias -> serving generation
-        self.known_aliases: set[str] = set()  # ever published here: unloaded ones are UNAVAILABLE
-        self.sequences: dict[str, Sequence] = {}  # live sequences
-        # Finished sequences kept for Wait and Submit retries (bytes and age bounded).
-        self.finished: Retention[Sequence] = Retention(config.retention_bytes, config.retention_s)
-        # client_request_id -> (job id, request digest), for live and retained jobs alike.
-        self.by_client_id: dict[str, tuple[str, bytes]] = {}
-        self.admitting = True
-        self.device_lost = False
+        self._admitting = True
+        self._device_lost = False
         self._stopping = False
-        self._applier = CompletionApplier(self)
+        self._launch_holds = 0  # resets in progress that must not see a job being submitted
         self._threads: list[threading.Thread] = []
-        self.health_listeners: list[Callable[[], None]] = []  # called when the board stops serving
+        self._health_listeners: list[Callable[[], None]] = []  # called when the board stops serving
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._config
+
+    @property
+    def engine_slots(self) -> tuple[EngineSlot, ...]:
+        """The device banks jobs are submitted to (a generation's buffer pool has contexts per bank)."""
+        return self._executor.engine_slots
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
         names = [("calculet-engine", self._engine_loop)]
-        if not self.config.synchronous:
+        if not self._config.synchronous:
             names.append(("calculet-completion", self._completion_loop))
         for name, target in names:
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -165,10 +213,10 @@ class Engine:
             Whether both ended. A thread still waiting for a hung device job is left to the device's
             `close`, which ends that wait; the threads are daemons, so they never hold the process.
         """
-        with self.cond:
+        with self._cond:
             self._stopping = True
-            self.cond.notify_all()
-        deadline = time.monotonic() + (self.config.job_timeout_s + 5 if timeout is None else timeout)
+            self._cond.notify_all()
+        deadline = time.monotonic() + (self._config.job_timeout_s + 5 if timeout is None else timeout)
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._threads = [t for t in self._threads if t.is_alive()]
@@ -180,104 +228,176 @@ class Engine:
         jobs (a hung one would hold its Final for the whole job timeout).
 
         A sequence not in a device job finishes as in `cancel_generation`. One in a device job gets
-        its Final written now but stays owned by that job's `InFlight` record: the job's completion,
-        if the device ever delivers it, ends the sequence with the same error (its log keeps the
-        first Final) and gives its lane and buffers back.
+        its Final written now but stays owned by that `DeviceJob`: the job's completion, if the
+        device ever delivers it, ends the sequence with the same error (its log keeps the first
+        Final) and gives its lane and buffers back.
 
         Returns:
             How many jobs it ended (warm-up probes included); 0 when called again.
         """
-        with self.cond:
-            seqs = [s for s in self.sequences.values() if not s.log.finished]
+        with self._cond:
+            seqs = [s for s in self._jobs if not s.log.finished]
             for seq in seqs:
                 self._cancel_locked(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, reason)
                 if seq.state is not SeqState.DONE:  # in a device job: its client hears now all the same
                     seq.log.finish(FinishReason.ERROR, seq.usage(), seq.timings(), ErrorKind.UNAVAILABLE, reason)
-            self.cond.notify_all()
+            self._cond.notify_all()
             return len(seqs)
 
     def wait_device_idle(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds until no device job is in flight. Returns whether none is."""
-        with self.cond:
-            return self.cond.wait_for(lambda: not self.executor.inflight, timeout)
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._executor, timeout)
 
-    # ---- models ---------------------------------------------------------------------------
+    def stop_admitting(self) -> None:
+        """Refuse new Submits (drain); jobs already accepted still run."""
+        with self._cond:
+            self._admitting = False
+            self._cond.notify_all()
 
-    def add_runtime(self, rt: ModelRuntime) -> None:
-        """Let jobs of this generation run (warming included); publishing is separate."""
-        with self.cond:
-            self.runtimes[rt.generation] = rt
-            self.cond.notify_all()
+    def resume(self) -> bool:
+        """Admit again after a drain (not while the board is halted). Returns whether it was draining."""
+        with self._cond:
+            was = not self._admitting
+            self._admitting = not self._device_lost
+            self._cond.notify_all()
+            return was
+
+    def wait_drained(self, timeout: float) -> int:
+        """Wait up to `timeout` seconds until no job is left. Returns how many are left."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._jobs) and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            return len(self._jobs)
+
+    def add_health_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` (from an engine thread; it must not block) when the board stops serving
+        on its own: device lost, automatic reset budget used up, a crashed device thread."""
+        with self._cond:
+            self._health_listeners.append(listener)
+
+    def clear_health_listeners(self) -> None:
+        with self._cond:
+            self._health_listeners.clear()
+
+    # ---- model generations ---------------------------------------------------------------
+
+    def add_generation(self, rt: ModelRuntime) -> None:
+        """A new generation exists (Validating); it runs no job until `start_jobs`."""
+        with self._cond:
+            self._generations.add(rt)
+
+    def start_jobs(self, rt: ModelRuntime) -> None:
+        """Let jobs of this configured generation run (warming included); publishing is separate."""
+        with self._cond:
+            self._generations.start_jobs(rt)
+            self._cond.notify_all()
 
     def publish(self, rt: ModelRuntime) -> ModelRuntime | None:
         """Atomically point the alias at `rt`; returns the generation it replaced."""
-        with self.cond:
-            old = self.aliases.get(rt.alias)
-            self.aliases[rt.alias] = rt
-            self.known_aliases.add(rt.alias)
-            return old
+        with self._cond:
+            return self._generations.publish(rt)
 
     def unpublish(self, alias: str, generation: int) -> None:
-        with self.cond:
-            if (rt := self.aliases.get(alias)) is not None and rt.generation == generation:
-                del self.aliases[alias]
+        with self._cond:
+            self._generations.unpublish(alias, generation)
 
-    def remove_runtime(self, generation: int) -> None:
-        with self.cond:
-            self.runtimes.pop(generation, None)
+    def fence_generation(self, generation: int) -> None:
+        """From now on no job of this generation runs, and a late completion touches nothing of it."""
+        with self._cond:
+            self._generations.stop_jobs(generation)
+
+    def remove_generation(self, generation: int) -> None:
+        with self._cond:
+            self._generations.remove(generation)
+
+    def begin_draining(self, rt: ModelRuntime) -> bool:
+        """Move a Ready generation to Draining (its alias answers UNAVAILABLE unless a newer one took
+        it over). Returns False when it is not Ready: someone else is retiring it."""
+        with self._cond:
+            if rt.state is not ModelState.READY:
+                return False
+            rt.lifecycle.move(ModelState.DRAINING)
+            return True
+
+    def generation_list(self) -> list[ModelRuntime]:
+        """Every generation not yet unloaded, oldest first."""
+        with self._cond:
+            return self._generations.all()
+
+    def serving(self, alias: str) -> ModelRuntime | None:
+        """The generation published under `alias` (in any state), or None."""
+        with self._cond:
+            return self._generations.serving(alias)
+
+    def serving_limits(self, alias: str) -> ModelLimits | None:
+        """The limits of the alias's serving generation, or None when none serves. O(1)."""
+        with self._cond:  # a published runtime keeps its model until it is unpublished
+            rt = self._generations.serving(alias)
+            return rt.limits if rt is not None and rt.model is not None and rt.state.serving else None
 
     def count_sequences(self, generation: int) -> int:
-        with self.cond:
-            return sum(1 for s in self.sequences.values() if s.generation == generation)
+        with self._cond:
+            return sum(1 for s in self._jobs if s.generation == generation)
 
     def wait_generation_idle(self, generation: int, timeout: float) -> bool:
-        """Block until the generation has no sequences and no jobs, or the timeout passes."""
+        """Block until the generation has no sequences and no device jobs, or the timeout passes."""
         deadline = time.monotonic() + timeout
-        with self.cond:
-            while self._generation_busy(generation):
+        with self._cond:
+            while self._generation_busy_locked(generation):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self.cond.wait(remaining)
+                self._cond.wait(remaining)
             return True
 
     def cancel_generation(self, generation: int, reason: str) -> int:
-        """Cancel every sequence of a generation (unload after the drain timeout)."""
-        with self.cond:
-            seqs = [s for s in self.sequences.values() if s.generation == generation]
+        """Cancel every sequence of a generation (unload after the drain timeout). Returns how many."""
+        with self._cond:
+            seqs = [s for s in self._jobs if s.generation == generation]
             for seq in seqs:
                 # ERROR + UNAVAILABLE tells a gateway to resume the stream on another board.
                 self._cancel_locked(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, reason)
-            self.cond.notify_all()
+            self._cond.notify_all()
             return len(seqs)
+
+    # ---- resets --------------------------------------------------------------------------
 
     def reset_configuration(self, rt: ModelRuntime, reason: str) -> None:
         """Reset a generation's configuration on the device, which clears all its KV: every sequence
-        holding a lane and not in a job re-prefills; those in a job learn it from their CCU-exception
-        completion. Under the engine lock, so no job is planned on a cleared lane in between.
+        holding a lane and not in a job re-prefills; those in a job learn it from their completion.
 
-        A generation no longer running here (unloaded since the caller listed it) is skipped: its
-        model is released, or about to be (removal from `runtimes` precedes the release).
+        The device call runs outside the engine lock with launches held, so no job is planned on a
+        lane the reset is clearing. A generation no longer running here is skipped.
+
+        Raises:
+            DeviceError: the device failed the reset.
         """
-        with self.cond:
-            if self.runtimes.get(rt.generation) is not rt or rt.model is None:
+        with self._cond:
+            model = rt.model
+            if self._generations.running(rt.generation) is not rt or model is None:
                 return
-            assert rt.kv is not None
-            self.device.reset_configuration(rt.model)
-            tally = self.reset_gate.tally or ResetTally()  # the running operator reset's record of its hits
-            for job in self.executor.inflight:  # a job done on the device but not yet applied too
+            self._hold_launches_locked()
+        try:
+            self._device.reset_configuration(model)
+        except DeviceError:
+            with self._cond:
+                self._end_launch_hold_locked()
+                if self._generations.running(rt.generation) is not rt:
+                    return  # unloaded meanwhile: its configuration is gone with it
+            raise
+        with self._cond:
+            self._end_launch_hold_locked()
+            tally = self._reset_gate.tally or ResetTally()  # the running operator reset's record of its hits
+            for job in self._executor.jobs():  # a job done on the device but not yet applied too
                 if job.generation == rt.generation:
                     job.kv_lost = True
                     tally.add(job.plan.seqs)
-            for seq in [s for s in self.scheduler.ready.values() if s.generation == rt.generation]:
+            for seq in [s for s in self._scheduler.ready.values() if s.generation == rt.generation]:
                 tally.add((seq,))
-                self.scheduler.forget(seq)
-                assert seq.lane is not None
-                rt.kv.mark_unknown(seq.lane)
-                self._applier.fail_or_recover(rt, seq, reason, lane_lost=True)
-            self.cond.notify_all()
-
-    # ---- operator resets (DeviceCore.operator_reset drives them) -------------------------------
+                self._scheduler.forget(seq)
+                self._lose_kv_locked(seq, rt, reason)
 
     def begin_operator_reset(self, kind: str, reason: str) -> ResetTally:
         """Take the reset gate for an operator reset and count it. Returns the tally the reset
@@ -287,40 +407,63 @@ class Engine:
             FailedPrecondition: another reset is in progress (nothing changed).
         """
         tally = ResetTally()
-        with self.cond:
-            if not self.reset_gate.try_begin(f"operator {kind} reset", tally):
-                raise FailedPrecondition(f"reset in progress ({self.reset_gate.holder}): try again once it has ended")
-            self.counters.resets += 1
-            self.counters.last_reset_reason = f"operator {kind} reset: {reason}"
+        with self._cond:
+            if not self._reset_gate.try_begin(f"operator {kind} reset", tally):
+                raise FailedPrecondition(f"reset in progress ({self._reset_gate.holder}): try again once it has ended")
+            self._counters.resets += 1
+            self._counters.last_reset_reason = f"operator {kind} reset: {reason}"
         return tally
+
+    def set_reset_budget(self, limit: int, window_s: float | None = None) -> None:
+        """Change the automatic reset budget (a config reload); resets already spent still count."""
+        with self._cond:
+            self._reset_budget.limit = limit
+            if window_s is not None:
+                self._reset_budget.window_s = window_s
 
     def note_reset_outcome(self, kind: str, ok: bool) -> None:
         """Record how the reset that just ended went (Status: ResetSummary.last_kind/at/ok)."""
-        with self.cond:
-            self.counters.last_reset = ResetOutcome(kind, time.time(), ok)
+        with self._cond:
+            self._counters.last_reset = ResetOutcome(kind, time.time(), ok)
 
     def end_reset(self) -> None:
-        with self.cond:
-            self.reset_gate.end()
-            self.cond.notify_all()
+        with self._cond:
+            self._reset_gate.end()
+            self._cond.notify_all()
 
     def operator_reset_ccu(self) -> None:
         """Reset the compute units: every job on the device ends as a CCU exception that is the
-        reset's doing, not a device anomaly, and its sequences re-prefill. Under the engine lock, so
-        the jobs it ended are marked (and recorded in the running reset's tally) before the
-        completion thread applies them, and no job starts in between.
+        reset's doing, not a device anomaly, and its sequences re-prefill.
+
+        Launches are held and every device job is marked `reset_hit` before the device call (outside
+        the engine lock), so a completion applied meanwhile is not taken for an anomaly; afterwards
+        the jobs it ended are recorded in the running reset's tally.
 
         Raises:
-            DeviceError: the device failed the reset (nothing is marked).
+            DeviceError: the device failed the reset (the marks are undone).
         """
-        with self.cond:
-            self.device.reset_ccu()
-            tally = self.reset_gate.tally or ResetTally()
-            for job in self.executor.inflight:
-                if job.kv_lost or _status(job) is JobStatus.CCU_EXCEPTION:  # not one that had finished
-                    job.reset_hit = True
+        with self._cond:
+            self._hold_launches_locked()
+            jobs = self._executor.jobs()
+            marked = [(job, job.reset_hit) for job in jobs]
+            for job in jobs:
+                job.reset_hit = True
+        try:
+            self._device.reset_ccu()
+        except DeviceError:
+            with self._cond:
+                for job, before in marked:
+                    job.reset_hit = before
+                self._end_launch_hold_locked()
+            raise
+        ended = [job for job in jobs if job.kv_lost or _status(job) is JobStatus.CCU_EXCEPTION]  # no lock
+        with self._cond:
+            self._end_launch_hold_locked()
+            tally = self._reset_gate.tally or ResetTally()
+            live = {id(job) for job in self._executor.jobs()}
+            for job in ended:
+                if id(job) in live:  # one applied meanwhile was recorded by `_apply_locked`
                     tally.add(job.plan.seqs)
-            self.cond.notify_all()
 
     def operator_reset_succeeded(self) -> CalculetError | None:
         """After a successful operator reset: lift a halt for a used-up budget (once the jobs given
@@ -331,70 +474,54 @@ class Engine:
             Why the board still cannot serve (a given-up job still held by the device, or a halt
             only a restart lifts), or None.
         """
-        with self.cond:
-            if self.halt.state is BoardHalt.LOST:
+        with self._cond:
+            abandoned = list(self._abandoned)
+        held = [j for j in abandoned if not _status(j).finished]  # device queries: no lock
+        with self._cond:
+            if self._halt.state is BoardHalt.LOST:
                 return Unavailable("the board stopped serving for good (device lost or a thread failed): restart it")
-            if self.halt.state is BoardHalt.AWAITING_OPERATOR:
-                held = [j for j in self.abandoned if not _status(j).finished]
+            if self._halt.state is BoardHalt.AWAITING_OPERATOR:
                 if held:
                     return FailedPrecondition(
-                        f"device job {held[0].job_id} (generation {held[0].generation}) still hangs after this "
-                        "reset: reset the CCU or that model's configuration"
+                        f"device job {held[0].device_job_id} (generation {held[0].generation}) still hangs after "
+                        "this reset: reset the CCU or that model's configuration"
                     )
-                for job in self.abandoned:
-                    self._applier.end_abandoned(job)
-                self.abandoned.clear()
-                self.halt.move(BoardHalt.NONE)
-                self.device_lost = False
-                self.admitting = self._admitting_before_halt
-            self.reset_budget.clear()
-            self.executor.restore_limit("operator reset")
-            self.cond.notify_all()
-            return None
+                ended = [job for job in self._abandoned if self._quarantine_abandoned_locked(job)]
+                upkeeps = [self._executor.end_context(job) for job in ended]
+                self._abandoned.clear()
+                self._halt.move(BoardHalt.NONE)
+                self._device_lost = False
+                self._admitting = self._admitting_before_halt
+            else:
+                upkeeps = []
+            self._reset_budget.clear()
+            self._executor.restore_limit("operator reset")
+            self._cond.notify_all()
+        for upkeep in upkeeps:  # rebuilds: device calls, outside the lock
+            self._run_upkeep(upkeep)
+        return None
 
     def wait_reset_settled(self, tally: ResetTally, timeout: float) -> ResetCounts:
         """Wait up to `timeout` seconds until every job the reset hit rebuilt its KV or ended; count."""
         deadline = time.monotonic() + timeout
-        with self.cond:
+        with self._cond:
             while not tally.settled() and (left := deadline - time.monotonic()) > 0:
-                self.cond.wait(left)
+                self._cond.wait(left)
             return tally.counts()
 
-    # ---- requests -------------------------------------------------------------------------
+    # ---- client jobs ------------------------------------------------------------------------
 
-    def submit(
-        self,
-        req: GenerationRequest,
-        runtime: ModelRuntime | None = None,
-        *,
-        capture_logits: bool = False,
-        seed_given: bool = True,
-    ) -> tuple[str, bool]:
-        """`submit_sequence`, returning (job id, deduplicated)."""
-        seq, deduplicated = self.submit_sequence(req, runtime, capture_logits=capture_logits, seed_given=seed_given)
-        return seq.job_id, deduplicated
-
-    def submit_sequence(
-        self,
-        req: GenerationRequest,
-        runtime: ModelRuntime | None = None,
-        *,
-        capture_logits: bool = False,
-        seed_given: bool = True,
-    ) -> tuple[Sequence, bool]:
-        """Validate and queue a request.
+    def submit(self, req: GenerationRequest, *, seed_given: bool = True) -> SubmitReceipt:
+        """Validate and queue a request. Never waits on the device.
 
         Args:
             req: the request.
-            runtime: serve on this generation instead of the alias's (warm-up probes).
-            capture_logits: keep the first step's logits on the sequence (golden check).
             seed_given: the caller chose `req.sampling.seed` (False: it was drawn for this Submit, so
                 an identical retry carries another one and is still the same request).
 
         Returns:
-            (its sequence, deduplicated): a repeated client_request_id with an identical request
-            returns the first job's while it is live or retained. The sequence, not its id: a job
-            may finish and leave retention before the caller could look it up again.
+            The receipt; a repeated client_request_id with an identical request returns the first
+            job's while it is live or retained (`deduplicated`).
 
         Raises:
             FailedPrecondition: the client_request_id belongs to a job with a different request.
@@ -404,29 +531,37 @@ class Engine:
             Overloaded: the admission queue is full.
             DeadlineExceeded: the request's deadline passed before it could be queued.
         """
+        seq, deduplicated = self._queue(req, None, capture_logits=False, seed_given=seed_given)
+        return SubmitReceipt(seq.job_id, deduplicated, seq.request.sampling.seed, seq.generation)
+
+    def _queue(
+        self, req: GenerationRequest, runtime: ModelRuntime | None, *, capture_logits: bool, seed_given: bool
+    ) -> tuple[Sequence, bool]:
+        """`submit`, returning the sequence itself (a probe waits on it even if it leaves retention at
+        once). `runtime`: serve on this generation instead of the alias's (warm-up probes)."""
         # O(prompt): outside the lock. Keyed by the client's id alone for now; once access planes give
         # callers an identity, the key becomes (caller identity, client_request_id) so one caller can
         # neither find nor block another's jobs.
         digest = request_digest(req, seed_given=seed_given) if req.client_request_id else b""
-        with self.cond:
-            if req.client_request_id and (first := self._deduplicate_locked(req.client_request_id, digest)):
+        with self._cond:
+            if req.client_request_id and (first := self._jobs.deduplicate(req.client_request_id, digest)):
                 return first, True
             rt = self._admitting_runtime_locked(req.model, runtime)
         # O(prompt) work outside the lock, on a sequence nobody else can see yet: validation (the
         # transport has usually done it already) and the penalties' token history.
-        validate_request(req, rt.limits)
+        limits = rt.limits
+        validate_request(req, limits)
         seq = Sequence(new_sequence_id(), req, rt.generation, rt.eos_ids)
         seq.capture_logits = capture_logits
         seq.internal = runtime is not None
-        self._applier.attach_history(seq, rt)
-        job_id = seq.job_id
-        with self.cond:
-            if req.client_request_id and (first := self._deduplicate_locked(req.client_request_id, digest)):
+        seq.history = TokenHistory(limits.vocab_size, req.prompt_tokens, seq.generated)
+        with self._cond:
+            if req.client_request_id and (first := self._jobs.deduplicate(req.client_request_id, digest)):
                 return first, True  # an identical Submit won the race while this one was prepared
             if self._admitting_runtime_locked(req.model, runtime) is not rt:
                 raise Unavailable(f"model {req.model!r} changed generation while the request was prepared; retry")
             try:
-                self.scheduler.enqueue(seq)
+                self._scheduler.enqueue(seq)
             except Overloaded:
                 if seq.deadline is not None and seq.deadline <= time.monotonic():
                     # Not a capacity refusal: retrying elsewhere (what OVERLOADED invites) cannot help.
@@ -434,61 +569,27 @@ class Engine:
                         f"deadline of {req.deadline_s}s passed before the request was queued"
                     ) from None
                 raise  # counted in `rejected` by the transport, with every other refused Submit
-            self.sequences[job_id] = seq
-            if req.client_request_id:
-                self.by_client_id[req.client_request_id] = (job_id, digest)
+            self._jobs.add(seq, digest)
             if runtime is None:  # warm-up probes are not client requests
-                self.counters.submitted += 1
-            self.cond.notify_all()
+                self._counters.submitted += 1
+            self._cond.notify_all()
             return seq, False
-
-    def _admitting_runtime_locked(self, alias: str, runtime: ModelRuntime | None) -> ModelRuntime:
-        """The generation a new request of `alias` would run on (`runtime` for warm-up probes).
-
-        Raises:
-            NotFound / Unavailable: unknown alias, model not serving, device lost, board draining.
-        """
-        rt = runtime or self._serving(alias)
-        if self.device_lost:  # warm-up probes too: nothing would ever run them
-            raise self._halted_error_locked()
-        assert rt.model is not None
-        if runtime is None and not self.admitting:
-            raise Unavailable("board is draining: not admitting new requests")
-        return rt
-
-    def _deduplicate_locked(self, client_id: str, digest: bytes) -> Sequence | None:
-        """The job an earlier Submit with this client_request_id started, while it is live or retained.
-
-        Raises:
-            FailedPrecondition: that job's request differs from the one with `digest`.
-        """
-        self._expire_retained_locked()
-        known = self.by_client_id.get(client_id)
-        if known is None:
-            return None
-        job_id, first = known
-        if not hmac.compare_digest(first, digest):
-            # Neither the job id nor anything else about the first request is revealed.
-            raise FailedPrecondition("client_request_id: already used for a different request; use a new id")
-        seq = self.sequences.get(job_id) or self.finished.get(job_id)
-        assert seq is not None, "by_client_id names only live and retained jobs"
-        return seq
 
     def count_rejected(self) -> None:
         """Count one refused Submit (any error kind; the transport calls it for every refusal)."""
-        with self.cond:
-            self.counters.rejected += 1
+        with self._cond:
+            self._counters.rejected += 1
 
     def event_log(self, job_id: str, *, for_wait: bool = False) -> EventLog:
-        """The job's event log.
+        """The job's event log (append-only; readers follow it without the engine lock).
 
         Raises:
             NotFound: unknown (or expired) job id.
             Cancelled: `for_wait` and its owner cancelled the job before this call (a Wait already
                 streaming when the cancel comes ends with a CANCELLED final event instead).
         """
-        with self.cond:
-            seq = self._job_locked(job_id)
+        with self._cond:
+            seq = self._jobs.get(job_id)
             if seq is None:
                 raise NotFound(f"unknown job id {job_id!r}")
             if for_wait and seq.cancel_requested and seq.pending_error is None:
@@ -501,127 +602,212 @@ class Engine:
         Raises:
             NotFound: unknown (or expired) job id.
         """
-        with self.cond:
-            seq = self._job_locked(job_id)
+        with self._cond:
+            seq = self._jobs.get(job_id)
             if seq is None:
                 raise NotFound(f"unknown job id {job_id!r}")
-            if job_id not in self.sequences:
+            if not self._jobs.is_live(job_id):
                 return False
             self._cancel_locked(seq, FinishReason.CANCELLED, None, "")
-            self.cond.notify_all()
+            self._cond.notify_all()
             return True
 
-    def sequence(self, job_id: str) -> Sequence | None:
-        with self.cond:
-            return self._job_locked(job_id)
+    def job_generation(self, job_id: str) -> tuple[int, int] | None:
+        """(model generation, recoveries) of a live or retained job, or None."""
+        with self._cond:
+            seq = self._jobs.get(job_id)
+            return (seq.generation, seq.recoveries) if seq is not None else None
 
-    # ---- internals: the job table -------------------------------------------------------------
+    def probe(self, req: GenerationRequest, rt: ModelRuntime, timeout: float) -> ProbeOutcome | None:
+        """Run a warm-up probe on a generation that is not published yet and wait for it (the
+        golden check). Blocks the caller, never the engine threads.
 
-    def _job_locked(self, job_id: str) -> Sequence | None:
-        """A live job, or a finished one still retained (those past the retention age go first)."""
-        self._expire_retained_locked()
-        return self.sequences.get(job_id) or self.finished.get(job_id)
+        Returns:
+            Its Final, tokens and first logits; None when it did not finish within `timeout` seconds
+            (it is cancelled).
 
-    def _retain_locked(self, seq: Sequence) -> None:
-        """Keep a finished sequence for Wait and Submit retries, within the retention bounds."""
-        seq.history = None  # only sampling reads it, and it costs ~100 B per distinct token
-        inputs = len(seq.request.prompt_tokens) + len(seq.request.resume_tokens)
-        logits = seq.first_logits.nbytes if seq.first_logits is not None else 0  # warm-up probes: a vocab row
-        self._forget_locked(self.finished.add(seq.job_id, seq, job_bytes(seq.log, inputs) + logits))
+        Raises:
+            As `submit`.
+        """
+        seq, _ = self._queue(req, rt, capture_logits=True, seed_given=True)
+        if not wait_finished(seq.log, timeout):
+            with self._cond:
+                if self._jobs.is_live(seq.job_id):
+                    self._cancel_locked(seq, FinishReason.CANCELLED, None, "")
+            return None
+        with self._cond:
+            final = seq.log.read(0)[-1]
+            assert isinstance(final, FinalEvent)
+            return ProbeOutcome(final, tuple(seq.generated), seq.first_logits)
 
-    def _expire_retained_locked(self) -> None:
-        self._forget_locked(self.finished.expire())
+    # ---- observation --------------------------------------------------------------------------
 
-    def _forget_locked(self, evicted: list[Sequence]) -> None:
-        """Evicted jobs' ids answer NOT_FOUND from now on; their client_request_ids are free again."""
-        for old in evicted:
-            key = old.request.client_request_id
-            if key and self.by_client_id.get(key, ("", b""))[0] == old.job_id:
-                del self.by_client_id[key]
+    def snapshot(self) -> EngineSnapshot:
+        """Everything Health, Status and WatchLoad report, copied in one step."""
+        with self._cond:
+            self._jobs.expire()
+            seqs = list(self._jobs)
+            now = time.monotonic()
+            generations = tuple(self._generation_view_locked(rt, seqs) for rt in self._generations.all())
+            return EngineSnapshot(
+                admitting=self._admitting,
+                device_lost=self._device_lost,
+                halt=self._halt.state,
+                budget=self._reset_budget.view(),
+                counters=CounterView(**vars(self._counters)),  # shallow: ResetOutcome is frozen
+                generations=generations,
+                jobs=tuple(_job_view(s, now) for s in seqs),
+                inflight=len(self._executor),
+                inflight_limit=self._executor.limit,
+                degraded_reason=self._executor.degraded_reason,
+                anomalies=self._executor.anomalies,
+                pool=self._pool_view_locked(),
+                retained_jobs=self._jobs.retained_count,
+                retained_bytes=self._jobs.retained_bytes,
+                client_ids=self._jobs.client_ids,
+            )
 
-    # ---- internals: both loops --------------------------------------------------------------
+    def idle(self) -> bool:
+        """No sequence and no device job left (the leak check tests use)."""
+        with self._cond:
+            return not len(self._jobs) and not self._executor
 
-    def _serving(self, alias: str) -> ModelRuntime:
-        rt = self.aliases.get(alias)
-        if rt is None:
-            if alias in self.known_aliases:
-                raise Unavailable(f"model {alias!r} is not loaded on this board")
-            raise NotFound(f"unknown model {alias!r}")
-        if not rt.state.serving:
-            raise Unavailable(f"model {alias!r} is {rt.state.value}")
-        if self.device_lost:
+    def _generation_view_locked(self, rt: ModelRuntime, seqs: list[Sequence]) -> GenerationView:
+        mine = [s for s in seqs if s.generation == rt.generation]
+        waiting = sum(1 for s in mine if s.state is SeqState.WAITING)
+        kv = rt.kv
+        return GenerationView(
+            alias=rt.alias,
+            generation=rt.generation,
+            state=rt.state,
+            published=self._generations.is_published(rt),
+            ready_at=rt.ready_at,
+            package_name=rt.manifest.name,
+            package_dir=rt.package_dir,
+            message=rt.message,
+            lanes=kv.snapshot() if kv is not None else (),
+            queues=QueueView(*self._scheduler.depths(rt.generation, mine)),
+            waiting=waiting,
+            running=len(mine) - waiting,
+            free_lanes=kv.free_count() if kv is not None else 0,
+            lanes_total=kv.lanes if kv is not None else 0,
+        )
+
+    def _pool_view_locked(self) -> PoolView:
+        in_use = free = quarantined = waits = 0
+        for rt in self._generations.all():
+            if rt.pool is None:
+                continue
+            st = rt.pool.stats()
+            in_use += st.in_use
+            quarantined += st.quarantined
+            waits += st.acquire_misses
+            free += sum(k.free for k in st.per_key.values())
+        return PoolView(in_use, free, quarantined, waits)
+
+    # ---- internals: admission -------------------------------------------------------------
+
+    def _admitting_runtime_locked(self, alias: str, runtime: ModelRuntime | None) -> ModelRuntime:
+        """The generation a new request of `alias` would run on (`runtime` for warm-up probes).
+
+        Raises:
+            NotFound / Unavailable: unknown alias, model not serving, device lost, board draining.
+        """
+        rt = runtime or self._generations.serving_or_raise(alias)
+        if self._device_lost:  # warm-up probes too: nothing would ever run them
             raise self._halted_error_locked()
+        assert rt.model is not None
+        if runtime is None and not self._admitting:
+            raise Unavailable("board is draining: not admitting new requests")
         return rt
 
     def _halted_error_locked(self) -> Unavailable:
         """Why a halted board refuses work: waiting for an operator, or lost until a restart."""
-        if self.halt.state is BoardHalt.AWAITING_OPERATOR:
+        if self._halt.state is BoardHalt.AWAITING_OPERATOR:
             return Unavailable("automatic reset budget used up: the board waits for an operator reset")
         return Unavailable("device lost: board is not serving")
 
-    def _generation_busy(self, generation: int) -> bool:
-        return any(s.generation == generation for s in self.sequences.values()) or any(
-            j.generation == generation for j in self.executor.inflight
+    def _generation_busy_locked(self, generation: int) -> bool:
+        return any(s.generation == generation for s in self._jobs) or any(
+            j.generation == generation for j in self._executor.jobs()
         )
 
+    # ---- internals: ending and moving sequences (lock held) ---------------------------------
+
     def _cancel_locked(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
-        """Stop delivering a job. Waiting/ready sequences end now; one in a device job ends when the
-        completion path sees `cancel_requested` and the device is done with its lane."""
+        """Stop delivering a job. Waiting/ready sequences end now; one in a device job ends when its
+        completion sees `cancel_requested` and the device is done with its lane."""
         seq.cancel_requested = True
         if kind is not None:  # cancelled by unload/drain, not by its owner: report the error
             seq.pending_error = (reason, kind, message)
         if seq.state is SeqState.WAITING:
-            self.scheduler.remove_waiting(seq)
-            self.finish(seq, reason, kind, message)
+            self._scheduler.remove_waiting(seq)
+            self._finish_locked(seq, reason, kind, message)
         elif seq.state in (SeqState.READY, SeqState.RECOVER):
-            self.scheduler.forget(seq)
-            self.finish(seq, reason, kind, message)
+            self._scheduler.forget(seq)
+            self._finish_locked(seq, reason, kind, message)
 
-    def finish(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
-        """End a sequence that is not in flight: free its lane, write the final event, retain it."""
-        rt = self.runtimes.get(seq.generation)
-        if seq.lane is not None and rt is not None and rt.kv is not None:
-            rt.kv.release(seq.lane, seq.job_id)
-            self.scheduler.lane_returned(seq.generation)
-        seq.lane = None
+    def _finish_locked(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
+        """End a sequence that is not in a device job: free its lane, write its Final, retain it."""
+        self._scheduler.release_lane(seq, self._generations.running(seq.generation))
         seq.finish(reason, kind, message)
-        if self.sequences.pop(seq.job_id, None) is not None:  # not when finishing twice
-            self._retain_locked(seq)
-        if seq.internal:
-            self.cond.notify_all()
-            return
-        if reason in (FinishReason.STOP, FinishReason.LENGTH):
-            self.counters.completed += 1
-        elif reason is FinishReason.CANCELLED:
-            self.counters.cancelled += 1
+        if self._jobs.retire(seq) and not seq.internal:  # counted once, client jobs only
+            if reason in (FinishReason.STOP, FinishReason.LENGTH):
+                self._counters.completed += 1
+            elif reason is FinishReason.CANCELLED:
+                self._counters.cancelled += 1
+            else:
+                self._counters.failed += 1
+        self._cond.notify_all()
+
+    def _follow_locked(self, seq: Sequence, then: Next) -> None:
+        """Move a sequence out of its finished device job: next step, re-prefill, or its end."""
+        if isinstance(then, Continue):
+            seq.lifecycle.move(SeqState.READY)
+            self._scheduler.mark_ready(seq)
+        elif isinstance(then, Recover):
+            seq.lifecycle.move(SeqState.RECOVER)
+            self._scheduler.mark_recover(seq)
         else:
-            self.counters.failed += 1
-        self.cond.notify_all()
+            self._finish_locked(seq, then.reason, then.kind, then.message)
+
+    def _lose_kv_locked(self, seq: Sequence, rt: ModelRuntime, message: str) -> None:
+        """A sequence outside any device job lost its KV (its job never ran, or a reset cleared its
+        lane): re-prefill it, or end it when it may not recover any more."""
+        self._scheduler.lose_lane(seq, rt)
+        then = completion.recovery(
+            seq, rt, message, serving=not self._device_lost, max_recoveries=self._config.max_recoveries
+        )
+        seq.recoveries += 1
+        self._counters.recoveries += 1
+        self._follow_locked(seq, then)
 
     def _expire_locked(self) -> None:
-        self._expire_retained_locked()  # frees retained memory whenever the engine wakes anyway
+        self._jobs.expire()  # frees retained memory whenever the engine wakes anyway
         now = time.monotonic()
-        for seq in self.scheduler.expire(now):
+        for seq in self._scheduler.expire(now):
             if seq.deadline is not None and seq.deadline <= now:
-                self.finish(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed in queue")
+                self._finish_locked(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed in queue")
             else:
-                self.counters.rejected += 1
-                self.finish(seq, FinishReason.ERROR, ErrorKind.OVERLOADED, "admission deadline: no KV lane became free")
-        for seq in [s for s in self.scheduler.ready.values() if s.deadline is not None and s.deadline <= now]:
-            self.scheduler.forget(seq)
-            self.finish(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
-        limit = self.config.orphan_timeout_s
+                self._counters.rejected += 1
+                self._finish_locked(
+                    seq, FinishReason.ERROR, ErrorKind.OVERLOADED, "admission deadline: no KV lane became free"
+                )
+        for seq in [s for s in self._scheduler.ready.values() if s.deadline is not None and s.deadline <= now]:
+            self._scheduler.forget(seq)
+            self._finish_locked(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
+        limit = self._config.orphan_timeout_s
         if limit is not None:
-            for seq in [s for s in self.sequences.values() if not s.internal and not s.cancel_requested]:
+            for seq in [s for s in self._jobs if not s.internal and not s.cancel_requested]:
                 if seq.log.detached_for(now) >= limit:
                     log.info("cancelling job %s: no Wait attached for %.0fs", seq.job_id, limit)
                     self._cancel_locked(seq, FinishReason.CANCELLED, None, "")
 
-    def _next_wakeup(self) -> float | None:
-        times = [t for t in [self.scheduler.next_deadline()] if t is not None]
-        times += [s.deadline for s in self.scheduler.ready.values() if s.deadline is not None]
-        limit = self.config.orphan_timeout_s
-        clients = [s for s in self.sequences.values() if not s.internal and not s.cancel_requested]
+    def _next_wakeup_locked(self) -> float | None:
+        times = [t for t in [self._scheduler.next_deadline()] if t is not None]
+        times += [s.deadline for s in self._scheduler.ready.values() if s.deadline is not None]
+        limit = self._config.orphan_timeout_s
+        clients = [s for s in self._jobs if not s.internal and not s.cancel_requested]
         if limit is not None and clients:
             # A reader detaching does not wake this thread, so look again within one timeout: an
             # orphan is cancelled between one and two timeouts after its last Wait went away.
@@ -629,16 +815,72 @@ class Engine:
             times += [now + limit - s.log.detached_for(now) for s in clients]
         return max(0.0, min(times) - time.monotonic()) if times else None
 
+    # ---- internals: halts ---------------------------------------------------------------
+
+    def _device_lost_locked(self, message: str, halt: BoardHalt = BoardHalt.LOST) -> None:
+        """Stop serving: fail every sequence except those in device jobs, which their completion (or
+        the path that gives the job up) fails. `halt` says whether an operator reset may lift it
+        (AWAITING_OPERATOR) or only a restart (LOST)."""
+        was_lost, self._device_lost = self._device_lost, True
+        if self._halt.state is BoardHalt.NONE:
+            self._admitting_before_halt = self._admitting
+        if self._halt.can_move(halt):
+            self._halt.move(halt)
+        self._admitting = False
+        if not was_lost:
+            for listener in self._health_listeners:  # non-blocking by contract
+                listener()
+        in_jobs = {s.job_id for job in self._executor.jobs() for s in job.plan.seqs}
+        for seq in list(self._jobs):
+            if seq.job_id in in_jobs:
+                continue
+            self._scheduler.remove_waiting(seq)
+            self._scheduler.forget(seq)
+            self._finish_locked(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"device lost: {message}")
+
+    def _give_up_job_locked(self, job: DeviceJob, message: str) -> None:
+        """The device is gone with this job: its lanes become UNKNOWN and its sequences fail; its
+        buffers are abandoned with the device."""
+        for row, seq in enumerate(job.plan.seqs):
+            if job.plan.runtime.kv is not None:
+                self._executor.lose_row(job, row)
+            if seq.state is not SeqState.DONE:
+                self._finish_locked(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, message)
+
+    def _quarantine_abandoned_locked(self, job: DeviceJob) -> bool:
+        """A job given up while the device still held it (the reset budget was used up), ended on
+        the device by an operator reset since: its buffers must leave through quarantine and a pool
+        rebuild, never reused. Its sequences were failed and its lanes freed when it was given up.
+
+        Returns:
+            Whether its context still needs ending (quarantine; the rebuild runs without the lock).
+        """
+        if self._generations.running(job.generation) is not job.plan.runtime:
+            return False  # its generation is gone, and its pool with it
+        if job.ctx.state in (BufferState.SUBMITTED, BufferState.RUNNING):
+            job.quarantine = True
+            return True
+        return False
+
+    def _hold_launches_locked(self) -> None:
+        """Stop the engine thread from launching, and wait until no device job is being submitted."""
+        self._launch_holds += 1
+        self._cond.wait_for(lambda: not self._executor.submitting())
+
+    def _end_launch_hold_locked(self) -> None:
+        self._launch_holds -= 1
+        self._cond.notify_all()
+
     # ---- the engine thread ------------------------------------------------------------------
 
     def _engine_loop(self) -> None:
         with self._crash_barrier("engine"):
             while True:
-                with self.cond:
-                    job = self._next_launch_locked()
-                    if job is None:
-                        return
-                if self.config.synchronous:
+                with self._cond:
+                    job = self._next_job_locked()
+                if job is None:
+                    return
+                if self._submit_device_job(job) and self._config.synchronous:
                     self._wait_and_complete(job)
 
     @contextmanager
@@ -649,173 +891,205 @@ class Engine:
             yield
         except Exception:
             log.exception("%s thread crashed; failing all jobs and marking the board unhealthy", thread)
-            with self.cond:
-                for job in list(self.executor.inflight):
-                    self._applier.job_lost(job, f"internal error in the {thread} thread")
-                    self.executor.retire(job)
+            with self._cond:
+                for job in self._executor.jobs():
+                    self._give_up_job_locked(job, f"internal error in the {thread} thread")
+                    self._executor.retire(job)
                 self._device_lost_locked(f"internal error in the {thread} thread")
-                self.cond.notify_all()
+                self._cond.notify_all()
 
-    def _next_launch_locked(self) -> InFlight | None:
-        """Sleep until a job can be launched; launch it. None when stopping."""
+    def _next_job_locked(self) -> DeviceJob | None:
+        """Sleep until a device job can be prepared; prepare it. None when stopping."""
         while True:
-            if self._stopping and not self.executor.inflight:
+            if self._stopping and not self._executor:
                 return None
             self._expire_locked()
-            if not self._stopping and not self.device_lost and self.executor.has_slot():
-                # Draining refuses new Submits only; requests already accepted still run.
-                decoding = Counter(j.generation for j in self.executor.inflight if j.plan.task is TaskType.DECODE)
-                plan = self.scheduler.plan(self._admissible_runtimes(), decoding)
-                while self.scheduler.orphans:
-                    orphan = self.scheduler.orphans.pop()
-                    self.finish(orphan, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
+            if self._may_launch_locked():
+                decoding = Counter(j.generation for j in self._executor.jobs() if j.plan.task is TaskType.DECODE)
+                plan = self._scheduler.plan(self._generations.runnable(), decoding)
+                while self._scheduler.orphans:
+                    orphan = self._scheduler.orphans.pop()
+                    self._finish_locked(orphan, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
                 if plan is not None:
-                    job = self._launch_locked(plan)
+                    job = self._prepare_locked(plan)
                     if job is not None:
                         return job
                     continue
-            self.cond.wait(self._next_wakeup())
+            self._cond.wait(self._next_wakeup_locked())
 
-    def _admissible_runtimes(self) -> dict[int, ModelRuntime]:
-        return {g: rt for g, rt in self.runtimes.items() if rt.kv is not None}
+    def _may_launch_locked(self) -> bool:
+        # Draining refuses new Submits only; requests already accepted still run.
+        return not self._stopping and not self._device_lost and self._launch_holds == 0 and self._executor.has_slot()
 
-    def _launch_locked(self, plan: JobPlan) -> InFlight | None:
-        rt = plan.runtime
-        assert rt.kv is not None
-        targets: list[tuple[int, int]] = []
-        for seq in plan.seqs:
-            if plan.task is TaskType.PREFILL:
-                self._take_lane(seq, rt)
-                assert seq.lane is not None
-                targets.append((seq.lane, len(seq.prefill_tokens)))
-                seq.lifecycle.move(SeqState.PREFILL)
-            else:
-                assert seq.lane is not None
-                targets.append((seq.lane, seq.kv_len_when_ready + 1))
-                seq.lifecycle.move(SeqState.DECODE)
+    def _prepare_locked(self, plan: JobPlan) -> DeviceJob | None:
         try:
-            job = self.executor.launch(plan, targets)
-        except DeviceLost as exc:
-            self._device_lost_locked(str(exc))
-            return None
-        except (DeviceError, CalculetError) as exc:
+            job = self._executor.prepare(plan)
+        except CalculetError as exc:
             self._launch_failed_locked(plan, exc)
             return None
         if job is None:
-            # No free context although a bank is free: only possible while a faulted pool is
-            # being rebuilt. Put everything back and wait for the next completion or change.
-            self._unlaunch_locked(plan)
-            log.error("no free job context for %s; waiting for a completion", plan.submodel.name)
-            self.cond.wait(1.0)
-            return None
-        if plan.task is TaskType.DECODE:  # batch fill: decode_rows / decode_jobs
-            self.counters.decode_jobs += 1
-            self.counters.decode_rows += len(plan.seqs)
-        self.cond.notify_all()
+            # No free context although a bank is free: only while a quarantined context's pool is
+            # rebuilt (outside the lock). Put everything back; the rebuild's end wakes this thread.
+            self._scheduler.unplan(plan)
+            log.warning("no free job context for %s: waiting for its pool's rebuild", plan.submodel.name)
+            self._cond.wait(1.0)
         return job
 
-    def _take_lane(self, seq: Sequence, rt: ModelRuntime) -> None:
-        assert rt.kv is not None
-        if seq.state is SeqState.RECOVER and seq.lane is not None:
-            rt.kv.rebuild(seq.lane, seq.job_id)
-            return
-        handle = rt.kv.assign(seq.job_id)
-        assert handle is not None, "scheduler admitted a sequence without a free lane"
-        seq.lane = handle.lane
-        seq.t_admit = time.monotonic()
-        self.scheduler.lane_taken(seq.generation)
-
-    def _unlaunch_locked(self, plan: JobPlan) -> None:
-        rt = plan.runtime
-        for seq in plan.seqs:
-            if plan.task is TaskType.PREFILL:
-                assert rt.kv is not None and seq.lane is not None
-                rt.kv.mark_unknown(seq.lane)  # the re-prefill path rebuilds it from scratch
-                seq.lifecycle.move(SeqState.RECOVER)
-                self.scheduler.mark_recover(seq)
-            else:
-                seq.lifecycle.move(SeqState.READY)
-                self.scheduler.mark_ready(seq)
+    def _submit_device_job(self, job: DeviceJob) -> bool:
+        """Submit a prepared job, outside the engine lock. Returns whether the device took it."""
+        try:
+            submission = self._executor.submit(job)
+        except DeviceLost as exc:
+            with self._cond:
+                self._executor.abort(job)
+                self._device_lost_locked(str(exc))
+                self._cond.notify_all()
+            return False
+        except (DeviceError, CalculetError) as exc:
+            with self._cond:
+                self._executor.abort(job)
+                self._launch_failed_locked(job.plan, exc)
+                self._cond.notify_all()
+            return False
+        with self._cond:
+            self._executor.started(job, submission)
+            if job.plan.task is TaskType.DECODE:  # batch fill: decode_rows / decode_jobs
+                self._counters.decode_jobs += 1
+                self._counters.decode_rows += len(job.plan.seqs)
+            self._cond.notify_all()
+        return True
 
     def _launch_failed_locked(self, plan: JobPlan, exc: Exception) -> None:
-        """The device refused the job (reservations already rolled back): fail its sequences."""
+        """The job never reached the device (reservations already rolled back): re-prefill its
+        sequences from scratch, or fail them."""
         log.warning("submit of %s job failed: %s", plan.task.value, exc)
         for seq in plan.seqs:
-            self._applier.fail_or_recover(plan.runtime, seq, f"submit failed: {exc}", lane_lost=False)
-
-    def _device_lost_locked(self, message: str, halt: BoardHalt = BoardHalt.LOST) -> None:
-        """Stop serving: fail every sequence except those of jobs still in flight, which the
-        completion path fails when their job ends. A sequence in PREFILL/DECODE whose job never
-        reached the executor (launch failed or crashed) is failed here too. `halt` says whether an
-        operator reset may lift it (AWAITING_OPERATOR) or only a restart (LOST)."""
-        was_lost, self.device_lost = self.device_lost, True
-        if self.halt.state is BoardHalt.NONE:
-            self._admitting_before_halt = self.admitting
-        if self.halt.can_move(halt):
-            self.halt.move(halt)
-        self.admitting = False
-        if not was_lost:
-            for listener in self.health_listeners:  # non-blocking by contract
-                listener()
-        in_flight = {s.job_id for job in self.executor.inflight for s in job.plan.seqs}
-        for seq in list(self.sequences.values()):
-            if seq.job_id in in_flight:
-                continue
-            self.scheduler.remove_waiting(seq)
-            self.scheduler.forget(seq)
-            self.finish(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"device lost: {message}")
+            self._lose_kv_locked(seq, plan.runtime, f"submit failed: {exc}")
 
     # ---- the completion thread --------------------------------------------------------------
 
     def _completion_loop(self) -> None:
         with self._crash_barrier("completion"):
             while True:
-                with self.cond:
-                    while not self.executor.inflight and not self._stopping:
-                        self.cond.wait()
-                    if not self.executor.inflight:
-                        return
-                    job = self.executor.inflight[0]
+                with self._cond:
+                    while (job := self._executor.oldest_submitted()) is None and not (
+                        self._stopping and not self._executor
+                    ):
+                        self._cond.wait()
+                if job is None:
+                    return
                 self._wait_and_complete(job)
 
-    def _wait_and_complete(self, job: InFlight) -> None:
+    def _wait_and_complete(self, job: DeviceJob) -> None:
+        assert job.submission is not None
         status: JobStatus | None
         try:
-            status = job.submission.wait(self.config.job_timeout_s)
+            status = job.submission.wait(self._config.job_timeout_s)
         except WaitTimeout:
             status = self._reset_after_timeout(job)
         except DeviceLost as exc:
             self._job_lost(job, f"device lost: {exc}")
             return
-        self._applier.apply(job, status)
+        if status is not None:
+            self._complete(job, status)
 
-    def _job_lost(self, job: InFlight, message: str, halt: BoardHalt = BoardHalt.LOST) -> None:
+    def _complete(self, job: DeviceJob, status: JobStatus) -> None:
+        """Sample (no lock), then settle and apply under the lock."""
+        rt = job.plan.runtime
+        with self._cond:
+            fenced = self._generations.running(job.generation) is not rt
+        sampled = None
+        device_left = None
+        if status is JobStatus.DONE and not fenced and not job.quarantine and not job.kv_lost:
+            sampled = completion.sample(job)
+            device_left = self._device_left()
+        with self._cond:
+            facts = BoardFacts(
+                fenced=self._generations.running(job.generation) is not rt,
+                serving=not self._device_lost,
+                max_recoveries=self._config.max_recoveries,
+                device_left=device_left,
+                expected_left=len(self._executor) - 1,
+            )
+            self._apply_locked(job, completion.settle(job, status, sampled, facts))
+            upkeep = self._executor.end_context(job)
+            self._executor.retire(job)
+        self._run_upkeep(upkeep)
+
+    def _run_upkeep(self, upkeep: PoolUpkeep | None) -> None:
+        """A pool's device work (rebuild after a quarantine, unregistering old buffers), without the
+        lock; then wake the engine thread, which may be waiting for the rebuilt contexts."""
+        if upkeep is None:
+            return
+        try:
+            upkeep.run()
+        finally:
+            with self._cond:
+                self._cond.notify_all()
+
+    def _device_left(self) -> int | None:
+        """The device's count of unfinished jobs (None when it cannot say: lost meanwhile, and the
+        path that saw it first fails the board)."""
+        try:
+            return self._device.counters().left
+        except DeviceError:
+            return None
+
+    def _apply_locked(self, job: DeviceJob, settlement: Settlement) -> None:
+        """Carry out a settlement: KV effects through the executor, tokens and moves on the
+        sequences, anomalies. The caller then returns the job's buffers and retires it."""
+        tally = self._reset_gate.tally
+        if job.reset_hit and tally is not None and any(r.lost_kv for r in settlement.rows):
+            tally.add(job.plan.seqs)  # before their recovery counts move: the running reset hit them
+        for row in settlement.rows:
+            seq = row.seq
+            if row.kv is completion.KvEffect.COMMIT:
+                self._executor.commit_row(job, row.row)
+            elif row.kv is completion.KvEffect.LOSE:
+                self._executor.lose_row(job, row.row)
+            if row.first_logits is not None and seq.first_logits is None:
+                seq.first_logits = row.first_logits
+            if row.lost_kv:
+                seq.recoveries += 1
+                self._counters.recoveries += 1
+            if row.token is not None:
+                seq.accept(row.token, row.logprob)
+            self._follow_locked(seq, row.then)
+        for anomaly in settlement.anomalies:
+            self._executor.note_anomaly(anomaly)
+        if settlement.clean:
+            self._executor.note_clean()
+        self._cond.notify_all()
+
+    def _job_lost(self, job: DeviceJob, message: str, halt: BoardHalt = BoardHalt.LOST) -> None:
         """The device is gone with this job, or no reset may collect it: fail everything; the board
         stops serving. With AWAITING_OPERATOR the device still holds the job: it is kept in
-        `abandoned` until an operator reset ends it."""
-        with self.cond:
-            self._applier.job_lost(job, message)
+        `_abandoned` until an operator reset ends it."""
+        with self._cond:
+            self._give_up_job_locked(job, message)
             self._device_lost_locked(message, halt)
-            self.executor.retire(job)
+            self._executor.retire(job)
             if halt is BoardHalt.AWAITING_OPERATOR:
-                self.abandoned.append(job)
-            self.cond.notify_all()
+                self._abandoned.append(job)
+            self._cond.notify_all()
 
-    def _reset_after_timeout(self, job: InFlight) -> JobStatus | None:
+    def _reset_after_timeout(self, job: DeviceJob) -> JobStatus | None:
         """A job hung: reset the compute units so its buffers are released, then collect it."""
-        reason = f"job {job.job_id} did not finish within {self.config.job_timeout_s}s"
-        with self.cond:
-            allowed = self.reset_budget.try_spend()
+        assert job.submission is not None
+        reason = f"device job {job.device_job_id} did not finish within {self._config.job_timeout_s}s"
+        with self._cond:
+            allowed = self._reset_budget.try_spend()
             if allowed:
-                self.counters.resets += 1
-                self.counters.last_reset_reason = reason
-                for other in self.executor.inflight:  # the hang is the anomaly, not the CCU exceptions it causes
+                self._counters.resets += 1
+                self._counters.last_reset_reason = reason
+                for other in self._executor.jobs():  # the hang is the anomaly, not the CCU exceptions it causes
                     other.reset_hit = True
-            self.executor.note_anomaly(reason)
+                self._hold_launches_locked()
+            self._executor.note_anomaly(reason)
             # Operators are refused while it runs; it never waits for an operator's reset to end.
-            gated = allowed and self.reset_gate.try_begin("automatic ccu reset")
+            gated = allowed and self._reset_gate.try_begin("automatic ccu reset")
         if not allowed:
-            budget = self.reset_budget.view()
+            budget = self._reset_budget.view()
             message = f"{reason}; {budget.limit} automatic resets per {budget.window_s:g}s used up: needs an operator"
             log.error("%s", message)
             self._job_lost(job, message, BoardHalt.AWAITING_OPERATOR)
@@ -823,8 +1097,12 @@ class Engine:
         log.error("%s: resetting CCU", reason)
         job.quarantine = True
         try:
-            self.device.reset_ccu()
-            status = job.submission.wait(self.config.job_timeout_s)
+            try:
+                self._device.reset_ccu()
+            finally:
+                with self._cond:
+                    self._end_launch_hold_locked()
+            status = job.submission.wait(self._config.job_timeout_s)
             self.note_reset_outcome("ccu", True)
             return status
         except (WaitTimeout, DeviceLost) as exc:
@@ -835,16 +1113,26 @@ class Engine:
             if gated:
                 self.end_reset()
 
-    # ---- observation --------------------------------------------------------------------------
 
-    def idle(self) -> bool:
-        """No sequence and no device job left (the leak check tests use)."""
-        with self.cond:
-            return not self.sequences and not self.executor.inflight
+def _job_view(s: Sequence, now: float) -> JobView:
+    return JobView(
+        s.job_id,
+        s.request.model,
+        s.generation,
+        s.state.name,
+        s.lane,
+        len(s.request.prompt_tokens),
+        len(s.generated),
+        s.request.priority,
+        now - s.t_submit,
+        s.request.client_request_id,
+    )
 
 
-def _status(job: InFlight) -> JobStatus:
-    """A job's device status now; RUNNING when the device cannot say (lost)."""
+def _status(job: DeviceJob) -> JobStatus:
+    """A device job's status now; RUNNING when the device cannot say (lost) or has not got it yet."""
+    if job.submission is None:
+        return JobStatus.RUNNING
     try:
         return job.submission.status()
     except DeviceError:

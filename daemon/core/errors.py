@@ -7,4 +7,5 @@ from calculet.daemon.errors import FailedPrecondition
 
 class StaleGeneration(FailedPrecondition):
     """An object of one model generation reached a component of another (generation fencing):
-    a completion from an old generation must never write into the new generation's state."""
+    a completion from an old generation must never write into the new generation's state. A job
+    context of an older buffer epoch offered to its pool raises it too (epoch fencing, `jobs.py`)."""

@@ -294,3 +294,20 @@ class Retention(Generic[T]):
 def _notify(listeners: list[Listener]) -> None:
     for listener in listeners:
         listener()
+
+
+def wait_finished(log: EventLog, timeout: float) -> bool:
+    """Block until the log has its final event or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    changed = threading.Event()
+    unsubscribe = log.subscribe(changed.set)
+    try:
+        while not log.finished:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            changed.wait(remaining)
+            changed.clear()
+        return True
+    finally:
+        unsubscribe()

@@ -1,16 +1,32 @@
-"""Submitting planned jobs to the device and tracking them until they finish (DESIGN.md section 3).
+"""Device jobs: building, submitting and tracking them until their completion is applied
+(DESIGN.md section 3).
 
-The executor owns the in-flight set and the engine banks. `launch` turns a `JobPlan` whose lanes
-are already assigned into a device job: acquire a JobContext from the generation's pool, reserve
-every row's KV (reserve -> submit -> commit | rollback), write tokens and positions into the
-context's own buffers, and submit to a free bank. If anything fails before the device accepts the
-job, every reservation is rolled back and the context returned: nothing leaks. After submit the
-`InFlight` record owns the context and reservations until the engine's completion path ends them.
+Vocabulary: a *job* is the client's unit (one Submit, a `Sequence`); a *device job* is one unit of
+device work the executor builds from a `JobPlan` (a prefill of one sequence or a batched decode
+step) and a *submission* is the device's handle on it.
+
+The executor owns the device jobs and the engine banks. A device job goes through three steps:
+
+    prepare(plan)    engine lock held: a free bank, a JobContext from the generation's pool, a KV
+                     reservation for every row the plan gave it (reserve -> submit -> commit | rollback)
+    submit(job)      no lock: write the rows' tokens and positions into the context's own buffers and
+                     call `device.submit` (the device call never runs under the engine lock)
+    started(job, s)  engine lock held: the device accepted it; the completion thread may wait on it
+                     (or `abort(job)`: the device refused it; every reservation rolls back and the
+                     context returns to its pool, so nothing leaks)
+
+Until `retire`, the `DeviceJob` owns its context and its reservations; the completion path ends them
+through `commit_row` / `lose_row` / `end_context` (engine lock held, no device call). A rebuild of the
+pool's buffers after a quarantine is returned as a `PoolUpkeep` the caller runs without the lock.
+The executor never assigns or frees a lane: the scheduler does.
 
 The in-flight limit (`InflightLimit`) starts at the device's declared capability (or the policy's
 lower limit), drops to 1 by itself when `note_anomaly` is called (a CCU exception the device raised
 on its own, a hang, NaN logits, a counter mismatch; never a reset's deliberate CCU exceptions) and
 comes back after `restore_after` consecutive clean completions or a successful operator reset.
+
+Lock: none of its own; the engine lock guards it. `submit` runs without it, on a job only the engine
+thread touches until `started`.
 """
 
 from __future__ import annotations
@@ -23,8 +39,10 @@ from enum import Enum, auto
 
 import numpy as np
 
-from calculet.daemon.core.jobs import JobContext
-from calculet.daemon.core.kv import Reservation
+from calculet.daemon.core.ids import DeviceJobId
+from calculet.daemon.core.jobs import BufferState, JobContext, JobPool
+from calculet.daemon.core.kv import LaneState, Reservation
+from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan
 from calculet.daemon.device.api import Submission, VirtualDevice
 from calculet.daemon.device.types import EngineSlot, TaskType
@@ -34,21 +52,55 @@ from calculet.daemon.lifecycle import Lifecycle, table
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class InFlight:
-    """One submitted job. Owns `ctx` (its buffers) and `reservations` until completion."""
+@dataclass(eq=False)  # identity: one record per device job
+class DeviceJob:
+    """One device job. Owns `ctx` (its buffers) and `reservations` until it is retired.
 
-    job_id: int
+    Attributes:
+        submission: the device's handle; None while the job is being submitted.
+        quarantine: set after a wait timeout or a hung job's reset: the device may have held the
+            buffers, so they are never reused.
+        kv_lost: a configuration reset cleared its lanes, even if it reports DONE.
+        reset_hit: a reset ended (or may have ended) it: its CCU exception is the reset's doing, not a
+            device anomaly.
+    """
+
+    device_job_id: DeviceJobId
     plan: JobPlan
     ctx: JobContext
     reservations: list[Reservation]
-    submission: Submission
     engine_slot: EngineSlot
     generation: int
+    tag: str
+    submission: Submission | None = None
     t_submit: float = field(default_factory=time.monotonic)
-    quarantine: bool = False  # set after a wait timeout: the device may have held the buffers
-    kv_lost: bool = False  # a configuration reset cleared its lanes, even if it reports DONE
-    reset_hit: bool = False  # a reset ended it: its CCU exception is the reset's, not a device anomaly
+    quarantine: bool = False
+    kv_lost: bool = False
+    reset_hit: bool = False
+
+    @property
+    def submitted(self) -> bool:
+        return self.submission is not None
+
+
+@dataclass(frozen=True)
+class PoolUpkeep:
+    """Device work a returned context left for its pool; `run` it without the engine lock.
+
+    Attributes:
+        rebuild: a context was quarantined: register a fresh epoch of buffers (until then its key
+            has one slot fewer, and the engine waits for the rebuild rather than reuse it).
+    """
+
+    pool: JobPool
+    rebuild: bool
+
+    def run(self) -> None:
+        """Raises: DeviceError: registering or unregistering buffers failed."""
+        if self.rebuild:
+            self.pool.rebuild()
+        else:
+            self.pool.sweep()
 
 
 class LimitState(Enum):
@@ -119,23 +171,26 @@ class InflightLimit:
 
 
 class Executor:
-    """In-flight jobs of one device.
+    """Device jobs of one board, oldest first.
 
     Args:
         device: the opened board.
         max_inflight: the policy's limit; the effective limit is also capped by the device.
+        restore_after: clean completions that end a degraded in-flight limit.
     """
 
     def __init__(self, device: VirtualDevice, max_inflight: int, restore_after: int = RESTORE_AFTER_CLEAN_JOBS) -> None:
         caps = device.info().capabilities
-        self.device = device
+        self._device = device
         self.capability = caps.max_inflight
         self.limiter = InflightLimit(max(1, min(max_inflight, caps.max_inflight)), restore_after)
         self.engine_slots: tuple[EngineSlot, ...] = (
             (EngineSlot.PING, EngineSlot.PONG) if caps.ping_pong else (EngineSlot.AUTO,)
         )
-        self.inflight: deque[InFlight] = deque()
+        self._jobs: deque[DeviceJob] = deque()
         self._next_job = 1
+
+    # ---- queries ----------------------------------------------------------------------------
 
     @property
     def limit(self) -> int:
@@ -149,8 +204,28 @@ class Executor:
     def degraded_reason(self) -> str:
         return self.limiter.reason
 
+    def jobs(self) -> list[DeviceJob]:
+        """Every device job not yet retired (being submitted or on the device), oldest first."""
+        return list(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __bool__(self) -> bool:
+        return bool(self._jobs)
+
+    def oldest_submitted(self) -> DeviceJob | None:
+        """The job the completion thread waits on next: the oldest, once the device has it."""
+        return self._jobs[0] if self._jobs and self._jobs[0].submitted else None
+
+    def submitting(self) -> bool:
+        """A job is between `prepare` and `started`/`abort`."""
+        return any(not j.submitted for j in self._jobs)
+
     def has_slot(self) -> bool:
-        return len(self.inflight) < self.limit and self._free_bank() is not None
+        return len(self._jobs) < self.limit and self._free_bank() is not None
+
+    # ---- the in-flight limit --------------------------------------------------------------
 
     def note_anomaly(self, reason: str) -> None:
         """Count a device anomaly; the in-flight limit drops to 1 (seed 000 section 5.2)."""
@@ -167,56 +242,113 @@ class Executor:
         if self.limiter.restore():
             log.info("in-flight limit back to %d: %s", self.limit, why)
 
-    def new_job_id(self) -> int:
-        job_id, self._next_job = self._next_job, self._next_job + 1
-        return job_id
+    # ---- building and submitting ----------------------------------------------------------
 
-    def launch(self, plan: JobPlan, targets: list[tuple[int, int]]) -> InFlight | None:
-        """Reserve, fill and submit one job.
-
-        Args:
-            plan: the job; every sequence already owns an ACTIVE lane.
-            targets: per sequence, (lane, target KV length after the job).
+    def prepare(self, plan: JobPlan) -> DeviceJob | None:
+        """Take a bank and a context and reserve every row of `plan` (engine lock held).
 
         Returns:
-            The in-flight record, or None when no context is free for the bank (capacity; nothing
-            changed).
+            The job (not yet submitted), or None when no context is free for the bank (capacity;
+            nothing changed).
 
         Raises:
-            DeviceError / CalculetError: the device refused the job; reservations were rolled back
-                and the context returned.
+            CalculetError: a row does not fit its lane or the submodel; nothing changed.
         """
         bank = self._free_bank()
         rt = plan.runtime
-        assert bank is not None and rt.pool is not None and rt.kv is not None and rt.model is not None
-        job_id = self.new_job_id()
+        assert bank is not None and rt.pool is not None and rt.kv is not None
+        job_id, self._next_job = self._next_job, self._next_job + 1
         ctx = rt.pool.acquire(rt.pool.key(plan.submodel.name, bank), job_id)
         if ctx is None:
             return None
         reservations: list[Reservation] = []
         try:
-            for seq, (lane, target) in zip(plan.seqs, targets, strict=True):
+            for seq, (lane, target) in zip(plan.seqs, plan.targets, strict=True):
                 reservations.append(rt.kv.reserve(lane, seq.job_id, target, job_id))
-            # The spec checks every row fits the submodel (InvalidArgument) before anything is written.
-            spec = ctx.job_spec([r.row() for r in reservations], tag=f"gen{rt.generation}/job{job_id}")
-            _fill_inputs(ctx, plan, reservations)
-            submission = self.device.submit(rt.model, spec, bank)
         except BaseException:
-            for r in reservations:
-                rt.kv.rollback(r)
-            rt.pool.release(ctx)
+            self._undo(rt, ctx, reservations)
             raise
-        ctx.mark_submitted()
-        job = InFlight(job_id, plan, ctx, reservations, submission, bank, rt.generation)
-        self.inflight.append(job)
+        job = DeviceJob(job_id, plan, ctx, reservations, bank, rt.generation, f"gen{rt.generation}/job{job_id}")
+        self._jobs.append(job)
         return job
 
-    def retire(self, job: InFlight) -> None:
-        """Forget a finished job (the completion path has ended its context and reservations)."""
-        self.inflight.remove(job)
+    def submit(self, job: DeviceJob) -> Submission:
+        """Fill the job's buffers and hand it to the device. Runs WITHOUT the engine lock: the job
+        is not visible to the completion path until `started`.
+
+        Raises:
+            DeviceError / CalculetError: the device refused it (call `abort`).
+        """
+        rt = job.plan.runtime
+        assert rt.model is not None
+        # The spec checks every row fits the submodel (InvalidArgument) before anything is written.
+        spec = job.ctx.job_spec([r.row() for r in job.reservations], tag=job.tag)
+        _fill_inputs(job.ctx, job.plan, job.reservations)
+        return self._device.submit(rt.model, spec, job.engine_slot)
+
+    def started(self, job: DeviceJob, submission: Submission) -> None:
+        """The device accepted the job (engine lock held)."""
+        job.ctx.mark_submitted()
+        job.submission = submission
+        job.t_submit = time.monotonic()
+
+    def abort(self, job: DeviceJob) -> None:
+        """The device refused the job (engine lock held): roll back its reservations, return its
+        context and forget it."""
+        self._undo(job.plan.runtime, job.ctx, job.reservations)
+        self._jobs.remove(job)
+
+    # ---- ending a job (the completion path, engine lock held) -------------------------------
+
+    def commit_row(self, job: DeviceJob, row: int) -> None:
+        """The row's output is trusted: its lane now holds the reserved length."""
+        kv = job.plan.runtime.kv
+        assert kv is not None
+        kv.commit(job.reservations[row])
+
+    def lose_row(self, job: DeviceJob, row: int) -> None:
+        """The row's KV is not trusted (fault, NaN, reset): its lane becomes UNKNOWN."""
+        kv = job.plan.runtime.kv
+        assert kv is not None
+        lane = job.reservations[row].lane
+        if kv.lane(lane).state in (LaneState.ACTIVE, LaneState.RESERVED):
+            kv.mark_unknown(lane)
+
+    def end_context(self, job: DeviceJob) -> PoolUpkeep | None:
+        """Give the job's buffers back (engine lock held; no device call): quarantined when the device
+        may have held them, otherwise zeroed and back to the pool for reuse.
+
+        Returns:
+            The device work this left for the pool (a rebuild into a new epoch after a quarantine,
+            or unregistering a context of an old epoch), which the caller runs WITHOUT the engine
+            lock; None when there is none.
+        """
+        pool = job.plan.runtime.pool
+        if pool is None or job.ctx.state is BufferState.RETIRED:
+            return None  # its generation's pool is closed: the buffers went with it
+        if job.quarantine:
+            pool.quarantine(job.ctx)
+            return PoolUpkeep(pool, rebuild=True)
+        if job.ctx.state is not BufferState.COMPLETING:
+            job.ctx.mark_completing()
+        stale = job.ctx.epoch != pool.epoch
+        pool.release(job.ctx)
+        return PoolUpkeep(pool, rebuild=False) if stale else None
+
+    def retire(self, job: DeviceJob) -> None:
+        """Forget a finished job (its context and reservations are ended)."""
+        self._jobs.remove(job)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _undo(self, rt: ModelRuntime, ctx: JobContext, reservations: list[Reservation]) -> None:
+        assert rt.kv is not None and rt.pool is not None
+        for r in reservations:
+            rt.kv.rollback(r)
+        rt.pool.release(ctx)
 
     def _free_bank(self) -> EngineSlot | None:
-        busy = {j.engine_slot for j in self.inflight}
+        busy = {j.engine_slot for j in self._jobs}
         return next((b for b in self.engine_slots if b not in busy), None)
 
 

@@ -7,11 +7,12 @@ import secrets
 from typing import TypeAlias
 
 SequenceId: TypeAlias = str
-"""A generation request's sequence (one prompt + its generated tokens); owns at most one KV lane.
-It is also the job id a client gets from Submit (`new_sequence_id`)."""
+"""A client's job: its sequence (one prompt + its generated tokens), which owns at most one KV lane.
+It is the job id a client gets from Submit (`new_sequence_id`)."""
 
-JobId: TypeAlias = int
-"""One device job built by the executor (a prefill of one sequence or a batched decode step)."""
+DeviceJobId: TypeAlias = int
+"""One device job built by the executor (a prefill of one sequence or a batched decode step); not the
+client's job, whose id is a `SequenceId`."""
 
 MAX_SEQUENCE_ID_CHARS = 64  # inference.proto SubmitResponse.job_id: at most 64 ASCII characters
 _ID_BYTES = 18  # 144 random bits: 24 URL-safe characters

@@ -19,12 +19,18 @@ Data flow and ownership of one context (state machine below, moves through `Life
                                                     still touch the buffers; never handed out again
 
 A cancelled job keeps its context until the device is done with it (cancel only marks "do not
-deliver"). Quarantined contexts are dropped (unregistered, RETIRED) by `rebuild(new_generation)`,
-which allocates fresh contexts for the new generation; a context of an old generation that is
-released later is retired instead of returning to the pool (generation fencing). Capacity is a
-return value: `acquire` returns None when every slot of the key is busy, never waits.
+deliver"). Quarantined contexts are dropped (unregistered, RETIRED) by `rebuild(new_epoch)`,
+which allocates fresh contexts for the new buffer epoch; a context of an old epoch that is
+released later is not reused: `release` sets it aside and the next `sweep` (or rebuild, or close)
+unregisters and retires it (epoch fencing). The epoch counts the buffer rebuilds within one model
+generation; it is not the model generation. Capacity is a return value: `acquire` returns None when
+every slot of the key is busy, never waits.
 
-Thread-safety: one lock per pool, shared by its contexts' state moves.
+Locks: `_lock` guards the pool's bookkeeping and its contexts' state moves; it is a leaf lock, held
+for bookkeeping only and never across a device call, so `acquire`, `release`, `quarantine` and
+`stats` never wait on the device (the engine calls them under its own lock). `_device_lock`
+serialises the calls that register or unregister buffers (`rebuild`, `sweep`, `close`); they run
+outside `_lock` and outside the engine lock.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import ml_dtypes
 import numpy as np
 
 from calculet.daemon.core.errors import StaleGeneration
-from calculet.daemon.core.ids import JobId
+from calculet.daemon.core.ids import DeviceJobId
 from calculet.daemon.device.api import HostBuffer, VirtualDevice
 from calculet.daemon.device.errors import BufferInUse
 from calculet.daemon.device.types import EngineSlot, JobSpec, RowSpec, SubmodelInfo, TaskType, TensorSpec
@@ -94,24 +100,24 @@ def shape_profile(info: SubmodelInfo) -> str:
 
 @dataclass(frozen=True)
 class PoolKey:
-    """Which contexts are interchangeable: same generation, submodel, task, engine bank and shapes."""
+    """Which contexts are interchangeable: same epoch, submodel, task, engine bank and shapes."""
 
-    generation: int
+    epoch: int
     submodel: str
     task_type: TaskType
     engine_slot: EngineSlot
     shape_profile: str
 
     @classmethod
-    def of(cls, generation: int, info: SubmodelInfo, engine_slot: EngineSlot) -> PoolKey:
-        return cls(generation, info.name, info.task_type, engine_slot, shape_profile(info))
+    def of(cls, epoch: int, info: SubmodelInfo, engine_slot: EngineSlot) -> PoolKey:
+        return cls(epoch, info.name, info.task_type, engine_slot, shape_profile(info))
 
 
 class JobContext:
     """The buffers of one pool slot and the state of the job that holds them.
 
-    Created only by `JobPool`. Attributes `key`, `slot`, `info` and `generation` never change;
-    `owner` is the job id from `acquire` until `release` (kept while quarantined, for audit).
+    Created only by `JobPool`. Attributes `key`, `slot`, `info` and `epoch` never change;
+    `owner` is the device job id from `acquire` until `release` (kept while quarantined, for audit).
     Buffers: `inputs` / `outputs` map tensor name -> registered HostBuffer; write inputs only in
     PREPARING and read outputs only in COMPLETING.
     """
@@ -128,13 +134,13 @@ class JobContext:
         self.key = key
         self.slot = slot
         self.info = info
-        self.generation = key.generation
+        self.epoch = key.epoch
         self.inputs: Mapping[str, HostBuffer] = inputs
         self.outputs: Mapping[str, HostBuffer] = outputs
-        self.owner: JobId | None = None
+        self.owner: DeviceJobId | None = None
         self._lock = lock
         self._life: Lifecycle[BufferState] = Lifecycle(
-            f"job context {key.submodel}/{key.engine_slot.value}#{slot} gen {key.generation}",
+            f"job context {key.submodel}/{key.engine_slot.value}#{slot} epoch {key.epoch}",
             BufferState.FREE,
             BUFFER_TRANSITIONS,
         )
@@ -222,7 +228,7 @@ class JobContext:
 
 @dataclass(frozen=True)
 class KeyStats:
-    """Contexts of one key of the current generation."""
+    """Contexts of one key of the current epoch."""
 
     slots: int
     free: int
@@ -232,14 +238,14 @@ class KeyStats:
 
 @dataclass(frozen=True)
 class PoolStats:
-    """Pool counters for Status and metrics (in_use / quarantined count every generation).
+    """Pool counters for Status and metrics (in_use / quarantined count every epoch).
 
     Attributes:
         acquire_misses: acquire calls that found no free slot (the "buffer pool waits" metric).
         host_bytes: bytes of every buffer still registered.
     """
 
-    generation: int
+    epoch: int
     closed: bool
     in_use: int
     quarantined: int
@@ -250,10 +256,13 @@ class PoolStats:
 
 class PoolState(Enum):
     OPEN = "open"
+    CLOSING = "closing"  # close is unregistering buffers: nothing is handed out any more
     CLOSED = "closed"
 
 
-POOL_TRANSITIONS = table([(PoolState.OPEN, [PoolState.CLOSED])])
+POOL_TRANSITIONS = table(
+    [(PoolState.OPEN, [PoolState.CLOSING]), (PoolState.CLOSING, [PoolState.CLOSED, PoolState.OPEN])]
+)
 
 
 class JobPool:
@@ -262,7 +271,7 @@ class JobPool:
     Args:
         device: the device buffers are registered with.
         submodels: the configured model's submodels (exact names must be unique).
-        generation: the model generation the first contexts belong to.
+        epoch: the buffer epoch of the first contexts (bumped by each `rebuild`).
         slots_per_key: contexts per (submodel, engine slot).
         engine_slots: engine banks to pool for; (PING, PONG) on a ping/pong device.
 
@@ -276,7 +285,7 @@ class JobPool:
         self,
         device: VirtualDevice,
         submodels: Iterable[SubmodelInfo],
-        generation: int,
+        epoch: int,
         slots_per_key: int,
         engine_slots: Sequence[EngineSlot] = (EngineSlot.AUTO,),
     ) -> None:
@@ -297,23 +306,25 @@ class JobPool:
         self._infos = infos
         self._engine_slots = tuple(engine_slots)
         self.slots_per_key = slots_per_key
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # bookkeeping only; never held across a device call
+        self._device_lock = threading.Lock()  # one register/unregister pass at a time
+        self._retiring: list[JobContext] = []  # old-epoch contexts released, to unregister
         self._life: Lifecycle[PoolState] = Lifecycle("job pool", PoolState.OPEN, POOL_TRANSITIONS)
         self._misses = 0
-        self.generation = generation
-        self._keys: dict[PoolKey, list[JobContext]] = self._build(generation)
+        self.epoch = epoch
+        self._keys: dict[PoolKey, list[JobContext]] = self._build(epoch)
         self._free: dict[PoolKey, deque[JobContext]] = {k: deque(v) for k, v in self._keys.items()}
         self._live: set[JobContext] = {c for ctxs in self._keys.values() for c in ctxs}
 
     # ---- queries -------------------------------------------------------------------------
 
     def pool_keys(self) -> tuple[PoolKey, ...]:
-        """Keys of the current generation."""
+        """Keys of the current epoch."""
         with self._lock:
             return tuple(self._keys)
 
     def key(self, submodel: str, engine_slot: EngineSlot = EngineSlot.AUTO) -> PoolKey:
-        """The current generation's key for a submodel and engine bank.
+        """The current epoch's key for a submodel and engine bank.
 
         Raises:
             InvalidArgument: the pool has no such submodel or engine slot.
@@ -325,12 +336,12 @@ class JobPool:
         raise InvalidArgument(f"job pool has no submodel {submodel!r} on engine slot {engine_slot.value}")
 
     def in_use(self) -> tuple[JobContext, ...]:
-        """Contexts held by a job (PREPARING, SUBMITTED, RUNNING, COMPLETING), any generation."""
+        """Contexts held by a job (PREPARING, SUBMITTED, RUNNING, COMPLETING), any epoch."""
         with self._lock:
             return tuple(c for c in self._live if c.state in _IN_USE)
 
     def quarantined(self) -> tuple[JobContext, ...]:
-        """Contexts in quarantine, any generation, not yet dropped."""
+        """Contexts in quarantine, any epoch, not yet dropped."""
         with self._lock:
             return tuple(c for c in self._live if c.state is BufferState.QUARANTINED)
 
@@ -346,7 +357,7 @@ class JobPool:
                 for k, ctxs in self._keys.items()
             }
             return PoolStats(
-                generation=self.generation,
+                epoch=self.epoch,
                 closed=self._life.state is PoolState.CLOSED,
                 in_use=sum(c.state in _IN_USE for c in self._live),
                 quarantined=sum(c.state is BufferState.QUARANTINED for c in self._live),
@@ -357,7 +368,7 @@ class JobPool:
 
     # ---- slot transitions ----------------------------------------------------------------
 
-    def acquire(self, key: PoolKey, owner: JobId) -> JobContext | None:
+    def acquire(self, key: PoolKey, owner: DeviceJobId) -> JobContext | None:
         """Hand a free context of `key` to job `owner` (FREE -> PREPARING).
 
         Returns:
@@ -365,13 +376,13 @@ class JobPool:
 
         Raises:
             FailedPrecondition: the pool is closed.
-            StaleGeneration: `key` is of another generation.
+            StaleGeneration: `key` is of another epoch.
             InvalidArgument: the pool has no such key.
         """
         with self._lock:
             self._check_open()
-            if key.generation != self.generation:
-                raise StaleGeneration(f"job pool is generation {self.generation}, key is generation {key.generation}")
+            if key.epoch != self.epoch:
+                raise StaleGeneration(f"job pool is epoch {self.epoch}, key is epoch {key.epoch}")
             free = self._free.get(key)
             if free is None:
                 raise InvalidArgument(f"job pool has no key {key}")
@@ -385,22 +396,23 @@ class JobPool:
 
     def release(self, ctx: JobContext) -> None:
         """Return a context after its job (COMPLETING or PREPARING -> FREE), zeroing its buffers.
+        No device call.
 
-        A context of an older generation is unregistered and retired instead.
+        A context of an older epoch is set aside instead: the next `sweep`, `rebuild` or `close`
+        unregisters and retires it.
 
         Raises:
             InvalidArgument: the context is not a live context of this pool.
             IllegalTransition: it is not COMPLETING or PREPARING (the device may own its buffers).
-            DeviceError: unregistering an old-generation context failed (it stays COMPLETING).
         """
         with self._lock:
             self._check_live(ctx)
             if not ctx._life.can_move(BufferState.FREE):
                 ctx._life.move(BufferState.FREE)  # raises IllegalTransition, nothing touched
-            if ctx.generation != self.generation:
-                self._unregister(ctx)
+            if ctx.epoch != self.epoch:
                 ctx._life.move(BufferState.FREE)
-                self._retire(ctx)
+                ctx.owner = None
+                self._retiring.append(ctx)  # never in a free list again
                 return
             for raw in ctx._raw:
                 raw.fill(0)  # no request data survives into the next job
@@ -422,38 +434,66 @@ class JobPool:
 
     # ---- pool transitions ----------------------------------------------------------------
 
-    def rebuild(self, new_generation: int) -> None:
-        """Switch to `new_generation` with freshly allocated and registered contexts.
+    def rebuild(self, new_epoch: int | None = None) -> None:
+        """Switch to buffer epoch `new_epoch` (None: the next one) with freshly allocated and
+        registered contexts.
 
-        Free contexts of older generations are unregistered and retired now; quarantined ones too,
-        except any the device still holds (`BufferInUse`: a hung job and no reset yet), which stay
-        quarantined and are retried at the next rebuild or `close`. Contexts held by a job are
-        retired when released.
+        The new buffers are registered without `_lock`, so acquires and releases of the current
+        contexts go on meanwhile; the switch itself is one step under it. Then free and quarantined
+        contexts of older epochs are unregistered and retired, except any quarantined one the device
+        still holds (`BufferInUse`: a hung job and no reset yet), which stays quarantined and is
+        retried at the next rebuild or `close`. Contexts held by a job are retired once released.
 
         Raises:
             FailedPrecondition: the pool is closed.
-            InvalidArgument: `new_generation` is not greater than the current one.
+            InvalidArgument: `new_epoch` is not greater than the current one.
             DeviceError: registering the new buffers failed (the pool is unchanged) or
                 unregistering an old free buffer failed.
         """
-        with self._lock:
-            self._check_open()
-            if new_generation <= self.generation:
-                raise InvalidArgument(f"job pool rebuild to generation {new_generation}, current is {self.generation}")
-            fresh = self._build(new_generation)
-            old = [c for c in self._live if c.state in (BufferState.FREE, BufferState.QUARANTINED)]
-            self.generation = new_generation
-            self._keys = fresh
-            self._free = {k: deque(v) for k, v in fresh.items()}
-            self._live.update(c for ctxs in fresh.values() for c in ctxs)
-            for ctx in old:
+        with self._device_lock:
+            with self._lock:
+                self._check_open()
+                if new_epoch is None:
+                    new_epoch = self.epoch + 1
+                if new_epoch <= self.epoch:
+                    raise InvalidArgument(f"job pool rebuild to epoch {new_epoch}, current is {self.epoch}")
+            fresh = self._build(new_epoch)  # device calls; nothing else can reach these contexts yet
+            with self._lock:
+                old = [c for c in self._live if c.state in (BufferState.FREE, BufferState.QUARANTINED)]
+                self._retiring.clear()  # free old-epoch contexts: all in `old`
+                self.epoch = new_epoch
+                self._keys = fresh
+                self._free = {k: deque(v) for k, v in fresh.items()}
+                self._live.update(c for ctxs in fresh.values() for c in ctxs)
+            for ctx in old:  # unreachable now: in no free list, and quarantined ones are never handed out
                 try:
                     self._unregister(ctx)
                 except BufferInUse:
                     if ctx.state is not BufferState.QUARANTINED:
                         raise
                     continue  # still held by the device: stays quarantined, retried later
-                self._retire(ctx)
+                with self._lock:
+                    self._retire(ctx)
+
+    def sweep(self) -> None:
+        """Unregister and retire the old-epoch contexts released since the last pass (device calls,
+        made without `_lock`). On a DeviceError the rest stay set aside for the next pass.
+
+        Raises:
+            DeviceError: the device refused to unregister a buffer.
+        """
+        with self._device_lock:
+            with self._lock:
+                todo, self._retiring = self._retiring, []
+            for n, ctx in enumerate(todo):
+                try:
+                    self._unregister(ctx)
+                except BaseException:
+                    with self._lock:
+                        self._retiring[:0] = todo[n:]
+                    raise
+                with self._lock:
+                    self._retire(ctx)
 
     def close(self) -> None:
         """Unregister every buffer and close the pool. Idempotent.
@@ -463,28 +503,38 @@ class JobPool:
             DeviceError: the device refused to unregister a buffer (e.g. a quarantined context of a
                 hung job before a reset); the pool stays open and close can be retried.
         """
-        with self._lock:
-            if self._life.state is PoolState.CLOSED:
-                return
-            busy = [c for c in self._live if c.state in _IN_USE]
-            if busy:
-                raise FailedPrecondition(f"job pool close refused: {len(busy)} contexts held by jobs")
-            for ctx in list(self._live):
-                self._unregister(ctx)
-                self._retire(ctx)
-            self._keys, self._free = {}, {}
-            self._life.move(PoolState.CLOSED)
+        with self._device_lock:
+            with self._lock:
+                if self._life.state is PoolState.CLOSED:
+                    return
+                busy = [c for c in self._live if c.state in _IN_USE]
+                if busy:
+                    raise FailedPrecondition(f"job pool close refused: {len(busy)} contexts held by jobs")
+                self._life.move(PoolState.CLOSING)  # nothing is handed out while buffers go
+                live = list(self._live)
+            try:
+                for ctx in live:
+                    self._unregister(ctx)
+                    with self._lock:
+                        self._retire(ctx)
+            except BaseException:
+                with self._lock:
+                    self._life.move(PoolState.OPEN)
+                raise
+            with self._lock:
+                self._keys, self._free, self._retiring = {}, {}, []
+                self._life.move(PoolState.CLOSED)
 
-    # ---- internals (lock held) -----------------------------------------------------------
+    # ---- internals --------------------------------------------------------------------------
 
-    def _build(self, generation: int) -> dict[PoolKey, list[JobContext]]:
-        """Allocate and register every context of a generation; all or nothing."""
+    def _build(self, epoch: int) -> dict[PoolKey, list[JobContext]]:
+        """Allocate and register every context of an epoch; all or nothing (device calls, no lock)."""
         built: dict[PoolKey, list[JobContext]] = {}
         registered: list[HostBuffer] = []
         try:
             for info in self._infos:
                 for engine_slot in self._engine_slots:
-                    key = PoolKey.of(generation, info, engine_slot)
+                    key = PoolKey.of(epoch, info, engine_slot)
                     ctxs = []
                     for slot in range(self.slots_per_key):
                         inputs = {s.name: self._register(s, registered) for s in info.inputs}
@@ -503,17 +553,19 @@ class JobPool:
         return buf
 
     def _unregister(self, ctx: JobContext) -> None:
+        """Device calls, without `_lock`: the caller made `ctx` unreachable first."""
         while ctx._registered:
             self._device.unregister_buffer(ctx._registered[-1])
             ctx._registered.pop()
 
     def _retire(self, ctx: JobContext) -> None:
+        """`_lock` held."""
         ctx._life.move(BufferState.RETIRED)
         self._live.discard(ctx)
 
     def _check_open(self) -> None:
-        if self._life.state is PoolState.CLOSED:
-            raise FailedPrecondition("job pool is closed")
+        if self._life.state is not PoolState.OPEN:
+            raise FailedPrecondition(f"job pool is {self._life.state.value}")
 
     def _check_live(self, ctx: JobContext) -> None:
         if ctx not in self._live:

@@ -16,7 +16,7 @@ Data flow for one device job that extends a lane:
     release(lane, owner)               ACTIVE|UNKNOWN -> FREE
 
 Ownership: a lane in ACTIVE/RESERVED/UNKNOWN belongs to exactly one sequence; while RESERVED it is
-also held by exactly one in-flight job (the Reservation's `job_id`) and the device may write KV
+also held by exactly one device job (the Reservation's `device_job_id`) and the device may write KV
 positions `past_len .. target_len - 1`. A RESERVED lane cannot be released (the device may still
 write it): a cancelled sequence calls `release_when_idle`, and the lane is freed by the commit,
 rollback or mark_unknown that ends the reservation.
@@ -27,19 +27,20 @@ generation is retired instead, and with it this manager.
 
 Generation fencing: a manager belongs to exactly one generation; Reservations and handles carry it,
 and a Reservation of another generation raises `StaleGeneration`. Capacity is a return value:
-`assign` returns None when no lane is free and changes nothing. Thread-safety: one lock per manager;
-every public method is atomic.
+`assign` returns None when no lane is free and changes nothing.
+
+Lock: none of its own. Its owner (the scheduler, under the engine lock) serialises every call; the
+executor reserves, commits and rolls back under that same lock.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 from dataclasses import dataclass
 from enum import Enum
 
 from calculet.daemon.core.errors import StaleGeneration
-from calculet.daemon.core.ids import JobId, SequenceId
+from calculet.daemon.core.ids import DeviceJobId, SequenceId
 from calculet.daemon.device.types import RowSpec
 from calculet.daemon.errors import FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.daemon.lifecycle import Lifecycle, table
@@ -99,7 +100,7 @@ class Reservation:
 
     lane: int
     owner: SequenceId
-    job_id: JobId
+    device_job_id: DeviceJobId
     generation: int
     past_len: int
     target_len: int
@@ -121,7 +122,7 @@ class LaneSnapshot:
 
     Attributes:
         length: committed KV tokens (0 unless ACTIVE or RESERVED).
-        job_id / target_len: the in-flight reservation, when RESERVED.
+        device_job_id / target_len: the in-flight reservation, when RESERVED.
         release_pending: the owner cancelled; the lane is freed when its job ends.
     """
 
@@ -129,13 +130,13 @@ class LaneSnapshot:
     state: LaneState
     owner: SequenceId | None
     length: int
-    job_id: JobId | None
+    device_job_id: DeviceJobId | None
     target_len: int | None
     release_pending: bool
 
 
 class _Lane:
-    """Mutable record of one lane; only `KVManager` touches it, under its lock."""
+    """Mutable record of one lane; only `KVManager` touches it."""
 
     def __init__(self, index: int, generation: int) -> None:
         self.index = index
@@ -154,7 +155,7 @@ class _Lane:
             state=self.life.state,
             owner=self.owner,
             length=self.length,
-            job_id=r.job_id if r else None,
+            device_job_id=r.device_job_id if r else None,
             target_len=r.target_len if r else None,
             release_pending=self.release_pending,
         )
@@ -180,7 +181,6 @@ class KVManager:
         self.lanes = lanes
         self.lane_context = lane_context
         self.generation = generation
-        self._lock = threading.Lock()
         self._lanes = [_Lane(i, generation) for i in range(lanes)]
         self._free: set[int] = set(range(lanes))
         self._by_owner: dict[SequenceId, int] = {}
@@ -190,23 +190,23 @@ class KVManager:
 
     def free_count(self) -> int:
         """Lanes in FREE (what admission compares a request's need against)."""
-        with self._lock:
-            return len(self._free)
+        return len(self._free)
+
+    def used_count(self) -> int:
+        """Lanes held by a sequence (ACTIVE, RESERVED or UNKNOWN)."""
+        return self.lanes - len(self._free)
 
     def all_idle(self) -> bool:
         """True when every lane is FREE (leak check: nothing owned, nothing in flight)."""
-        with self._lock:
-            return len(self._free) == self.lanes
+        return len(self._free) == self.lanes
 
     def lane_of(self, owner: SequenceId) -> int | None:
         """The lane `owner` holds, or None."""
-        with self._lock:
-            return self._by_owner.get(owner)
+        return self._by_owner.get(owner)
 
     def snapshot(self) -> tuple[LaneSnapshot, ...]:
         """Every lane's state, owner, committed length and in-flight job, in lane order."""
-        with self._lock:
-            return tuple(lane.snapshot() for lane in self._lanes)
+        return tuple(lane.snapshot() for lane in self._lanes)
 
     def lane(self, lane: int) -> LaneSnapshot:
         """One lane's snapshot.
@@ -214,8 +214,7 @@ class KVManager:
         Raises:
             InvalidArgument: lane index out of range.
         """
-        with self._lock:
-            return self._get(lane).snapshot()
+        return self._get(lane).snapshot()
 
     # ---- transactions --------------------------------------------------------------------
 
@@ -228,21 +227,20 @@ class KVManager:
         Raises:
             OwnerHasLane: `owner` already holds a lane.
         """
-        with self._lock:
-            held = self._by_owner.get(owner)
-            if held is not None:
-                raise OwnerHasLane(f"sequence {owner!r} already holds KV lane {held}")
-            if not self._free:
-                return None
-            index = min(self._free)
-            lane = self._lanes[index]
-            lane.life.move(LaneState.ACTIVE)
-            self._free.remove(index)
-            lane.owner, lane.length = owner, 0
-            self._by_owner[owner] = index
-            return LaneHandle(index, owner, self.generation)
+        held = self._by_owner.get(owner)
+        if held is not None:
+            raise OwnerHasLane(f"sequence {owner!r} already holds KV lane {held}")
+        if not self._free:
+            return None
+        index = min(self._free)
+        lane = self._lanes[index]
+        lane.life.move(LaneState.ACTIVE)
+        self._free.remove(index)
+        lane.owner, lane.length = owner, 0
+        self._by_owner[owner] = index
+        return LaneHandle(index, owner, self.generation)
 
-    def reserve(self, lane: int, owner: SequenceId, target_len: int, job_id: JobId) -> Reservation:
+    def reserve(self, lane: int, owner: SequenceId, target_len: int, device_job_id: DeviceJobId) -> Reservation:
         """Reserve `lane` for one job extending it from its committed length to `target_len`.
 
         Every check runs before anything changes.
@@ -254,25 +252,24 @@ class KVManager:
             FailedPrecondition: the owner cancelled (release pending).
             IllegalTransition: the lane is not ACTIVE (already RESERVED, or UNKNOWN).
         """
-        with self._lock:
-            rec = self._owned(lane, owner)
-            if rec.release_pending:
-                raise FailedPrecondition(f"KV lane {lane}: sequence {owner!r} is being released")
-            if not rec.life.can_move(LaneState.RESERVED):
-                raise IllegalTransition(f"KV lane {lane} is {rec.life.state.name}, only an ACTIVE lane can be reserved")
-            if target_len > self.lane_context:
-                raise InvalidArgument(
-                    f"KV lane {lane}: target length {target_len} exceeds lane context {self.lane_context}"
-                )
-            if target_len <= rec.length:
-                raise InvalidArgument(
-                    f"KV lane {lane}: target length {target_len} must exceed committed length {rec.length}"
-                )
-            token = next(self._tokens)
-            res = Reservation(lane, owner, job_id, self.generation, rec.length, target_len, token)
-            rec.life.move(LaneState.RESERVED)
-            rec.reservation = res
-            return res
+        rec = self._owned(lane, owner)
+        if rec.release_pending:
+            raise FailedPrecondition(f"KV lane {lane}: sequence {owner!r} is being released")
+        if not rec.life.can_move(LaneState.RESERVED):
+            raise IllegalTransition(f"KV lane {lane} is {rec.life.state.name}, only an ACTIVE lane can be reserved")
+        if target_len > self.lane_context:
+            raise InvalidArgument(
+                f"KV lane {lane}: target length {target_len} exceeds lane context {self.lane_context}"
+            )
+        if target_len <= rec.length:
+            raise InvalidArgument(
+                f"KV lane {lane}: target length {target_len} must exceed committed length {rec.length}"
+            )
+        token = next(self._tokens)
+        res = Reservation(lane, owner, device_job_id, self.generation, rec.length, target_len, token)
+        rec.life.move(LaneState.RESERVED)
+        rec.reservation = res
+        return res
 
     def commit(self, reservation: Reservation) -> LaneSnapshot:
         """The job finished with valid output: its KV positions are trusted (length = target).
@@ -287,11 +284,10 @@ class KVManager:
             StaleReservation: it was already ended (commit, rollback or mark_unknown).
             InvalidArgument: lane out of range.
         """
-        with self._lock:
-            rec = self._live(reservation)
-            rec.life.move(LaneState.ACTIVE)
-            rec.length = reservation.target_len
-            return self._end_reservation(rec)
+        rec = self._live(reservation)
+        rec.life.move(LaneState.ACTIVE)
+        rec.length = reservation.target_len
+        return self._end_reservation(rec)
 
     def rollback(self, reservation: Reservation) -> LaneSnapshot:
         """The job did not run or its result is discarded and its KV writes (if any) lie beyond
@@ -305,10 +301,9 @@ class KVManager:
             StaleReservation: it was already ended.
             InvalidArgument: lane out of range.
         """
-        with self._lock:
-            rec = self._live(reservation)
-            rec.life.move(LaneState.ACTIVE)
-            return self._end_reservation(rec)
+        rec = self._live(reservation)
+        rec.life.move(LaneState.ACTIVE)
+        return self._end_reservation(rec)
 
     def mark_unknown(self, lane: int) -> LaneSnapshot:
         """A fault left the lane's KV untrusted (ACTIVE or RESERVED -> UNKNOWN, length 0).
@@ -323,21 +318,19 @@ class KVManager:
             InvalidArgument: lane out of range.
             IllegalTransition: the lane is FREE or already UNKNOWN.
         """
-        with self._lock:
-            return self._mark_unknown(self._get(lane))
+        return self._mark_unknown(self._get(lane))
 
     def mark_all_unknown(self) -> list[int]:
         """Mark every ACTIVE or RESERVED lane UNKNOWN (e.g. after `reset_configuration`, which
         clears all lanes). Returns the lanes marked."""
-        with self._lock:
-            hit = [
-                rec
-                for rec in self._lanes
-                if rec.life.state in (LaneState.ACTIVE, LaneState.RESERVED)  # FREE/UNKNOWN: nothing to lose
-            ]
-            for rec in hit:
-                self._mark_unknown(rec)
-            return [rec.index for rec in hit]
+        hit = [
+            rec
+            for rec in self._lanes
+            if rec.life.state in (LaneState.ACTIVE, LaneState.RESERVED)  # FREE/UNKNOWN: nothing to lose
+        ]
+        for rec in hit:
+            self._mark_unknown(rec)
+        return [rec.index for rec in hit]
 
     def rebuild(self, lane: int, owner: SequenceId) -> LaneHandle:
         """Give an UNKNOWN lane back to its owner empty (UNKNOWN -> ACTIVE, length 0); the owner
@@ -348,14 +341,13 @@ class KVManager:
             LaneNotOwned: the lane is free or held by another sequence.
             IllegalTransition: the lane is not UNKNOWN.
         """
-        with self._lock:
-            rec = self._owned(lane, owner)
-            if rec.life.state is not LaneState.UNKNOWN:
-                # RESERVED -> ACTIVE is a legal edge (commit/rollback) but not a rebuild.
-                raise IllegalTransition(f"KV lane {lane} is {rec.life.state.name}, only UNKNOWN is rebuilt")
-            rec.life.move(LaneState.ACTIVE)
-            rec.length = 0
-            return LaneHandle(lane, owner, self.generation)
+        rec = self._owned(lane, owner)
+        if rec.life.state is not LaneState.UNKNOWN:
+            # RESERVED -> ACTIVE is a legal edge (commit/rollback) but not a rebuild.
+            raise IllegalTransition(f"KV lane {lane} is {rec.life.state.name}, only UNKNOWN is rebuilt")
+        rec.life.move(LaneState.ACTIVE)
+        rec.length = 0
+        return LaneHandle(lane, owner, self.generation)
 
     def release(self, lane: int, owner: SequenceId) -> None:
         """Free an ACTIVE or UNKNOWN lane (-> FREE, length 0).
@@ -366,14 +358,13 @@ class KVManager:
             IllegalTransition: the lane is RESERVED (the device may still write it; use
                 `release_when_idle`).
         """
-        with self._lock:
-            rec = self._owned(lane, owner)
-            if rec.life.state is LaneState.RESERVED:
-                raise IllegalTransition(
-                    f"KV lane {lane} is RESERVED by job {rec.reservation and rec.reservation.job_id}: "
-                    "it cannot be released while the device may write it (use release_when_idle)"
-                )
-            self._free_lane(rec)
+        rec = self._owned(lane, owner)
+        if rec.life.state is LaneState.RESERVED:
+            raise IllegalTransition(
+                f"KV lane {lane} is RESERVED by device job {rec.reservation and rec.reservation.device_job_id}: "
+                "it cannot be released while the device may write it (use release_when_idle)"
+            )
+        self._free_lane(rec)
 
     def release_when_idle(self, lane: int, owner: SequenceId) -> bool:
         """Release now if no job is in flight on the lane; otherwise mark it so the commit,
@@ -386,15 +377,14 @@ class KVManager:
             InvalidArgument: lane out of range.
             LaneNotOwned: the lane is free or held by another sequence.
         """
-        with self._lock:
-            rec = self._owned(lane, owner)
-            if rec.life.state is LaneState.RESERVED:
-                rec.release_pending = True
-                return False
-            self._free_lane(rec)
-            return True
+        rec = self._owned(lane, owner)
+        if rec.life.state is LaneState.RESERVED:
+            rec.release_pending = True
+            return False
+        self._free_lane(rec)
+        return True
 
-    # ---- internals (lock held) -----------------------------------------------------------
+    # ---- internals -----------------------------------------------------------------------
 
     def _get(self, lane: int) -> _Lane:
         if not 0 <= lane < self.lanes:
@@ -411,13 +401,13 @@ class KVManager:
     def _live(self, reservation: Reservation) -> _Lane:
         if reservation.generation != self.generation:
             raise StaleGeneration(
-                f"reservation of job {reservation.job_id} is for generation {reservation.generation}, "
+                f"reservation of device job {reservation.device_job_id} is for generation {reservation.generation}, "
                 f"KV manager is generation {self.generation}"
             )
         rec = self._get(reservation.lane)
         if rec.reservation != reservation:
             raise StaleReservation(
-                f"KV lane {reservation.lane}: reservation of job {reservation.job_id} was already ended "
+                f"KV lane {reservation.lane}: reservation of device job {reservation.device_job_id} was already ended "
                 f"(lane is {rec.life.state.name})"
             )
         return rec

@@ -8,6 +8,11 @@ device can hold two configurations, a reload loads beside the old generation and
 where it cannot, the old generation is drained and unloaded first. A second Load of an alias that is
 loading is refused. Unload drains with a timeout, then cancels what is left and waits for the
 device to finish with every buffer before releasing the configuration.
+
+The generations themselves live in the engine's one table (`GenerationTable`): this manager adds,
+publishes, fences and removes them through the engine's methods and keeps no map of its own. Its
+lock guards only the set of aliases being loaded. Load, unload and warm-up block their caller
+(an operations RPC's worker thread), never the engine's threads.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from calculet.daemon.core.engine import Engine
-from calculet.daemon.core.events import EventLog, FinishReason
+from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.runtime import ModelRuntime
@@ -105,10 +110,9 @@ class ModelManager:
         self.models_root = models_root.resolve()
         self.warm_timeout_s = warm_timeout_s
         self.drain_timeout_s = drain_timeout_s
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards `_loading` only
         self._loading: set[str] = set()
         self._generations = itertools.count(1)
-        self.runtimes: dict[int, ModelRuntime] = {}  # every generation not yet unloaded
         info = device.info()
         self.max_resident = info.capabilities.max_resident_configurations
         self.limits = DeviceLimits.from_device_info(info)
@@ -116,12 +120,12 @@ class ModelManager:
     # ---- queries --------------------------------------------------------------------------
 
     def serving(self, alias: str) -> ModelRuntime | None:
-        with self.engine.cond:
-            return self.engine.aliases.get(alias)
+        """The generation published under `alias` (in any state), or None."""
+        return self.engine.serving(alias)
 
     def all(self) -> list[ModelRuntime]:
-        with self._lock:
-            return sorted(self.runtimes.values(), key=lambda rt: rt.generation)
+        """Every generation not yet unloaded, oldest first."""
+        return self.engine.generation_list()
 
     def resolve_package(self, path: str) -> Path:
         """Confine a package path to the models root.
@@ -225,15 +229,14 @@ class ModelManager:
         rt = ModelRuntime(alias, generation, manifest, package_dir)
         step = _Stepper(rt, progress)
         step.move(ModelState.VALIDATING, f"validated {package_dir.name} ({len(report.warnings)} warnings)")
-        with self._lock:
-            self.runtimes[generation] = rt
+        self.engine.add_generation(rt)
         try:
             step.move(ModelState.CONFIGURING, "configuring on the device")
             self._make_room(alias, drain_s)
             model = self.device.configure(package_dir, manifest)
-            rt.attach(self.device, model, self.engine.executor.engine_slots, self.engine.config.synchronous)
+            rt.attach(self.device, model, self.engine.engine_slots, self.engine.config.synchronous)
             step.move(ModelState.WARMING, "running the golden prefill/decode check")
-            self.engine.add_runtime(rt)
+            self.engine.start_jobs(rt)
             self._golden_check(rt)
         except CalculetError as exc:
             step.fail(exc)
@@ -252,8 +255,7 @@ class ModelManager:
     def _make_room(self, alias: str, drain_s: float) -> None:
         """Where the device cannot hold one more configuration, drain and unload the alias's old
         generation first (CalRT 0.7.6 holds one calbin)."""
-        with self._lock:
-            configured = [r for r in self.runtimes.values() if r.model is not None]
+        configured = [r for r in self.all() if r.model is not None]
         if len(configured) < self.max_resident:
             return
         old = self.serving(alias)
@@ -271,20 +273,16 @@ class ModelManager:
             sampling=SamplingParams(temperature=0.0),
             stopping=StoppingParams(max_tokens=len(golden.decode_tokens), ignore_eos=True),
         )
-        job_id, _ = self.engine.submit(req, runtime=rt, capture_logits=True)
-        seq = self.engine.sequence(job_id)
-        assert seq is not None
-        if not wait_finished(seq.log, self.warm_timeout_s):
-            self.engine.cancel(job_id)
+        probe = self.engine.probe(req, rt, self.warm_timeout_s)
+        if probe is None:
             raise FailedPrecondition(f"golden check did not finish within {self.warm_timeout_s}s")
-        final = seq.log.read(0)[-1]
-        if getattr(final, "reason", None) not in (FinishReason.LENGTH, FinishReason.STOP):
-            raise FailedPrecondition(f"golden check failed: {getattr(final, 'error_message', final)}")
-        if tuple(seq.generated) != golden.decode_tokens:
+        if probe.final.reason not in (FinishReason.LENGTH, FinishReason.STOP):
+            raise FailedPrecondition(f"golden check failed: {probe.final.error_message}")
+        if probe.tokens != golden.decode_tokens:
             raise FailedPrecondition(
-                f"golden decode mismatch: expected {list(golden.decode_tokens)}, got {seq.generated}"
+                f"golden decode mismatch: expected {list(golden.decode_tokens)}, got {list(probe.tokens)}"
             )
-        _check_top_logits(seq.first_logits, golden.prefill_top, golden.logit_atol)
+        _check_top_logits(probe.first_logits, golden.prefill_top, golden.logit_atol)
 
     # ---- unload ---------------------------------------------------------------------------
 
@@ -312,10 +310,8 @@ class ModelManager:
             False, doing nothing, when the generation is no longer Ready: another caller (an Unload,
             or a Load replacing it) is already retiring it and finishes the job.
         """
-        with self.engine.cond:
-            if rt.state is not ModelState.READY:
-                return False
-            rt.lifecycle.move(ModelState.DRAINING)
+        if not self.engine.begin_draining(rt):
+            return False
         running = self.engine.count_sequences(rt.generation)
         if self.engine.wait_generation_idle(rt.generation, timeout):
             rt.drained_jobs = running
@@ -332,15 +328,14 @@ class ModelManager:
         return True
 
     def _discard(self, rt: ModelRuntime) -> None:
-        """Remove a generation from the engine and give its device resources back."""
-        self.engine.remove_runtime(rt.generation)
+        """Fence a generation, give its device resources back, and remove it from the engine."""
+        self.engine.fence_generation(rt.generation)
         if rt.pool is not None:
             rt.pool.close()
         if rt.model is not None:
             self.device.release(rt.model)
             rt.model = None
-        with self._lock:
-            self.runtimes.pop(rt.generation, None)
+        self.engine.remove_generation(rt.generation)
 
 
 class _Stepper:
@@ -370,20 +365,3 @@ def _check_top_logits(logits: np.ndarray | None, expected: tuple[tuple[int, floa
     for (etok, eval_), (gtok, gval) in zip(expected, got, strict=True):
         if etok != gtok or abs(eval_ - gval) > atol:
             raise FailedPrecondition(f"golden prefill mismatch: expected top {list(expected)}, got {got}")
-
-
-def wait_finished(log: EventLog, timeout: float) -> bool:
-    """Block until the log has its final event or `timeout` seconds pass."""
-    deadline = time.monotonic() + timeout
-    changed = threading.Event()
-    unsubscribe = log.subscribe(changed.set)
-    try:
-        while not log.finished:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            changed.wait(remaining)
-            changed.clear()
-        return True
-    finally:
-        unsubscribe()

@@ -73,8 +73,8 @@ class ModelRuntime:
     ) -> None:
         """Build the per-generation state around a freshly configured model.
 
-        The job pool's own generation counter is a buffer epoch of this model generation: it
-        starts at 0 and moves on each time quarantined buffers force a rebuild.
+        The job pool's `epoch` counts buffer rebuilds within this model generation: it starts at 0
+        and moves on each time quarantined buffers force a rebuild.
 
         Raises:
             FailedPrecondition: the model lacks a prefill or decode submodel.

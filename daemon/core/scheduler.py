@@ -12,7 +12,17 @@ them into `JobPlan`s; it never touches the device. Order of preference for each 
    (bounded wait), so neither queue starves.
 
 With two in-flight slots a prefill naturally runs beside a decode job on other lanes: the decode job
-holds every ready lane, so the other slot takes the prefill. Callers hold the engine lock.
+holds every ready lane, so the other slot takes the prefill.
+
+Lanes: the scheduler is the one owner of lane assignment. `plan` gives a prefill's sequence its lane
+(a free one, or its own UNKNOWN lane rebuilt for a re-prefill) and hands the plan's sequences to the
+job (state PREFILL/DECODE) with each row's target KV length; `unplan` takes them back if the job
+never starts; `release_lane` frees a finished sequence's lane and `lose_lane` marks the lane of a
+sequence outside any job untrusted. The executor only reserves, commits or rolls back the rows a plan
+gave it. How many lanes a generation uses is read from its `KVManager`, never counted on the side.
+
+Lock: none of its own. The engine lock guards the scheduler, its admission queues and (through it)
+the generations' KV managers; every method is called with it held.
 """
 
 from __future__ import annotations
@@ -20,9 +30,10 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from calculet.daemon.core.admission import AdmissionQueue
+from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType
@@ -58,12 +69,18 @@ class SchedulingPolicy:
 
 @dataclass
 class JobPlan:
-    """One device job to build: a prefill of one sequence or a decode step of several."""
+    """One device job to build: a prefill of one sequence or a decode step of several.
+
+    Attributes:
+        seqs: the sequences the job carries, each already holding its lane.
+        targets: per sequence, (lane, KV length after the job): what the executor reserves.
+    """
 
     runtime: ModelRuntime
     task: TaskType
     submodel: SubmodelInfo
     seqs: list[Sequence]
+    targets: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Scheduler:
@@ -79,7 +96,6 @@ class Scheduler:
         self.orphans: list[Sequence] = []  # recovering sequences whose generation no longer runs
         self._short_tokens_passed_long = 0
         self._decodes_passed_prefill = 0
-        self._active: dict[int, int] = {}  # generation -> sequences holding lanes
 
     # ---- bookkeeping --------------------------------------------------------------------
 
@@ -116,11 +132,56 @@ class Scheduler:
         if seq in self.recover:
             self.recover.remove(seq)
 
-    def lane_taken(self, generation: int) -> None:
-        self._active[generation] = self._active.get(generation, 0) + 1
+    # ---- lanes ----------------------------------------------------------------------------
 
-    def lane_returned(self, generation: int) -> None:
-        self._active[generation] -= 1
+    def release_lane(self, seq: Sequence, rt: ModelRuntime | None) -> None:
+        """Free the lane of a sequence that is not in a job (it finished). `rt` None: its generation
+        is gone, and its lanes with it."""
+        if seq.lane is not None and rt is not None and rt.kv is not None:
+            rt.kv.release(seq.lane, seq.job_id)
+        seq.lane = None
+
+    def lose_lane(self, seq: Sequence, rt: ModelRuntime) -> None:
+        """The KV of a sequence outside any job is no longer trusted (its lane was cleared, or its job
+        never ran): mark it UNKNOWN, so a re-prefill rebuilds it from scratch."""
+        assert rt.kv is not None
+        if seq.lane is not None and rt.kv.lane(seq.lane).state is not LaneState.UNKNOWN:
+            rt.kv.mark_unknown(seq.lane)
+
+    def unplan(self, plan: JobPlan) -> None:
+        """Take back the sequences of a plan whose job never started (no free job context): a prefill
+        re-prefills its lane from scratch, a decode row is ready again."""
+        for seq in plan.seqs:
+            if plan.task is TaskType.PREFILL:
+                self.lose_lane(seq, plan.runtime)
+                seq.lifecycle.move(SeqState.RECOVER)
+                self.mark_recover(seq)
+            else:
+                seq.lifecycle.move(SeqState.READY)
+                self.mark_ready(seq)
+
+    def _hand_to_job(self, plan: JobPlan) -> JobPlan:
+        """Give a prefill's sequence its lane, move the plan's sequences into the job and fill in each
+        row's target KV length."""
+        kv = plan.runtime.kv
+        assert kv is not None
+        for seq in plan.seqs:
+            if plan.task is TaskType.PREFILL:
+                if seq.state is SeqState.RECOVER and seq.lane is not None:
+                    kv.rebuild(seq.lane, seq.job_id)
+                else:
+                    handle = kv.assign(seq.job_id)
+                    assert handle is not None, "a prefill was planned without a free lane"
+                    seq.lane = handle.lane
+                    seq.t_admit = time.monotonic()
+                assert seq.lane is not None
+                plan.targets.append((seq.lane, len(seq.prefill_tokens)))
+                seq.lifecycle.move(SeqState.PREFILL)
+            else:
+                assert seq.lane is not None
+                plan.targets.append((seq.lane, seq.kv_len_when_ready + 1))
+                seq.lifecycle.move(SeqState.DECODE)
+        return plan
 
     def expire(self, now: float) -> list[Sequence]:
         return [*self.short.expire(now), *self.long.expire(now)]
@@ -144,12 +205,17 @@ class Scheduler:
     # ---- the choice ---------------------------------------------------------------------
 
     def plan(self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int]) -> JobPlan | None:
-        """The next job to run, or None when nothing can run now.
+        """The next job to run, its sequences handed over to it with their lanes, or None when
+        nothing can run now. Recovering sequences whose generation no longer runs go to `orphans`.
 
         Args:
             runtimes: running generations by number (the ones whose lanes may be used).
             decoding: decode jobs in flight per generation.
         """
+        plan = self._choose(runtimes, decoding)
+        return self._hand_to_job(plan) if plan is not None else None
+
+    def _choose(self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int]) -> JobPlan | None:
         while self.recover:
             seq = self.recover.popleft()
             rt = runtimes.get(seq.generation)
@@ -192,7 +258,7 @@ class Scheduler:
                 rt is not None
                 and rt.kv is not None
                 and rt.kv.free_count() > 0
-                and self._active.get(seq.generation, 0) < self.policy.max_active
+                and rt.kv.used_count() < self.policy.max_active
             )
 
         long_due = self._short_tokens_passed_long >= self.policy.long_prefill_budget

@@ -1,9 +1,10 @@
-"""One generation job inside the daemon: its tokens, lane, state and output log.
+"""One client job inside the daemon (a Submit): its tokens, lane, state and output log.
 
-Ownership: the engine owns every `Sequence`; its `lane` is owned by the sequence between
-assignment and release (the KV manager records the same owner); while a job carrying the
-sequence is in flight, the executor holds it (state PREFILL or DECODE) and nothing else may
-change its tokens or lane.
+Ownership: the engine owns every `Sequence` and mutates it only under its lock. Its `lane` is held
+by the sequence between the scheduler's assignment and release (the KV manager records the same
+owner). While WAITING / READY / RECOVER it sits in the scheduler's sets; while a device job carrying
+it is in flight (PREFILL or DECODE) that `DeviceJob` holds it and nothing else changes its tokens or
+lane until the job's completion is applied.
 
 KV invariant while READY: the lane holds `prompt + generated[:-1]`, and `generated[-1]` is the
 next decode input. A (re-)prefill feeds `prompt + generated` and samples the next token from
@@ -99,17 +100,22 @@ class Sequence:
     def remaining(self) -> int:
         return self.request.stopping.max_tokens - len(self.generated)
 
-    def accept(self, token: int, logprob: TokenLogprob | None) -> FinishReason | None:
-        """Record a sampled token, stream it, and say whether generation is finished."""
+    def stop_reason_after(self, token: int) -> FinishReason | None:
+        """Whether accepting `token` would end generation, and why (no change)."""
+        if token in self.stop_ids:
+            return FinishReason.STOP
+        if self.remaining <= 1:
+            return FinishReason.LENGTH
+        return None
+
+    def accept(self, token: int, logprob: TokenLogprob | None) -> None:
+        """Record a sampled token and stream it."""
         self.generated.append(token)
+        if self.history is not None:
+            self.history.append(token)
         if self.t_first is None:
             self.t_first = time.monotonic()
         self.log.append_tokens((token,), (logprob,) if logprob is not None else ())
-        if token in self.stop_ids:
-            return FinishReason.STOP
-        if self.remaining <= 0:
-            return FinishReason.LENGTH
-        return None
 
     def finish(self, reason: FinishReason, error_kind: ErrorKind | None = None, message: str = "") -> bool:
         """Move to DONE and write the final event (first call wins)."""

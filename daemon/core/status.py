@@ -1,6 +1,7 @@
 """Read-only views of the daemon for Health, Status, WatchLoad and GetModel (domain form).
 
-Built under the engine lock by `DeviceCore`, converted to protobuf by `calculet.daemon.wire`.
+Built by `DeviceCore` (`views.py`) from one `EngineSnapshot` plus the device's own facts, with no
+lock held; converted to protobuf by `calculet.daemon.wire_views`.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class Submission(ABC):
     """Handle of one submitted job (CalRT OutputBuf status + Wait)."""
 
     job_id: int
-    engine: EngineSlot
+    engine_slot: EngineSlot  # the engine bank running it
     spec: JobSpec
 
     @abstractmethod
@@ -173,7 +173,7 @@ class VirtualDevice(ABC):
         """
 
     @abstractmethod
-    def submit(self, model: ConfiguredModel, job: JobSpec, engine: EngineSlot = EngineSlot.AUTO) -> Submission:
+    def submit(self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO) -> Submission:
         """Queue a job without blocking (CalRT infer() / SubmitJob()).
 
         Returns:
@@ -218,7 +218,10 @@ class VirtualDevice(ABC):
 
     @abstractmethod
     def healthy(self) -> bool:
-        """False once the device is lost or otherwise unusable without a process restart."""
+        """False once the device is lost or otherwise unusable without a process restart.
+
+        Must answer at once, without waiting for device work: the daemon calls it on its event loop
+        for every Health and WatchLoad report."""
 
     @abstractmethod
     def close(self) -> None:

@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 
-from calculet.daemon.core.device_core import DeviceCore, SubmitResult
+from calculet.daemon.core.device_core import DeviceCore, SubmitReceipt
 from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
@@ -149,7 +149,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             job_id=result.job_id, deduplicated=result.deduplicated, seed=result.seed, generation=result.generation
         )
 
-    def _submit_checked(self, request: inference_pb2.SubmitRequest, limits: ModelLimits | None) -> SubmitResult:
+    def _submit_checked(self, request: inference_pb2.SubmitRequest, limits: ModelLimits | None) -> SubmitReceipt:
         """Convert, check (O(tokens), outside the engine lock) and submit a request."""
         return self.core.submit(_checked_request(request, limits), seed_given=request.sampling.HasField("seed"))
 
@@ -201,7 +201,8 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     @map_errors
     async def Status(self, request: observe_pb2.StatusRequest, context: grpc.aio.ServicerContext) -> Any:
-        return status_to_pb(self.core.status())
+        # Device queries (memory, counters) and one manifest read per generation: off the event loop.
+        return status_to_pb(await self._blocking(self.core.status))
 
     @map_errors
     async def WatchLoad(

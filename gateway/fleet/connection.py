@@ -25,8 +25,8 @@ CALL_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
-class JobSpec:
-    """One choice's request to a daemon, the same on every board it may be sent to.
+class ChoiceSubmit:
+    """What the gateway submits for one choice: the same on every board it may be sent to.
 
     Attributes:
         model: alias.
@@ -80,7 +80,7 @@ class DaemonConnection(abc.ABC):
     target: str
 
     @abc.abstractmethod
-    async def start(self, job: JobSpec, resume_tokens: Sequence[int]) -> DaemonStream:
+    async def start(self, job: ChoiceSubmit, resume_tokens: Sequence[int]) -> DaemonStream:
         """Submit the job (continuing after `resume_tokens`) and open its Wait stream.
 
         Raises:
@@ -138,7 +138,7 @@ class ClientConnection(DaemonConnection):
         self._client = AsyncDaemonClient(target, timeout=CALL_TIMEOUT_S, max_reattach=0)
         self._interval_ms = load_interval_ms
 
-    async def start(self, job: JobSpec, resume_tokens: Sequence[int]) -> DaemonStream:
+    async def start(self, job: ChoiceSubmit, resume_tokens: Sequence[int]) -> DaemonStream:
         gen = await self._client.generate(
             job.model,
             job.prompt_tokens,

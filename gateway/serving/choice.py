@@ -1,12 +1,12 @@
 """`ChoiceRunner`: one choice of one request, kept alive across boards until it really ends.
 
-Data flow: the service gives a `JobSpec` (prompt tokens, seed, limits), the model's text and the
+Data flow: the service gives a `ChoiceSubmit` (prompt tokens, seed, limits), the model's text and the
 first board. The runner submits there and turns the daemon's token chunks into `ChoiceDelta`s
 (text from the `Detokenizer`, cut by the `StopMatcher`), then one `ChoiceEnd`.
 
 Retry and failover (DESIGN.md "Recovery without loss"): every token received is remembered. When
 a board refuses the job (UNAVAILABLE, RESOURCE_EXHAUSTED, NOT_FOUND during a rollout) or its
-stream breaks (daemon killed, drained with interruption: UNAVAILABLE), the same `JobSpec` goes to
+stream breaks (daemon killed, drained with interruption: UNAVAILABLE), the same `ChoiceSubmit` goes to
 another board with `resume_tokens` = the tokens received so far and the same seed. Sampling draws
 are keyed by (seed, completion index), so the continuation is exactly the undisturbed run's and
 the client never sees the switch. Only boards serving the same package (same tokenizer) qualify.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from calculet.client.types import FinishReason, TokenChunk, TokenLogprob
 from calculet.daemon.errors import CalculetError, ErrorKind, Overloaded, Unavailable
 from calculet.gateway.fleet.board import Board
-from calculet.gateway.fleet.connection import JobSpec
+from calculet.gateway.fleet.connection import ChoiceSubmit
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.text.detokenizer import Detokenizer
@@ -96,7 +96,7 @@ class ChoiceRunner:
         fleet: Fleet,
         router: Router,
         text: ModelText,
-        job: JobSpec,
+        job: ChoiceSubmit,
         stops: tuple[str, ...],
         first: Board,
         policy: RetryPolicy,

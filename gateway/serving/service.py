@@ -23,7 +23,7 @@ from calculet.daemon.errors import CalculetError, InvalidArgument, Unavailable
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.fleet.board import Board
-from calculet.gateway.fleet.connection import JobSpec
+from calculet.gateway.fleet.connection import ChoiceSubmit
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.serving.choice import ChoiceEvent, ChoiceRunner, RetryPolicy
@@ -165,7 +165,7 @@ class GatewayService:
                     frequency_penalty=req.frequency_penalty,
                     logprobs=logprobs,
                 )
-                job = JobSpec(
+                job = ChoiceSubmit(
                     model=req.model,
                     prompt_tokens=tuple(tokens),
                     sampling=sampling,

@@ -1,6 +1,6 @@
-"""The import graph of `calculet` has no cycle (issue 8): a module's runtime imports never lead back
-to it. Imports under `if TYPE_CHECKING:` are left out here; the one type-level cycle left
-(`daemon/core/completion.py` names the `Engine` it is given) goes with issue 8's completion step.
+"""The import graph of `calculet` has no cycle (issue 8): a module's imports never lead back to it,
+neither at run time nor at type level (imports under `if TYPE_CHECKING:` count too, so no cycle can
+hide there: the completion step once named the `Engine` that called it).
 
 The graph is read from the source (module-level `import` / `from ... import` statements), so the
 test needs no import side effects and names the cycle it finds.
@@ -31,11 +31,19 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imports(tree: ast.Module, modules: dict[str, Path]) -> set[str]:
-    deps: set[str] = set()
+def _statements(tree: ast.Module, type_level: bool) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
     for node in tree.body:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
+            out += node.body if type_level else []
+        else:
+            out.append(node)
+    return out
+
+
+def _imports(tree: ast.Module, modules: dict[str, Path], type_level: bool) -> set[str]:
+    deps: set[str] = set()
+    for node in _statements(tree, type_level):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("calculet."):
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
@@ -45,9 +53,14 @@ def _imports(tree: ast.Module, modules: dict[str, Path]) -> set[str]:
     return {d for d in deps if d in modules}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(*, type_level: bool = False) -> dict[str, set[str]]:
+    """Module -> the calculet modules it imports at module level (`type_level`: also under
+    `if TYPE_CHECKING:`)."""
     modules = _modules()
-    return {name: _imports(ast.parse(path.read_text(encoding="utf-8")), modules) for name, path in modules.items()}
+    return {
+        name: _imports(ast.parse(path.read_text(encoding="utf-8")), modules, type_level)
+        for name, path in modules.items()
+    }
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -78,8 +91,17 @@ def test_the_finder_sees_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_calculet_has_no_import_cycle() -> None:
-    graph = import_graph()
+def test_type_checking_imports_are_part_of_the_type_level_graph() -> None:
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from calculet.daemon.core import engine\n"
+    tree = ast.parse(source)
+    modules = {"calculet.daemon.core.engine": Path("engine.py")}
+    assert _imports(tree, modules, type_level=False) == set()
+    assert _imports(tree, modules, type_level=True) == {"calculet.daemon.core.engine"}
+
+
+@pytest.mark.parametrize("type_level", [False, True], ids=["runtime", "type-level"])
+def test_calculet_has_no_import_cycle(type_level: bool) -> None:
+    graph = import_graph(type_level=type_level)
     assert len(graph) > 100 and "calculet.daemon.core.engine" in graph
     cycle = find_cycle(graph)
     if cycle is not None:

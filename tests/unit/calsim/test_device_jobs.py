@@ -111,12 +111,12 @@ def test_banks_busy_auto_and_refusals_hold_nothing(device: CalsimDevice, model: 
     gate = Gate()
     kernel_of(model).gate = gate
     first = device.submit(model, decode_spec(a, [(0, 0, 1)]), EngineSlot.PING)
-    assert first.engine is EngineSlot.PING
+    assert first.engine_slot is EngineSlot.PING
     assert gate.entered.wait(5)
     with pytest.raises(EngineBusy, match="ping"):
         device.submit(model, decode_spec(b, [(1, 0, 1)]), EngineSlot.PING)
     second = device.submit(model, decode_spec(b, [(1, 0, 1)]))  # AUTO finds the free bank
-    assert second.engine is EngineSlot.PONG
+    assert second.engine_slot is EngineSlot.PONG
     with pytest.raises(EngineBusy, match="both engine banks"):
         device.submit(model, decode_spec(c, [(2, 0, 1)]))
     assert device.counters().submitted == 2
@@ -129,7 +129,7 @@ def test_banks_busy_auto_and_refusals_hold_nothing(device: CalsimDevice, model: 
 def test_auto_prefers_the_bank_free_longest(device: CalsimDevice, model: CalsimModel) -> None:
     a = make_bufs(device, model, DECODE1)
     device.submit(model, decode_spec(a, [(0, 0, 1)]), EngineSlot.PING).wait(5)
-    assert device.submit(model, decode_spec(a, [(0, 1, 1)])).engine is EngineSlot.PONG
+    assert device.submit(model, decode_spec(a, [(0, 1, 1)])).engine_slot is EngineSlot.PONG
 
 
 def test_buffer_held_by_an_in_flight_job_is_refused(device: CalsimDevice, model: CalsimModel) -> None:

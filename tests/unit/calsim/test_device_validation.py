@@ -148,9 +148,9 @@ def test_malformed_job_is_invalid_and_holds_nothing(
     assert ok.wait(5) is JobStatus.DONE
 
 
-def test_engine_must_be_an_engine_slot(device: CalsimDevice, model: CalsimModel) -> None:
+def test_engine_slot_must_be_an_engine_slot(device: CalsimDevice, model: CalsimModel) -> None:
     bufs = make_bufs(device, model, DECODE1)
-    with pytest.raises(InvalidJob, match="engine must be an EngineSlot"):
+    with pytest.raises(InvalidJob, match="engine_slot must be an EngineSlot"):
         device.submit(model, decode_spec(bufs, [(0, 0, 1)]), "ping")  # type: ignore[arg-type]
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.core.device_core import DaemonConfig, DeviceCore
-from calculet.daemon.core.events import FinalEvent
-from calculet.daemon.core.models import wait_finished
+from calculet.daemon.core.config import DaemonConfig
+from calculet.daemon.core.device_core import DeviceCore
+from calculet.daemon.core.events import FinalEvent, wait_finished
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.ops.sim_packages.build import build_sim_package
@@ -61,3 +62,22 @@ def generate_all(core: DeviceCore, reqs: list[GenerationRequest]) -> list[list[i
 def generate_each(core: DeviceCore, reqs: list[GenerationRequest]) -> list[list[int]]:
     """One at a time: the undisturbed reference."""
     return [finish(core, core.submit(r).job_id)[0] for r in reqs]
+
+
+def until(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Wait for a state the test cannot be told about by an event (a job reaching the device);
+    fails after `timeout` seconds instead of hanging the suite."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def use_up_recoveries(core: DeviceCore, job_id: str) -> None:
+    """White-box set-up (not an API): give a live job the recovery count at which its next lost KV
+    ends it, so a test can count a reset that fails one job among many."""
+    engine = core.engine
+    with engine._cond:
+        seq = engine._jobs.get(job_id)
+        assert seq is not None
+        seq.recoveries = engine.config.max_recoveries

@@ -78,9 +78,9 @@ class FakeModel(ConfiguredModel):
 
 
 class FakeSubmission(Submission):
-    def __init__(self, job_id: int, engine: EngineSlot, spec: JobSpec) -> None:
+    def __init__(self, job_id: int, engine_slot: EngineSlot, spec: JobSpec) -> None:
         self.job_id = job_id
-        self.engine = engine
+        self.engine_slot = engine_slot
         self.spec = spec
         self._status = JobStatus.PENDING
         self._done = threading.Event()
@@ -204,7 +204,7 @@ class FakeDevice(VirtualDevice):
             del self.registered[buffer.buffer_id]
             self.unregistered.append(buffer.buffer_id)
 
-    def submit(self, model: ConfiguredModel, job: JobSpec, engine: EngineSlot = EngineSlot.AUTO) -> Submission:
+    def submit(self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO) -> Submission:
         self._alive()
         assert isinstance(model, FakeModel)
         with self._lock:
@@ -222,7 +222,7 @@ class FakeDevice(VirtualDevice):
                 raise LaneBusy("job names a lane another in-flight job advances")
             if len(self.inflight) >= (2 if self.ping_pong else 1):
                 raise EngineBusy("every engine bank is busy")
-            sub = FakeSubmission(next(self._jobs), engine, job)
+            sub = FakeSubmission(next(self._jobs), engine_slot, job)
             self.held.update(ids)
             self.inflight[sub.job_id] = (sub, model)
             return sub

@@ -17,17 +17,16 @@ import pytest
 
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.engine import Engine, EngineConfig
-from calculet.daemon.core.events import FinalEvent, FinishReason
+from calculet.daemon.core.events import FinalEvent, FinishReason, wait_finished
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.models import wait_finished
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.types import JobStatus
 from calculet.daemon.errors import DeadlineExceeded, ErrorKind, FailedPrecondition
 from calculet.daemon.package.manifest import load_manifest
 
-from .engine_factories import build_models, finish, generate_each, request, running_core
+from .engine_factories import build_models, finish, generate_each, request, running_core, until
 from .fakes import FakeDevice
 
 TIMEOUT = 20.0
@@ -116,7 +115,7 @@ def test_configuration_reset_while_a_done_job_is_sampled_does_not_commit_cleared
         tokens, final = _run_while_sampling_paused(core, 4, lambda: core.reset("configuration", "test"), req)
         assert final.reason is FinishReason.LENGTH
         assert tokens == reference, "a commit trusted KV the configuration reset had cleared"
-        assert core.engine.counters.recoveries >= 1
+        assert core.snapshot().counters.recoveries >= 1
         assert_clean(core)
 
 
@@ -146,12 +145,11 @@ def test_a_bug_while_launching_fails_the_jobs_being_launched_instead_of_strandin
     """The crash barrier fails what is in flight and what is queued; the sequences of the plan being
     launched were neither (already PREFILL, never submitted), and their Waits must end too."""
     with running_core(models, job_timeout_s=1.0) as core:
-        executor = core.engine.executor
 
         def broken(*_args: object) -> None:
             raise RuntimeError("simulated bug in launch")
 
-        executor.launch = broken  # type: ignore[method-assign]
+        core.device.submit = broken  # type: ignore[method-assign]
         job = core.submit(request((1, 2, 3), 5, seed=1)).job_id
         tokens, final = finish(core, job, timeout=5.0)
         assert final.reason is FinishReason.ERROR and final.error_kind is ErrorKind.UNAVAILABLE
@@ -243,7 +241,7 @@ def test_a_recovered_fault_on_the_warm_up_prefill_does_not_fail_the_golden_check
     with running_core(models, device_options={"fault_plan": plan}) as core:
         rt = _serving(core)
         assert rt.state is ModelState.READY
-        assert core.engine.counters.recoveries == 1, "the warm-up recovered from the fault"
+        assert core.snapshot().counters.recoveries == 1, "the warm-up recovered from the fault"
 
 
 def test_load_on_a_board_that_stopped_serving_fails_at_once_instead_of_waiting_for_its_warm_up(
@@ -252,14 +250,14 @@ def test_load_on_a_board_that_stopped_serving_fails_at_once_instead_of_waiting_f
     """After the engine stopped serving (here: a bug while launching), a Load's warm-up probe was
     still queued although nothing would ever run it: the Load waited out the warm-up timeout."""
     with running_core(models, job_timeout_s=1.0) as core:
-        original = core.engine.executor.launch
+        original = core.device.submit
 
         def broken(*_args: object) -> None:
             raise RuntimeError("simulated bug in launch")
 
-        core.engine.executor.launch = broken  # type: ignore[method-assign]
+        core.device.submit = broken  # type: ignore[method-assign]
         finish(core, core.submit(request((1, 2, 3), 5, seed=1)).job_id, timeout=5.0)
-        core.engine.executor.launch = original  # type: ignore[method-assign]
+        core.device.submit = original  # type: ignore[method-assign]
         core.models.warm_timeout_s = 10.0
         with pytest.raises(FailedPrecondition, match="not serving"):
             core.load("other", "tiny")
@@ -275,10 +273,10 @@ def fake_engine(models: Path, **config: Any) -> Iterator[tuple[Engine, FakeDevic
     device = FakeDevice(ping_pong=True)
     engine = Engine(device, EngineConfig(**config))
     rt = ModelRuntime("tiny", 1, load_manifest(models / "tiny"), models / "tiny")
-    rt.attach(device, device.configure(models / "tiny", rt.manifest), engine.executor.engine_slots)
+    rt.attach(device, device.configure(models / "tiny", rt.manifest), engine.engine_slots)
     for state in (ModelState.VALIDATING, ModelState.CONFIGURING, ModelState.WARMING, ModelState.READY):
         rt.lifecycle.move(state)
-    engine.add_runtime(rt)
+    engine.start_jobs(rt)
     engine.publish(rt)
     engine.start()
     try:
@@ -294,16 +292,16 @@ def test_a_job_finishing_after_the_board_stopped_serving_ends_its_sequences(mode
     other bank's job finishes, as a device may do. That job's sequence must not go back to READY
     or RECOVER, where nothing would ever schedule it: its Wait would never end."""
     with fake_engine(models, job_timeout_s=0.3, reset_limit=0) as (engine, device):
-        hung, done = (engine.submit(request((i + 1, 2, 3), 4, seed=i))[0] for i in range(2))
-        with engine.cond:
-            assert engine.cond.wait_for(lambda: len(engine.executor.inflight) == 2, TIMEOUT)
-            second = engine.executor.inflight[1]
-        assert [s.job_id for s in second.plan.seqs] == [done]
-        device.finish(second.submission, status)  # type: ignore[arg-type]
+        hung, done = (engine.submit(request((i + 1, 2, 3), 4, seed=i)).job_id for i in range(2))
+        until("both prefills on the device", lambda: len(device.inflight) == 2)
+        second = device.inflight[max(device.inflight)][0]
+        lanes = {j.job_id: j.lane for j in engine.snapshot().jobs}
+        assert [r.lane for r in second.spec.rows] == [lanes[done]]
+        device.finish(second, status)
         for job_id in (hung, done):
-            seq = engine.sequence(job_id)
-            assert seq is not None and wait_finished(seq.log, TIMEOUT), f"{job_id} never finished"
-            final = seq.log.read(0)[-1]
+            events = engine.event_log(job_id)
+            assert wait_finished(events, TIMEOUT), f"{job_id} never finished"
+            final = events.read(0)[-1]
             assert isinstance(final, FinalEvent) and final.error_kind is ErrorKind.UNAVAILABLE, final
         assert engine.idle()
 
@@ -320,5 +318,5 @@ def test_a_deadline_that_passes_before_the_request_is_queued_is_deadline_exceede
         late = GenerationRequest(r.model, r.prompt_tokens, r.sampling, r.stopping, deadline_s=1e-9)
         with pytest.raises(DeadlineExceeded):
             core.submit(late)
-        assert core.engine.counters.rejected == 0, "a passed deadline is not a capacity rejection"
+        assert core.snapshot().counters.rejected == 0, "a passed deadline is not a capacity rejection"
         assert not core.status().jobs

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from calculet.daemon.core.device_core import DaemonConfig, DeviceCore
+from calculet.daemon.core.config import DaemonConfig
+from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import EventLog, Retention, TokenLogprob, job_bytes
 from calculet.daemon.core.ids import MAX_SEQUENCE_ID_CHARS
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
@@ -174,7 +175,7 @@ def test_retention_holds_its_byte_bound_and_evicts_the_oldest_jobs(models: Path)
             job = core.submit(_with_id(request((1, 2, 3), 40, seed=i), f"c{i}"))
             finish(core, job.job_id)
             ids.append(job.job_id)
-            assert core.engine.finished.nbytes <= bound
+            assert core.snapshot().retained_bytes <= bound
         kept = [j for j in ids if not _gone(core, j)]
         assert 5 <= len(kept) <= 10 and kept == ids[-len(kept) :], "the newest jobs are kept, the oldest evicted"
         with pytest.raises(NotFound):
@@ -296,7 +297,8 @@ def test_with_no_retention_submit_still_answers_and_finished_jobs_are_gone(model
         assert all(not j.deduplicated for j in jobs)
         assert _poll(lambda: core.engine.idle())
         assert all(_gone(core, j.job_id) for j in jobs)
-        assert len(core.engine.finished) == 0 and not core.engine.by_client_id
+        snap = core.snapshot()
+        assert snap.retained_jobs == 0 and snap.client_ids == 0
 
 
 def test_submit_builds_the_sequence_outside_the_engine_lock(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -306,19 +308,19 @@ def test_submit_builds_the_sequence_outside_the_engine_lock(models: Path, monkey
 
     held: dict[str, bool] = {}
     with running_core(models) as core:
-        cond = core.engine.cond
-        real_validate, real_attach = engine_module.validate_request, core.engine._applier.attach_history
+        cond = core.engine._cond
+        real_validate, real_history = engine_module.validate_request, engine_module.TokenHistory
 
         def validate(req: GenerationRequest, limits: Any) -> None:
             held["validate"] = cond._is_owned()  # type: ignore[attr-defined]
             real_validate(req, limits)
 
-        def attach(seq: Any, rt: Any) -> None:
+        def history(*args: Any) -> Any:
             held["history"] = cond._is_owned()  # type: ignore[attr-defined]
-            real_attach(seq, rt)
+            return real_history(*args)
 
         monkeypatch.setattr(engine_module, "validate_request", validate)
-        monkeypatch.setattr(core.engine._applier, "attach_history", attach)
+        monkeypatch.setattr(engine_module, "TokenHistory", history)
         job = core.submit(request((1, 2, 3), 4, seed=1)).job_id
         finish(core, job)
     assert held == {"validate": False, "history": False}

@@ -15,7 +15,7 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.errors import ErrorKind, NotFound
 
-from .engine_factories import build_models, finish, generate_all, generate_each, request, running_core
+from .engine_factories import build_models, finish, generate_all, generate_each, request, running_core, until
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def reference(models: Path) -> list[list[int]]:
 def test_batched_run_equals_one_at_a_time(models: Path, reference: list[list[int]]) -> None:
     with running_core(models) as core:
         assert generate_all(core, _reqs(8)) == reference
-        assert core.engine.counters.decode_rows > core.engine.counters.decode_jobs, "no batching happened"
+        assert core.snapshot().counters.decode_rows > core.snapshot().counters.decode_jobs, "no batching happened"
         assert_clean(core)
 
 
@@ -65,8 +65,8 @@ def test_fault_is_recovered_without_changing_tokens(models: Path, reference, kin
     plan = {"faults": [{"kind": kind, "job": job}]}
     with running_core(models, device_options={"fault_plan": plan}) as core:
         got = generate_all(core, _reqs(8))
-        recoveries = core.engine.counters.recoveries
-        anomalies = core.engine.executor.anomalies
+        recoveries = core.snapshot().counters.recoveries
+        anomalies = core.snapshot().anomalies
         assert_clean(core)
     if job < 9:  # the fault hit the warm-up, which recovered before the model was published
         assert got == reference
@@ -81,8 +81,8 @@ def test_hung_job_is_reset_and_recovered(models: Path, reference) -> None:
     plan = {"faults": [{"kind": "hang", "job": 15}]}
     with running_core(models, device_options={"fault_plan": plan}, job_timeout_s=0.5) as core:
         got = generate_all(core, _reqs(8))
-        assert core.engine.counters.resets == 1
-        assert core.engine.executor.limit == 1, "a hang is an anomaly: in-flight drops to 1"
+        assert core.snapshot().counters.resets == 1
+        assert core.snapshot().inflight_limit == 1, "a hang is an anomaly: in-flight drops to 1"
         assert core.status().pool.quarantined == 0, "quarantined buffers are rebuilt, never reused"
         assert_clean(core)
     assert got == reference
@@ -143,25 +143,21 @@ def test_completion_of_a_retired_generation_is_dropped_not_applied(models: Path)
         rt = core.models.serving("tiny")
         assert rt is not None and rt.kv is not None
         job = core.submit(request((1, 2, 3), 5, seed=1)).job_id
-        with core.engine.cond:
-            while not core.engine.executor.inflight:
-                core.engine.cond.wait(1)
-            core.engine.runtimes.pop(rt.generation)  # the generation is gone while its job runs
+        until("its first device job in flight", lambda: core.snapshot().inflight == 1)
+        core.engine.fence_generation(rt.generation)  # the generation is gone while its job runs
         tokens, final = finish(core, job)
         assert final.error_kind is ErrorKind.UNAVAILABLE and "retired" in final.error_message
         assert tokens == [], "no token of a retired generation may be delivered"
         lane = next(lane for lane in rt.kv.snapshot() if lane.owner == job)
         assert lane.state is LaneState.RESERVED and lane.length == 0, "its KV was never committed"
-        core.engine.runtimes[rt.generation] = rt  # let close() release the model normally
 
 
 def test_hangs_past_the_reset_budget_stop_the_board_instead_of_resetting_again(models: Path) -> None:
     plan = {"faults": [{"kind": "hang", "job": 12}, {"kind": "hang", "job": 20}]}
-    with running_core(models, device_options={"fault_plan": plan}, job_timeout_s=0.3) as core:
-        core.engine.reset_budget.limit = 1
+    with running_core(models, device_options={"fault_plan": plan}, job_timeout_s=0.3, reset_limit=1) as core:
         ids = [core.submit(r).job_id for r in _reqs(6)]
         finals = [finish(core, j)[1] for j in ids]
-        assert core.engine.counters.resets == 1, "only the budgeted reset happened"
+        assert core.snapshot().counters.resets == 1, "only the budgeted reset happened"
         health = core.health()
         assert health.reset_budget.exhausted and not health.serving
         assert any(f.error_kind is ErrorKind.UNAVAILABLE for f in finals)
@@ -176,9 +172,9 @@ def test_operator_reset_under_traffic_changes_no_token(models: Path, reference, 
             time.sleep(0.005)
         assert core.reset(kind, "test") == (True, core.reset(kind, "again")[1])
         got = [finish(core, j)[0] for j in ids]
-        assert core.engine.counters.resets == 2
+        assert core.snapshot().counters.resets == 2
         if kind == "configuration":  # clears every lane; a CCU reset only hits jobs on the device
-            assert core.engine.counters.recoveries > 0, "running sequences should have lost their KV"
+            assert core.snapshot().counters.recoveries > 0, "running sequences should have lost their KV"
         assert_clean(core)
     assert got == reference
 
@@ -197,9 +193,8 @@ def test_configuration_reset_of_one_model_leaves_the_other_alone(models: Path) -
             core.reset("configuration", "test", model="nope")
         core.reset("configuration", "test", model="qwen")
         got = [finish(core, j)[0] for j in ids]
-        tiny_seq, qwen_seq = (core.engine.sequence(j) for j in ids)
-        assert tiny_seq is not None and qwen_seq is not None
-        assert tiny_seq.recoveries == 0, "the other model's lanes were not touched"
-        assert qwen_seq.recoveries >= 1
+        (_, tiny_recoveries), (_, qwen_recoveries) = (core.job_generation(j) for j in ids)
+        assert tiny_recoveries == 0, "the other model's lanes were not touched"
+        assert qwen_recoveries >= 1
         assert_clean(core)
     assert got == alone

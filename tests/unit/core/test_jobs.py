@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from calculet.daemon.core.errors import StaleGeneration
 from calculet.daemon.core.jobs import BufferState, JobContext, JobPool, PoolKey, shape_profile
+from calculet.daemon.device.api import HostBuffer
 from calculet.daemon.device.errors import BufferInUse, DeviceLost
 from calculet.daemon.device.types import EngineSlot, JobStatus, RowSpec, SubmodelInfo, TaskType, TensorSpec
 from calculet.daemon.errors import FailedPrecondition, IllegalTransition, InvalidArgument
@@ -26,12 +27,12 @@ DECODE = submodel("decode_b4", TaskType.DECODE, batch=4, max_tokens=1, vocab=VOC
 
 def make_pool(
     slots: int = 2,
-    generation: int = 1,
+    epoch: int = 1,
     device: FakeDevice | None = None,
     engine_slots: tuple[EngineSlot, ...] = (EngineSlot.AUTO,),
 ) -> tuple[JobPool, FakeDevice]:
     dev = device or FakeDevice()
-    return JobPool(dev, [PREFILL, DECODE], generation, slots, engine_slots), dev
+    return JobPool(dev, [PREFILL, DECODE], epoch, slots, engine_slots), dev
 
 
 def decode_key(pool: JobPool, slot: EngineSlot = EngineSlot.AUTO) -> PoolKey:
@@ -63,7 +64,7 @@ def test_buffers_have_contract_shapes_and_dtypes() -> None:
 
 
 def test_keys_cover_submodels_times_engine_slots() -> None:
-    pool, _ = make_pool(slots=1, generation=3, engine_slots=(EngineSlot.PING, EngineSlot.PONG))
+    pool, _ = make_pool(slots=1, epoch=3, engine_slots=(EngineSlot.PING, EngineSlot.PONG))
     keys = set(pool.pool_keys())
     assert keys == {
         PoolKey(3, info.name, info.task_type, slot, shape_profile(info))
@@ -259,7 +260,7 @@ def test_quarantined_context_never_comes_back() -> None:
 
 
 def test_rebuild_gives_fresh_buffers_and_drops_old_ones() -> None:
-    pool, dev = make_pool(slots=1, generation=1)
+    pool, dev = make_pool(slots=1, epoch=1)
     old = acquired(pool)
     old.mark_submitted()
     pool.quarantine(old)
@@ -270,12 +271,12 @@ def test_rebuild_gives_fresh_buffers_and_drops_old_ones() -> None:
 
     pool.rebuild(2)
 
-    assert pool.generation == 2 and all(k.generation == 2 for k in pool.pool_keys())
+    assert pool.epoch == 2 and all(k.epoch == 2 for k in pool.pool_keys())
     assert old.state is BufferState.RETIRED and old_free.state is BufferState.RETIRED
     assert pool.quarantined() == ()
     assert old_ids <= set(dev.unregistered) and not old_ids & set(dev.registered)
     new = acquired(pool)
-    assert new is not old and new.generation == 2
+    assert new is not old and new.epoch == 2
     new_ids = {b.buffer_id for b in new.buffers()}
     assert not new_ids & old_ids
     for b in new.buffers():
@@ -285,14 +286,47 @@ def test_rebuild_gives_fresh_buffers_and_drops_old_ones() -> None:
         pool.acquire(old.key, 3)
 
 
-def test_old_generation_context_released_after_rebuild_is_dropped() -> None:
-    pool, dev = make_pool(slots=1, generation=1)
+class LockCheckingDevice(FakeDevice):
+    """Fails a buffer (un)registration made while the pool's bookkeeping lock is held: the engine calls
+    acquire/release under its own lock, so a device call under the pool's would stall the engine."""
+
+    pool: JobPool | None = None
+
+    def register_buffer(self, array: np.ndarray) -> HostBuffer:
+        assert self.pool is None or not self.pool._lock.locked(), "register_buffer under the pool lock"
+        return super().register_buffer(array)
+
+    def unregister_buffer(self, buffer: HostBuffer) -> None:
+        assert self.pool is None or not self.pool._lock.locked(), "unregister_buffer under the pool lock"
+        super().unregister_buffer(buffer)
+
+
+def test_no_device_call_happens_under_the_pool_lock() -> None:
+    dev = LockCheckingDevice()
+    pool, _ = make_pool(slots=1, device=dev)
+    dev.pool = pool
+    ctx = acquired(pool)
+    ctx.mark_submitted()
+    pool.rebuild(2)  # registers the new epoch, unregisters the old free contexts
+    ctx.mark_completing()
+    pool.release(ctx)
+    pool.sweep()  # unregisters the old-epoch context released after the rebuild
+    assert ctx.state is BufferState.RETIRED
+    pool.close()
+    assert pool.stats().closed
+
+
+def test_old_epoch_context_released_after_rebuild_is_dropped() -> None:
+    pool, dev = make_pool(slots=1, epoch=1)
     ctx = acquired(pool)
     ctx.mark_submitted()
     pool.rebuild(2)
     assert ctx.state is BufferState.SUBMITTED and ctx in pool.in_use()
     ctx.mark_completing()
-    pool.release(ctx)
+    pool.release(ctx)  # no device call: set aside for the next sweep
+    assert ctx.state is BufferState.FREE and not any(b.buffer_id in dev.unregistered for b in ctx.buffers())
+    assert ctx not in pool.in_use()
+    pool.sweep()
     assert ctx.state is BufferState.RETIRED
     assert all(b.buffer_id in dev.unregistered for b in ctx.buffers())
     key = decode_key(pool)
@@ -325,16 +359,16 @@ def test_rebuild_failure_leaves_pool_unchanged() -> None:
     dev.fail_register_after = len(dev.registered) + 2
     with pytest.raises(DeviceLost):
         pool.rebuild(2)
-    assert pool.generation == 1 and set(dev.registered) == before
-    assert acquired(pool).generation == 1
+    assert pool.epoch == 1 and set(dev.registered) == before
+    assert acquired(pool).epoch == 1
 
 
-@pytest.mark.parametrize("generation", [1, 0, -4])
-def test_rebuild_must_move_generation_forward(generation: int) -> None:
-    pool, _ = make_pool(generation=1)
+@pytest.mark.parametrize("epoch", [1, 0, -4])
+def test_rebuild_must_move_epoch_forward(epoch: int) -> None:
+    pool, _ = make_pool(epoch=1)
     with pytest.raises(InvalidArgument):
-        pool.rebuild(generation)
-    assert pool.generation == 1
+        pool.rebuild(epoch)
+    assert pool.epoch == 1
 
 
 # ---- close -------------------------------------------------------------------------------
@@ -418,8 +452,8 @@ def test_unknown_key_and_foreign_context_are_invalid_argument() -> None:
     assert foreign.state is BufferState.PREPARING
 
 
-def test_key_of_another_generation_is_stale() -> None:
-    pool, _ = make_pool(generation=4)
+def test_key_of_another_epoch_is_stale() -> None:
+    pool, _ = make_pool(epoch=4)
     key = decode_key(pool)
     with pytest.raises(StaleGeneration):
         pool.acquire(PoolKey(3, key.submodel, key.task_type, key.engine_slot, key.shape_profile), 1)
@@ -449,7 +483,7 @@ class PoolMachine(RuleBasedStateMachine):
             return
         assert all(ctx is not h for h in self.held), "handed out twice"
         assert all(ctx is not b for b in self.banned), "a quarantined or retired context came back"
-        assert ctx.state is BufferState.PREPARING and ctx.generation == self.pool.generation
+        assert ctx.state is BufferState.PREPARING and ctx.epoch == self.pool.epoch
         assert not ctx.tokens.any()
         ctx.tokens[:] = self.owners  # request data that must not leak to the next owner
         self.held.append(ctx)
@@ -476,7 +510,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule()
     def rebuild(self) -> None:
-        self.pool.rebuild(self.pool.generation + 1)
+        self.pool.rebuild(self.pool.epoch + 1)
 
     @invariant()
     def counts_match(self) -> None:
@@ -484,7 +518,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert {id(c) for c in in_use} == {id(c) for c in self.held}
         for k, s in self.pool.stats().per_key.items():
             assert s.free + s.in_use + s.quarantined == s.slots == 2
-            assert k.generation == self.pool.generation
+            assert k.epoch == self.pool.epoch
         registered = set(self.dev.registered)
         for c in (*in_use, *self.pool.quarantined()):
             assert {b.buffer_id for b in c.buffers()} <= registered

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -43,21 +41,21 @@ def active(kv: KVManager, owner: str, length: int = 0, job: int = 100) -> int:
 def test_assign_reserve_commit_grows_committed_length() -> None:
     kv = make_kv()
     lane = active(kv, "a")
-    res = kv.reserve(lane, "a", 5, job_id=7)
-    assert (res.past_len, res.target_len, res.new_tokens, res.job_id) == (0, 5, 5, 7)
+    res = kv.reserve(lane, "a", 5, device_job_id=7)
+    assert (res.past_len, res.target_len, res.new_tokens, res.device_job_id) == (0, 5, 5, 7)
     assert res.row() == RowSpec(lane=lane, past_kv_len=0, cur_seq_len=5)
     snap = kv.lane(lane)
-    assert (snap.state, snap.length, snap.job_id, snap.target_len) == (LaneState.RESERVED, 0, 7, 5)
+    assert (snap.state, snap.length, snap.device_job_id, snap.target_len) == (LaneState.RESERVED, 0, 7, 5)
     after = kv.commit(res)
-    assert (after.state, after.length, after.job_id) == (LaneState.ACTIVE, 5, None)
-    res2 = kv.reserve(lane, "a", 6, job_id=8)
+    assert (after.state, after.length, after.device_job_id) == (LaneState.ACTIVE, 5, None)
+    res2 = kv.reserve(lane, "a", 6, device_job_id=8)
     assert (res2.past_len, res2.new_tokens) == (5, 1)
 
 
 def test_rollback_keeps_committed_length() -> None:
     kv = make_kv()
     lane = active(kv, "a", 4)
-    after = kv.rollback(kv.reserve(lane, "a", 9, job_id=1))
+    after = kv.rollback(kv.reserve(lane, "a", 9, device_job_id=1))
     assert (after.state, after.length) == (LaneState.ACTIVE, 4)
 
 
@@ -85,9 +83,9 @@ def test_release_frees_lane_for_another_owner() -> None:
 def test_unknown_lane_rebuilds_empty_for_same_owner() -> None:
     kv = make_kv()
     lane = active(kv, "a", 6)
-    res = kv.reserve(lane, "a", 7, job_id=3)
+    res = kv.reserve(lane, "a", 7, device_job_id=3)
     snap = kv.mark_unknown(lane)
-    assert (snap.state, snap.length, snap.job_id) == (LaneState.UNKNOWN, 0, None)
+    assert (snap.state, snap.length, snap.device_job_id) == (LaneState.UNKNOWN, 0, None)
     # The in-flight job's result must not land in the lane.
     with pytest.raises(StaleReservation):
         kv.commit(res)
@@ -95,7 +93,7 @@ def test_unknown_lane_rebuilds_empty_for_same_owner() -> None:
         kv.rollback(res)
     handle = kv.rebuild(lane, "a")
     assert handle.lane == lane and kv.lane(lane).state is LaneState.ACTIVE and kv.lane(lane).length == 0
-    kv.commit(kv.reserve(lane, "a", 7, job_id=4))  # the owner re-prefills everything
+    kv.commit(kv.reserve(lane, "a", 7, device_job_id=4))  # the owner re-prefills everything
     assert kv.lane(lane).length == 7
 
 
@@ -111,7 +109,7 @@ def test_mark_all_unknown_hits_only_owned_trusted_lanes() -> None:
     kv = make_kv(lanes=4)
     a = active(kv, "a", 2)
     b = active(kv, "b", 2)
-    kv.reserve(b, "b", 3, job_id=1)
+    kv.reserve(b, "b", 3, device_job_id=1)
     c = active(kv, "c", 1)
     kv.mark_unknown(c)
     assert sorted(kv.mark_all_unknown()) == sorted([a, b])
@@ -127,12 +125,12 @@ def test_mark_all_unknown_hits_only_owned_trusted_lanes() -> None:
 def test_release_when_idle_defers_until_reservation_ends(end: str) -> None:
     kv = make_kv(lanes=1)
     lane = active(kv, "a", 2)
-    res = kv.reserve(lane, "a", 3, job_id=1)
+    res = kv.reserve(lane, "a", 3, device_job_id=1)
     assert kv.release_when_idle(lane, "a") is False
     assert kv.lane(lane).state is LaneState.RESERVED and kv.lane(lane).release_pending
     assert kv.free_count() == 0
     with pytest.raises(FailedPrecondition):  # no new work for a cancelled sequence
-        kv.reserve(lane, "a", 4, job_id=2)
+        kv.reserve(lane, "a", 4, device_job_id=2)
     if end == "commit":
         snap = kv.commit(res)
     elif end == "rollback":
@@ -172,9 +170,9 @@ def test_reserve_by_wrong_owner_or_on_free_lane_is_refused() -> None:
     kv = make_kv()
     lane = active(kv, "a", 1)
     with pytest.raises(LaneNotOwned):
-        kv.reserve(lane, "b", 2, job_id=1)
+        kv.reserve(lane, "b", 2, device_job_id=1)
     with pytest.raises(LaneNotOwned):
-        kv.reserve(1 - lane, "a", 2, job_id=1)  # the other lane is free
+        kv.reserve(1 - lane, "a", 2, device_job_id=1)  # the other lane is free
     assert kv.lane(lane).state is LaneState.ACTIVE
 
 
@@ -183,14 +181,14 @@ def test_reserve_beyond_lane_context_is_invalid_argument(target: int) -> None:
     kv = make_kv()
     lane = active(kv, "a", 2)
     with pytest.raises(InvalidArgument):
-        kv.reserve(lane, "a", target, job_id=1)
+        kv.reserve(lane, "a", target, device_job_id=1)
     assert kv.lane(lane).state is LaneState.ACTIVE
 
 
 def test_reserve_up_to_exactly_lane_context_is_allowed() -> None:
     kv = make_kv()
     lane = active(kv, "a", 2)
-    kv.commit(kv.reserve(lane, "a", CONTEXT, job_id=1))
+    kv.commit(kv.reserve(lane, "a", CONTEXT, device_job_id=1))
     assert kv.lane(lane).length == CONTEXT
 
 
@@ -199,19 +197,19 @@ def test_reserve_not_beyond_committed_is_invalid_argument(target: int) -> None:
     kv = make_kv()
     lane = active(kv, "a", 3)
     with pytest.raises(InvalidArgument):
-        kv.reserve(lane, "a", target, job_id=1)
+        kv.reserve(lane, "a", target, device_job_id=1)
     assert kv.lane(lane).length == 3
 
 
 def test_reserve_twice_or_on_unknown_lane_is_illegal() -> None:
     kv = make_kv()
     lane = active(kv, "a", 1)
-    kv.reserve(lane, "a", 2, job_id=1)
+    kv.reserve(lane, "a", 2, device_job_id=1)
     with pytest.raises(IllegalTransition):
-        kv.reserve(lane, "a", 3, job_id=2)
+        kv.reserve(lane, "a", 3, device_job_id=2)
     kv.mark_unknown(lane)
     with pytest.raises(IllegalTransition):
-        kv.reserve(lane, "a", 3, job_id=2)
+        kv.reserve(lane, "a", 3, device_job_id=2)
 
 
 @pytest.mark.parametrize("lane", [-1, 2, 99])
@@ -219,7 +217,7 @@ def test_lane_out_of_range_is_invalid_argument(lane: int) -> None:
     kv = make_kv(lanes=2)
     active(kv, "a")
     for call in (
-        lambda: kv.reserve(lane, "a", 1, job_id=1),
+        lambda: kv.reserve(lane, "a", 1, device_job_id=1),
         lambda: kv.release(lane, "a"),
         lambda: kv.release_when_idle(lane, "a"),
         lambda: kv.mark_unknown(lane),
@@ -233,7 +231,7 @@ def test_lane_out_of_range_is_invalid_argument(lane: int) -> None:
 def test_releasing_a_reserved_lane_is_illegal() -> None:
     kv = make_kv()
     lane = active(kv, "a", 1)
-    res = kv.reserve(lane, "a", 2, job_id=1)
+    res = kv.reserve(lane, "a", 2, device_job_id=1)
     with pytest.raises(IllegalTransition):
         kv.release(lane, "a")
     assert kv.lane(lane).state is LaneState.RESERVED
@@ -255,7 +253,7 @@ def test_release_by_wrong_owner_is_refused() -> None:
 def test_commit_or_rollback_twice_is_stale() -> None:
     kv = make_kv()
     lane = active(kv, "a")
-    res = kv.reserve(lane, "a", 2, job_id=1)
+    res = kv.reserve(lane, "a", 2, device_job_id=1)
     kv.commit(res)
     with pytest.raises(StaleReservation):
         kv.commit(res)
@@ -267,9 +265,9 @@ def test_commit_or_rollback_twice_is_stale() -> None:
 def test_reservation_of_an_earlier_transaction_cannot_end_the_current_one() -> None:
     kv = make_kv()
     lane = active(kv, "a")
-    old = kv.reserve(lane, "a", 2, job_id=1)
+    old = kv.reserve(lane, "a", 2, device_job_id=1)
     kv.rollback(old)
-    kv.reserve(lane, "a", 2, job_id=1)  # same lane, job and lengths: only the token differs
+    kv.reserve(lane, "a", 2, device_job_id=1)  # same lane, job and lengths: only the token differs
     with pytest.raises(StaleReservation):
         kv.commit(old)
     assert kv.lane(lane).state is LaneState.RESERVED
@@ -278,9 +276,9 @@ def test_reservation_of_an_earlier_transaction_cannot_end_the_current_one() -> N
 def test_reservation_from_another_generation_is_fenced() -> None:
     old_gen, new_gen = make_kv(generation=1), make_kv(generation=2)
     lane = active(old_gen, "a")
-    res = old_gen.reserve(lane, "a", 3, job_id=1)
+    res = old_gen.reserve(lane, "a", 3, device_job_id=1)
     active(new_gen, "a")
-    new_gen.reserve(lane, "a", 3, job_id=1)
+    new_gen.reserve(lane, "a", 3, device_job_id=1)
     for end in (new_gen.commit, new_gen.rollback):
         with pytest.raises(StaleGeneration) as info:
             end(res)
@@ -291,7 +289,7 @@ def test_reservation_from_another_generation_is_fenced() -> None:
 def test_forged_reservation_is_refused() -> None:
     kv = make_kv()
     lane = active(kv, "a")
-    kv.reserve(lane, "a", 2, job_id=1)
+    kv.reserve(lane, "a", 2, device_job_id=1)
     forged = Reservation(lane, "a", 1, 1, 0, CONTEXT, token=10**6)
     with pytest.raises(StaleReservation):
         kv.commit(forged)
@@ -314,7 +312,7 @@ def test_rebuild_of_trusted_lane_is_illegal(setup: str) -> None:
     kv = make_kv()
     lane = active(kv, "a", 2)
     if setup == "reserved":
-        kv.reserve(lane, "a", 3, job_id=1)
+        kv.reserve(lane, "a", 3, device_job_id=1)
     with pytest.raises(IllegalTransition):
         kv.rebuild(lane, "a")
     assert kv.lane(lane).length == 2
@@ -326,29 +324,6 @@ def test_rebuild_by_another_owner_is_refused() -> None:
     kv.mark_unknown(lane)
     with pytest.raises(LaneNotOwned):
         kv.rebuild(lane, "b")
-
-
-# ---- concurrency -------------------------------------------------------------------------
-
-
-def test_concurrent_assign_never_gives_one_lane_twice() -> None:
-    kv = make_kv(lanes=8)
-    start = threading.Barrier(16)
-    got: list[int | None] = [None] * 16
-
-    def worker(i: int) -> None:
-        start.wait(timeout=10)
-        handle = kv.assign(f"s{i}")
-        got[i] = handle.lane if handle else None
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=10)
-    lanes = [g for g in got if g is not None]
-    assert sorted(lanes) == list(range(8))
-    assert kv.free_count() == 0
 
 
 # ---- stateful model check ----------------------------------------------------------------
@@ -508,10 +483,10 @@ class KVMachine(RuleBasedStateMachine):
             if snap.state is LaneState.FREE:
                 assert snap.owner is None and snap.length == 0
             if snap.state is LaneState.RESERVED:
-                assert snap.job_id == self.res[snap.lane].job_id
+                assert snap.device_job_id == self.res[snap.lane].device_job_id
                 assert snap.target_len is not None and snap.length < snap.target_len <= 12
             else:
-                assert snap.job_id is None
+                assert snap.device_job_id is None
 
     @invariant()
     def owners_unique_and_free_count_matches(self) -> None:

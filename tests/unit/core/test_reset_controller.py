@@ -7,8 +7,6 @@ injected by job index and every wait a condition with a deadline."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,7 @@ from calculet.daemon.core.reset_budget import (
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
 
-from .engine_factories import build_models, finish, generate_each, request, running_core
+from .engine_factories import build_models, finish, generate_each, request, running_core, until, use_up_recoveries
 
 TIMEOUT = 20.0
 
@@ -38,13 +36,6 @@ TIMEOUT = 20.0
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_models(tmp_path_factory.mktemp("models"))
-
-
-def _until(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 def assert_clean(core: DeviceCore) -> None:
@@ -157,7 +148,7 @@ def _hung_job(core: DeviceCore, seed: int = 1) -> str:
     """Submit one request whose first device job hangs; return once that job is in flight."""
     core.inject_fault(Fault(FaultKind.HANG))
     job = core.submit(request((4, 5, 6), 6, seed=seed, temperature=0.8)).job_id
-    _until("the hung job in flight", lambda: len(core.engine.executor.inflight) == 1)
+    until("the hung job in flight", lambda: core.snapshot().inflight == 1)
     return job
 
 
@@ -168,22 +159,21 @@ def test_an_operator_ccu_reset_is_not_an_anomaly(models: Path) -> None:
         ok, _ = core.reset("ccu", "operator unsticks a hung job")
         tokens, final = finish(core, job)
         assert ok and tokens == reference and final.reason is FinishReason.LENGTH
-        assert core.engine.executor.limit == 2, "an operator reset must not drop ping/pong"
-        assert core.engine.executor.anomalies == 0
+        assert core.snapshot().inflight_limit == 2, "an operator reset must not drop ping/pong"
+        assert core.snapshot().anomalies == 0
         assert core.status().degraded_reason == ""
         assert_clean(core)
 
 
 def test_a_ccu_exception_degrades_and_a_clean_period_restores_ping_pong(models: Path) -> None:
-    with running_core(models, fault_injection=True) as core:
-        core.engine.executor.limiter.restore_after = 5
+    with running_core(models, fault_injection=True, restore_after_clean_jobs=5) as core:
         core.inject_fault(Fault(FaultKind.CCU_EXCEPTION))
         finish(core, core.submit(request((1, 2, 3), 1, seed=1)).job_id)
         status = core.status()
         assert status.max_inflight == 1 and status.anomalies == 1 and "ccu_exception" in status.degraded_reason
         # The faulted prefill's re-prefill was clean (1); a prefill and 2 decodes make 4 in a row.
         finish(core, core.submit(request((1, 2, 3), 3, seed=2)).job_id)
-        assert core.engine.executor.limit == 1, "not clean for long enough yet"
+        assert core.snapshot().inflight_limit == 1, "not clean for long enough yet"
         finish(core, core.submit(request((1, 2, 3), 2, seed=3)).job_id)  # 6 in a row
         status = core.status()
         assert status.max_inflight == 2 and status.degraded_reason == ""
@@ -194,9 +184,9 @@ def test_a_successful_operator_reset_restores_a_degraded_limit(models: Path) -> 
     with running_core(models, fault_injection=True) as core:
         core.inject_fault(Fault(FaultKind.NAN_LOGITS))
         finish(core, core.submit(request((1, 2, 3), 2, seed=1)).job_id)
-        assert core.engine.executor.limit == 1
+        assert core.snapshot().inflight_limit == 1
         assert core.reset("configuration", "operator restores ping/pong")[0]
-        assert core.engine.executor.limit == 2
+        assert core.snapshot().inflight_limit == 2
 
 
 # ---- item 3: a successful operator reset lifts a halt for a used-up budget ------------------------
@@ -204,14 +194,14 @@ def test_a_successful_operator_reset_restores_a_degraded_limit(models: Path) -> 
 
 def _halt_on_a_hang(core: DeviceCore) -> str:
     """With a budget of 0, one hang stops the board; returns the failed job."""
-    core.engine.reset_budget.limit = 0
+    core.set_reset_budget(0)
     core.inject_fault(Fault(FaultKind.HANG))
     job = core.submit(request((4, 5, 6), 6, seed=1, temperature=0.8)).job_id
     _, final = finish(core, job)
     assert final.error_kind is ErrorKind.UNAVAILABLE
     health = core.health()
     assert not health.serving and health.reset_budget.exhausted
-    assert core.engine.halt.state is BoardHalt.AWAITING_OPERATOR
+    assert core.snapshot().halt is BoardHalt.AWAITING_OPERATOR
     return job
 
 
@@ -220,25 +210,25 @@ def test_a_successful_operator_reset_clears_a_used_up_budget_and_the_board_serve
     with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
         reference = generate_each(core, [request((7, 8), 5, seed=2, temperature=0.8)])
         _halt_on_a_hang(core)
-        core.engine.reset_budget.limit = 3
+        core.set_reset_budget(3)
 
         assert core.reset(kind, "operator clears the budget")[0]
 
         health = core.health()
         assert health.serving and not health.reset_budget.exhausted and health.reset_budget.used == 0, health
-        assert core.engine.halt.state is BoardHalt.NONE
+        assert core.snapshot().halt is BoardHalt.NONE
         assert generate_each(core, [request((7, 8), 5, seed=2, temperature=0.8)]) == reference
         assert_clean(core)  # the given-up job's buffers left through quarantine and a rebuild
 
 
 def test_a_drained_board_stays_drained_after_the_halt_is_lifted(models: Path) -> None:
     with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
-        core.engine.reset_budget.limit = 0
+        core.set_reset_budget(0)
         core.inject_fault(Fault(FaultKind.HANG))
         job = core.submit(request((4, 5, 6), 6, seed=1)).job_id
         core.stop_admitting()  # the operator drains while the job hangs
         finish(core, job)
-        assert core.engine.halt.state is BoardHalt.AWAITING_OPERATOR
+        assert core.snapshot().halt is BoardHalt.AWAITING_OPERATOR
         assert core.reset("ccu", "operator")[0]
         health = core.health()
         assert health.device_healthy and health.draining and not health.serving, health
@@ -267,10 +257,8 @@ def test_the_report_counts_the_jobs_a_configuration_reset_hit(models: Path) -> N
     reqs = [request((10 + i, 20, 30), 40, seed=i, temperature=0.8) for i in range(4)]
     with running_core(models, device_options={"time_scale": 0.02}) as core:
         ids = [core.submit(r).job_id for r in reqs]
-        _until("every job streaming", lambda: all(core.event_log(j, for_wait=False).token_count >= 2 for j in ids))
-        with core.engine.cond:  # one job has used up its recoveries: this reset ends it
-            doomed = core.engine.sequences[ids[0]]
-            doomed.recoveries = core.engine.config.max_recoveries
+        until("every job streaming", lambda: all(core.event_log(j, for_wait=False).token_count >= 2 for j in ids))
+        use_up_recoveries(core, ids[0])  # this reset ends that job
 
         report = core.operator_reset("configuration", "count them", settle_timeout_s=TIMEOUT)
 
@@ -304,11 +292,11 @@ def test_a_reset_in_progress_refuses_another_and_the_next_one_runs(models: Path)
         resetter = threading.Thread(target=lambda: first.append(core.reset("ccu", "first")))
         resetter.start()
         assert entered.wait(TIMEOUT)
-        resets = core.engine.counters.resets
+        resets = core.snapshot().counters.resets
         for kind in ("ccu", "configuration"):
             with pytest.raises(FailedPrecondition, match="reset in progress"):
                 core.reset(kind, "second")
-        assert core.engine.counters.resets == resets, "a refused reset is not counted"
+        assert core.snapshot().counters.resets == resets, "a refused reset is not counted"
         go.set()
         resetter.join(TIMEOUT)
         assert first and first[0] == (True, "compute units reset")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.core.kv import KVManager
+from calculet.daemon.core.kv import KVManager, LaneState
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
@@ -37,7 +37,8 @@ def make_runtime(manifest_dir: Path, lanes: int = 4, generation: int = 1) -> Mod
 
 
 class Harness:
-    """Plays the engine's part: assigns lanes for prefills, marks sequences ready after jobs."""
+    """Plays the engine's and executor's part: runs each planned job at once and marks its sequences
+    ready (the scheduler itself assigns the lanes)."""
 
     def __init__(self, rt: ModelRuntime, policy: SchedulingPolicy) -> None:
         self.rt, self.sched = rt, Scheduler(policy)
@@ -55,15 +56,10 @@ class Harness:
         plan = self.sched.plan({self.rt.generation: self.rt}, {})
         if plan is None:
             return None
-        for seq in plan.seqs:
-            if plan.task is TaskType.PREFILL:
-                handle = self.rt.kv.assign(seq.job_id)  # type: ignore[union-attr]
-                assert handle is not None
-                seq.lane = handle.lane
-                self.sched.lane_taken(seq.generation)
-                seq.lifecycle.move(SeqState.PREFILL)
-            else:
-                seq.lifecycle.move(SeqState.DECODE)
+        assert self.rt.kv is not None
+        for seq, (lane, target) in zip(plan.seqs, plan.targets, strict=True):
+            assert seq.lane == lane and seq.state in (SeqState.PREFILL, SeqState.DECODE), "handed to the job"
+            self.rt.kv.commit(self.rt.kv.reserve(lane, seq.job_id, target, self.n))
             seq.generated.append(7)
             seq.lifecycle.move(SeqState.READY)
             self.sched.mark_ready(seq)
@@ -146,3 +142,30 @@ def test_decode_jobs_per_model_keeps_ready_sequences_in_one_cohort(manifest_dir:
         assert plan is None, "a second decode cohort would split the batch"
     else:
         assert plan is not None and plan.task is TaskType.DECODE
+
+
+def test_the_scheduler_assigns_and_frees_lanes_and_counts_them_from_the_kv_manager(manifest_dir: Path) -> None:
+    rt = make_runtime(manifest_dir, lanes=2)
+    assert rt.kv is not None
+    sched = Scheduler(SchedulingPolicy(max_active=1))
+    first = Sequence("a", request((1, 2, 3), 4, seed=1), rt.generation, frozenset())
+    second = Sequence("b", request((4, 5), 4, seed=2), rt.generation, frozenset())
+    sched.enqueue(first)
+    sched.enqueue(second)
+
+    plan = sched.plan({rt.generation: rt}, {})
+    assert plan is not None and plan.seqs == [first] and first.state is SeqState.PREFILL
+    assert first.lane is not None and plan.targets == [(first.lane, 3)]
+    assert rt.kv.lane_of("a") == first.lane and rt.kv.used_count() == 1
+    assert sched.plan({rt.generation: rt}, {}) is None, "max_active 1: the KV manager says one lane is used"
+
+    sched.unplan(plan)  # the job never started: its lane is untrusted, it re-prefills first
+    assert first.state is SeqState.RECOVER and rt.kv.lane(first.lane).state is LaneState.UNKNOWN
+    again = sched.plan({rt.generation: rt}, {})
+    assert again is not None and again.seqs == [first] and rt.kv.lane(first.lane).state is LaneState.ACTIVE
+
+    first.lifecycle.move(SeqState.DONE)
+    sched.release_lane(first, rt)
+    assert first.lane is None and rt.kv.used_count() == 0
+    nxt = sched.plan({rt.generation: rt}, {})
+    assert nxt is not None and nxt.seqs == [second], "the freed lane admits the next request"

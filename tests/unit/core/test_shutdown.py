@@ -15,7 +15,8 @@ import pytest
 
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core import request as request_module
-from calculet.daemon.core.device_core import DaemonConfig, DeviceCore
+from calculet.daemon.core.config import DaemonConfig
+from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.request import (
     GenerationRequest,
@@ -141,7 +142,8 @@ def test_end_unfinished_writes_the_final_of_a_job_still_on_the_device(tiny_root:
         closer.join(JOB_TIMEOUT_S)
     assert not closer.is_alive(), f"close waited the job timeout ({JOB_TIMEOUT_S}s) for a hung job"
     assert len(_finals(core, job_id)) == 1  # the device's late end of the job wrote no second Final
-    assert core.engine.counters.failed == 1 and not core.engine.sequences
+    snap = core.snapshot()
+    assert snap.counters.failed == 1 and not snap.jobs
 
 
 def test_close_ends_a_hung_job_in_band_without_waiting_for_the_job_timeout(tiny_root: Path) -> None:

@@ -30,7 +30,7 @@ from calculet.client.types import (
     Usage,
 )
 from calculet.daemon.errors import CalculetError, NotFound, Unavailable
-from calculet.gateway.fleet.connection import DaemonConnection, DaemonStream, JobSpec
+from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonConnection, DaemonStream
 
 ALIAS = "fake"
 CONTEXT = 512
@@ -66,14 +66,14 @@ def model_token(seed: int, prompt: Sequence[int], index: int) -> int:
     return 32 + int.from_bytes(digest, "big") % 95
 
 
-def expected_tokens(job: JobSpec, count: int) -> list[int]:
+def expected_tokens(job: ChoiceSubmit, count: int) -> list[int]:
     assert job.sampling.seed is not None
     return [model_token(job.sampling.seed, job.prompt_tokens, i) for i in range(count)]
 
 
 @dataclass
 class Submitted:
-    job: JobSpec
+    job: ChoiceSubmit
     resume: tuple[int, ...]
     cancelled: bool = False
 
@@ -123,7 +123,7 @@ class FakeDaemon(DaemonConnection):
 
     # ---- DaemonConnection -------------------------------------------------------------
 
-    async def start(self, job: JobSpec, resume_tokens: Sequence[int]) -> DaemonStream:
+    async def start(self, job: ChoiceSubmit, resume_tokens: Sequence[int]) -> DaemonStream:
         if self._dead:
             raise Unavailable(f"{self.target} is gone")
         if self.refuse:

@@ -14,7 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from calculet.daemon.core.device_core import DaemonConfig, DeviceCore
+from calculet.daemon.core.config import DaemonConfig
+from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.errors import InvalidArgument, NotFound
 from calculet.daemon.server import app
 from calculet.daemon.server import servicer as servicer_module

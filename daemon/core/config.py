@@ -1,0 +1,106 @@
+"""`DaemonConfig`: everything a daemon is started with (flags and config file, already merged), and
+the engine settings it implies."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calculet.daemon.core.engine import EngineConfig
+from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
+from calculet.daemon.core.scheduler import SchedulingPolicy
+from calculet.daemon.errors import InvalidArgument
+
+POLICIES = ("continuous", "serial")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything the daemon is started with (flags and config file, already merged).
+
+    Attributes:
+        board: board index on this host.
+        device: driver name in the `calculet.devices` entry point group.
+        device_options: driver options (calsim: time_scale, fault_plan, ...).
+        models_root: package paths given to Load must resolve inside it.
+        models: startup models as (alias, path relative to models_root or absolute inside it).
+        policy: "continuous" (batching, ping/pong) or "serial" (today's product, for comparison).
+        max_inflight: 1 or 2 (capped by the device's capability).
+        job_timeout_s: wall-clock wait for one device job before the device is reset.
+        fault_injection: allow the InjectFault RPC (calsim only).
+        drain_timeout_s: default drain/unload timeout.
+        orphan_timeout_s: cancel a job that has had no Wait stream for this long (None = never).
+        retention_bytes: estimated bytes of finished jobs kept for Wait re-attach and Submit retries
+            (oldest evicted first; 0 keeps none).
+        retention_s: seconds a finished job is kept at most after its Final.
+        reset_limit / reset_window_s: automatic resets allowed per window before the board waits
+            for an operator.
+        restore_after_clean_jobs: clean completions that restore a degraded in-flight limit (0 =
+            only an operator reset does).
+        max_recoveries: re-prefills one job may need after lost KV before it fails.
+    """
+
+    board: int = 0
+    device: str = "calsim"
+    device_options: dict[str, Any] = field(default_factory=dict)
+    models_root: Path = Path(".")
+    models: tuple[tuple[str, str], ...] = ()
+    policy: str = "continuous"
+    max_inflight: int = 2
+    job_timeout_s: float = 30.0
+    fault_injection: bool = False
+    drain_timeout_s: float = 30.0
+    queue_depth: int = 1024
+    admission_timeout_s: float = 30.0
+    decode_jobs_per_model: int = 1
+    orphan_timeout_s: float | None = 60.0
+    retention_bytes: int = 256 * 1024 * 1024
+    retention_s: float = 600.0
+    reset_limit: int = 3
+    reset_window_s: float = 600.0
+    restore_after_clean_jobs: int = RESTORE_AFTER_CLEAN_JOBS
+    max_recoveries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise InvalidArgument(f"policy: must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if self.max_inflight not in (1, 2):
+            raise InvalidArgument(f"max_inflight: must be 1 or 2, got {self.max_inflight}")
+        if self.decode_jobs_per_model not in (1, 2):
+            raise InvalidArgument(f"decode_jobs_per_model: must be 1 or 2, got {self.decode_jobs_per_model}")
+        if self.job_timeout_s <= 0:
+            raise InvalidArgument(f"job_timeout_s: must be positive, got {self.job_timeout_s}")
+        if self.retention_bytes < 0:
+            raise InvalidArgument(f"retention_bytes: must be >= 0, got {self.retention_bytes}")
+        if not (math.isfinite(self.retention_s) and self.retention_s > 0):
+            raise InvalidArgument(f"retention_s: must be a positive number of seconds, got {self.retention_s}")
+        if self.reset_limit < 0 or not (math.isfinite(self.reset_window_s) and self.reset_window_s > 0):
+            raise InvalidArgument(
+                f"reset budget: limit >= 0 and a positive window, got {self.reset_limit}/{self.reset_window_s}"
+            )
+        if self.restore_after_clean_jobs < 0 or self.max_recoveries < 0:
+            raise InvalidArgument("restore_after_clean_jobs and max_recoveries: must be >= 0")
+
+    def engine_config(self) -> EngineConfig:
+        serial = self.policy == "serial"
+        policy = SchedulingPolicy(
+            max_active=1 if serial else 1 << 30,
+            queue_depth=self.queue_depth,
+            admission_timeout_s=self.admission_timeout_s,
+            decode_jobs_per_model=self.decode_jobs_per_model,
+        )
+        return EngineConfig(
+            policy=policy,
+            max_inflight=1 if serial else self.max_inflight,
+            synchronous=serial,
+            job_timeout_s=self.job_timeout_s,
+            orphan_timeout_s=self.orphan_timeout_s,
+            retention_bytes=self.retention_bytes,
+            retention_s=self.retention_s,
+            reset_limit=self.reset_limit,
+            reset_window_s=self.reset_window_s,
+            restore_after_clean_jobs=self.restore_after_clean_jobs,
+            max_recoveries=self.max_recoveries,
+        )

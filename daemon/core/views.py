@@ -1,0 +1,109 @@
+"""Health, Status and WatchLoad views built from one `EngineSnapshot` plus what only the device
+knows (pure functions: no lock, no engine, no device call)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
+from calculet.daemon.core.status import (
+    HealthView,
+    LoadView,
+    ModelHealthView,
+    ModelLoadView,
+    ModelView,
+    StatusView,
+)
+from calculet.daemon.device.types import DeviceInfo, JobCounters, MemoryUsage
+
+
+def health_view(snap: EngineSnapshot, device_healthy: bool) -> HealthView:
+    """The board's health: serving when the device is healthy, it admits, and a model is Ready."""
+    healthy = device_healthy and not snap.device_lost
+    draining = healthy and not snap.admitting
+    models = tuple(ModelHealthView(g.alias, g.generation, g.state) for g in snap.published)
+    ready = any(m.state.serving for m in models)
+    if not healthy:
+        reason = "automatic reset budget exhausted" if snap.budget.exhausted else "device lost or unusable"
+    elif draining:
+        reason = "draining"
+    elif not ready:
+        reason = "no model is ready"
+    else:
+        reason = ""
+    return HealthView(reason == "", draining, healthy, models, snap.budget, reason)
+
+
+def load_view(board: str, snap: EngineSnapshot, health: HealthView) -> LoadView:
+    """WatchLoad's report: per published generation, queued and running jobs and free lanes."""
+    models = tuple(
+        ModelLoadView(
+            g.alias, g.generation, g.state, g.state.serving, g.waiting, g.running, g.free_lanes, g.lanes_total
+        )
+        for g in snap.published
+    )
+    return LoadView(board, health.serving, health.draining, models)
+
+
+def model_view(g: GenerationView, package_path: str, package_hash: str) -> ModelView:
+    return ModelView(
+        g.alias,
+        g.generation,
+        g.state,
+        g.published,
+        g.ready_at,
+        g.package_name,
+        package_path,
+        g.lanes,
+        g.queues,
+        g.message,
+        package_hash,
+    )
+
+
+def status_view(
+    *,
+    snap: EngineSnapshot,
+    health: HealthView,
+    identity: tuple[int, str, float, bool, str],
+    device: tuple[DeviceInfo, MemoryUsage, JobCounters],
+    describe: Callable[[GenerationView], tuple[str, str]],
+) -> StatusView:
+    """Status from a snapshot.
+
+    Args:
+        identity: (board, driver, started_at, fault_injection, policy).
+        device: the device's identity, memory and counters.
+        describe: a generation's (package path as operators name it, package hash).
+    """
+    board, driver, started_at, fault_injection, policy = identity
+    info, memory, counters = device
+    c = snap.counters
+    return StatusView(
+        board=board,
+        driver=driver,
+        started_at=started_at,
+        fault_injection=fault_injection,
+        device=info,
+        memory=memory,
+        models=tuple(model_view(g, *describe(g)) for g in snap.generations),
+        jobs=snap.jobs,
+        device_counters=counters,
+        accepted=c.submitted,
+        rejected=c.rejected,
+        completed=c.completed,
+        cancelled=c.cancelled,
+        failed=c.failed,
+        recoveries=c.recoveries,
+        pool=snap.pool,
+        resets=c.resets,
+        last_reset_reason=c.last_reset_reason,
+        last_reset=c.last_reset,
+        policy=policy,
+        max_inflight=snap.inflight_limit,
+        inflight=snap.inflight,
+        draining=not snap.admitting,
+        health=health,
+        degraded_reason=snap.degraded_reason,
+        anomalies=snap.anomalies,
+    )
