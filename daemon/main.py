@@ -1,9 +1,16 @@
 """`calculet-daemon`: one process per board. Flags override the TOML config file.
 
 Data flow: argv -> `build_parser` -> `merged_settings` (the `[daemon]` table of `--config`, keys
-spelled like the flags with '-' or '_', then the flags given) -> `config_from` (every value checked:
-type, range, finite) -> `DeviceCore` -> `serve`. A bad value ends the process with one line on stderr
-and exit status 2; any other refusal (a startup model that fails to load, ...) with one line and 1.
+spelled like the flags with '-' or '_', then the flags given; device options layered, see
+`merged_settings`) -> `config_from` (every value checked: type, range, finite) -> the board lock
+(`ownership.BoardLock`, before the device is opened) -> a check of the Unix socket path -> the
+driver's `open` -> `DeviceCore` -> `serve`.
+
+Every refusal is one line on stderr and an exit status (`exit_status`): EXIT_USAGE (2) for a bad flag
+or config value (a driver refusing its options included), EXIT_BOARD_BUSY (3) when another live
+daemon holds the board's lock, EXIT_SOCKET_IN_USE (4) when a live process listens on the Unix socket
+path, EXIT_FAILURE (1) for anything else (a startup model that fails to load, ...); EXIT_OK (0) after
+a clean stop.
 
     calculet-daemon --board 0 --device calsim --listen unix:run/board0.sock \
         --models-root models --model tiny=tiny --time-scale 0 --policy continuous --max-inflight 2
@@ -14,22 +21,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import math
+import os
 import sys
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.models import LoadProgress
-from calculet.daemon.device.registry import available_drivers
+from calculet.daemon.device.api import VirtualDevice
+from calculet.daemon.device.registry import available_drivers, load_driver
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
-from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, serve
+from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, serve
+from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
 
 log = logging.getLogger("calculet.daemon")
+
+EXIT_OK = 0  # a clean stop (SIGTERM / SIGINT)
+EXIT_FAILURE = 1  # any other refusal: a startup model that fails to load, a device that cannot be opened, ...
+EXIT_USAGE = 2  # a bad flag or config value, a driver refusing its options
+EXIT_BOARD_BUSY = 3  # another live daemon holds the board's lock
+EXIT_SOCKET_IN_USE = 4  # a live process listens on the Unix socket path
+
+DEFAULT_RUNTIME_DIR = "run"  # relative to the working directory, when $RUNTIME_DIRECTORY is not set
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,8 +59,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", help="unix:PATH, PATH.sock or HOST:PORT (default unix:run/board<N>.sock)")
     p.add_argument("--models-root", type=Path, help="package paths must resolve inside this directory")
     p.add_argument("--model", action="append", default=[], metavar="ALIAS=PATH", help="startup model (repeatable)")
-    p.add_argument("--time-scale", type=float, help="calsim: wall seconds per modelled second (0 = never sleep)")
-    p.add_argument("--fault-plan", type=Path, help="calsim: JSON fault plan")
+    p.add_argument(
+        "--runtime-dir",
+        type=Path,
+        help="directory of the board lock calculet-board<N>.lock (default $RUNTIME_DIRECTORY, else run/)",
+    )
+    p.add_argument(
+        "--device-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help='driver option, repeatable (last wins); VALUE is JSON if it parses (0.5, true, "text"), else raw text',
+    )
+    p.add_argument(
+        "--device-profile",
+        metavar="NAME",
+        help="device option profile (calsim: calrt-0.7.6, the default, or calsim-dev)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        help="device option time_scale (calsim: wall seconds per modelled second; 0 = never sleep)",
+    )
+    p.add_argument("--fault-plan", type=Path, help="device option fault_plan (calsim: JSON fault plan file)")
     p.add_argument("--fault-injection", action="store_true", default=None, help="enable the InjectFault RPC")
     p.add_argument("--policy", choices=POLICIES, help="continuous (default) or serial (today's product)")
     p.add_argument("--max-inflight", type=int, choices=(1, 2), help="jobs in flight (default 2)")
@@ -80,12 +120,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# Settings a config file may hold: the flag names, with '-' or '_' (README), plus `models`.
+# Settings a config file may hold: the flag names, with '-' or '_' (README), plus `models` and
+# `device_options` (tables).
 FLAG_SETTINGS = (
     "board", "device", "listen", "models_root", "time_scale", "fault_plan", "fault_injection", "policy",
     "max_inflight", "job_timeout", "drain_timeout", "queue_depth", "admission_timeout", "decode_jobs_per_model",
-    "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds",
+    "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds", "runtime_dir",
+    "device_profile",
 )  # fmt: skip
+TABLE_SETTINGS = ("models", "device_options")
+# Settings that are shorthands for one device option each: setting -> option.
+DEVICE_OPTION_SHORTHANDS = {"time_scale": "time_scale", "fault_plan": "fault_plan", "device_profile": "profile"}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_RETENTION_BYTES = DaemonConfig.retention_bytes  # 256 MiB
 DEFAULT_RETENTION_S = DaemonConfig.retention_s  # 10 minutes
@@ -105,23 +150,80 @@ def read_config(path: Path) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise InvalidArgument(f"config {path}: daemon must be a table ([daemon]), got {table!r}")
     settings = {key.replace("-", "_"): value for key, value in table.items()}
-    unknown = sorted(set(settings) - {*FLAG_SETTINGS, "models"})
+    unknown = sorted(set(settings) - {*FLAG_SETTINGS, *TABLE_SETTINGS})
     if unknown:
         raise InvalidArgument(
-            f"config {path}: unknown [daemon] keys {unknown}; known: {', '.join(FLAG_SETTINGS)}, models"
+            f"config {path}: unknown [daemon] keys {unknown}; known: {', '.join((*FLAG_SETTINGS, *TABLE_SETTINGS))}"
         )
     return settings
+
+
+def parse_device_option(spec: str) -> tuple[str, Any]:
+    """`KEY=VALUE` -> (KEY, VALUE as JSON if it parses as standard JSON, else the raw string).
+
+    `n=4` -> 4, `x=0.5` -> 0.5, `on=true` -> True, `p="a b"` -> "a b", `p=calsim-dev` -> "calsim-dev",
+    `v=` -> "" (NaN and Infinity stay strings).
+
+    Raises:
+        InvalidArgument: no '=' or an empty KEY.
+    """
+    key, sep, text = spec.partition("=")
+    if not sep or not key.strip():
+        raise InvalidArgument(f"--device-option {spec!r}: expected KEY=VALUE")
+    try:
+        value: Any = json.loads(text, parse_constant=_not_json)
+    except ValueError:
+        value = text
+    return key.strip(), value
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not standard JSON")
+
+
+def _options_table(settings: Mapping[str, Any]) -> dict[str, Any]:
+    table = settings.get("device_options", {})
+    if not isinstance(table, dict) or not all(isinstance(k, str) and k for k in table):
+        raise InvalidArgument(f"device_options: must be a table of driver options (key = value), got {table!r}")
+    return dict(table)
+
+
+def _fold_shorthands(options: dict[str, Any], source: Mapping[str, Any]) -> None:
+    """Set the device option of each shorthand setting `source` holds (checked) in `options`."""
+    for key, option in DEVICE_OPTION_SHORTHANDS.items():
+        if source.get(key) is None:
+            continue
+        if key == "time_scale":
+            options[option] = _seconds(source, key, 1.0, zero_ok=True)
+        else:
+            options[option] = _text(source, key, "")
 
 
 def merged_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Config file values, then flags that were given.
 
+    `device_options` is layered, later wins: the file's `[daemon.device_options]` table, the file's
+    shorthand keys (`time_scale`, `fault_plan`, `device_profile` -> `profile`), `--device-option`
+    flags in order, the shorthand flags (`--time-scale`, `--fault-plan`, `--device-profile`). The
+    shorthand keys are folded into it and leave the settings.
+
     Raises:
-        InvalidArgument: a bad config file (see `read_config`), `models` not a table of paths, or a
-            `--model` without ALIAS=PATH.
+        InvalidArgument: a bad config file (see `read_config`), `models` not a table of paths, a
+            `--model` without ALIAS=PATH, a `--device-option` without KEY=VALUE, `device_options` not a
+            table, a shorthand of the wrong type.
     """
-    settings = read_config(args.config) if args.config is not None else {}
-    settings.update({k: v for k in FLAG_SETTINGS if (v := getattr(args, k)) is not None})
+    file_settings = read_config(args.config) if args.config is not None else {}
+    flags = {k: v for k in FLAG_SETTINGS if (v := getattr(args, k)) is not None}
+    settings = {**file_settings, **flags}
+    options = _options_table(file_settings)
+    _fold_shorthands(options, file_settings)
+    for spec in args.device_option:
+        key, value = parse_device_option(spec)
+        options[key] = value
+    _fold_shorthands(options, flags)
+    for key in DEVICE_OPTION_SHORTHANDS:
+        settings.pop(key, None)
+    settings["device_options"] = options
     models = settings.get("models", {})
     if not isinstance(models, dict) or not all(isinstance(p, str) for p in models.values()):
         raise InvalidArgument(f'models: must be a table of alias = "package path", got {models!r}')
@@ -135,14 +237,14 @@ def merged_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
-def _int(settings: dict[str, Any], key: str, default: int, minimum: int, maximum: int = 2**31 - 1) -> int:
+def _int(settings: Mapping[str, Any], key: str, default: int, minimum: int, maximum: int = 2**31 - 1) -> int:
     value = settings.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise InvalidArgument(f"{key}: must be an integer in {minimum}..{maximum}, got {value!r}")
     return value
 
 
-def _seconds(settings: dict[str, Any], key: str, default: float, *, zero_ok: bool) -> float:
+def _seconds(settings: Mapping[str, Any], key: str, default: float, *, zero_ok: bool) -> float:
     value = settings.get(key, default)
     ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not zero_ok):
@@ -150,7 +252,7 @@ def _seconds(settings: dict[str, Any], key: str, default: float, *, zero_ok: boo
     return float(value)
 
 
-def _text(settings: dict[str, Any], key: str, default: str) -> str:
+def _text(settings: Mapping[str, Any], key: str, default: str) -> str:
     value = settings.get(key, default)
     if isinstance(value, Path):
         return str(value)
@@ -170,6 +272,9 @@ def log_level(settings: dict[str, Any]) -> str:
 def config_from(settings: dict[str, Any]) -> DaemonConfig:
     """The daemon's configuration from merged settings.
 
+    `device_options` (a table) reaches the driver whatever it is; shorthand keys still in `settings`
+    (`time_scale`, `fault_plan`, `device_profile`) override its entries. The driver checks them.
+
     Raises:
         InvalidArgument: a value of the wrong type or range, or a device no driver provides.
     """
@@ -179,17 +284,14 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
     fault_injection = settings.get("fault_injection", False)
     if not isinstance(fault_injection, bool):
         raise InvalidArgument(f"fault_injection: must be true or false, got {fault_injection!r}")
-    options: dict[str, Any] = {}
-    if device == "calsim":
-        options["time_scale"] = _seconds(settings, "time_scale", 1.0, zero_ok=True)
-        if settings.get("fault_plan") is not None:
-            options["fault_plan"] = _text(settings, "fault_plan", "")
+    options = _options_table(settings)
+    _fold_shorthands(options, settings)  # settings not from `merged_settings` may still hold them
     return DaemonConfig(
         board=_int(settings, "board", 0, 0),
         device=device,
         device_options=options,
         models_root=Path(_text(settings, "models_root", ".")),
-        models=tuple((a, str(p)) for a, p in settings["models"].items()),
+        models=tuple((a, str(p)) for a, p in settings.get("models", {}).items()),
         policy=_text(settings, "policy", "continuous"),
         max_inflight=_int(settings, "max_inflight", 2, 1),
         job_timeout_s=_seconds(settings, "job_timeout", 30.0, zero_ok=False),
@@ -204,12 +306,43 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
     )
 
 
+def runtime_dir(settings: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> Path:
+    """Where the board lock lives: `runtime_dir` (flag or config), else `$RUNTIME_DIRECTORY` (set by
+    systemd's RuntimeDirectory=; the first of several), else `run/` in the working directory.
+
+    Raises:
+        InvalidArgument: `runtime_dir` is not a non-empty string.
+    """
+    if settings.get("runtime_dir") is not None:
+        return Path(_text(settings, "runtime_dir", ""))
+    from_systemd = environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    return Path(from_systemd or DEFAULT_RUNTIME_DIR)
+
+
+def open_device(config: DaemonConfig) -> VirtualDevice:
+    """Open the board through its driver, with `config.device_options`.
+
+    Raises:
+        InvalidArgument: the driver refused its options (its message, prefixed `device_options:`).
+        CalculetError: any other refusal of the driver (no such board: NOT_FOUND, ...).
+    """
+    driver = load_driver(config.device)
+    try:
+        return driver.open(config.board, config.device_options)
+    except CalculetError as exc:
+        if exc.kind is ErrorKind.INVALID_ARGUMENT:
+            raise InvalidArgument(f"device_options: {exc}") from None
+        raise
+    except (ValueError, TypeError, KeyError) as exc:  # a driver that refuses outside the contract
+        raise InvalidArgument(f"device_options: device {config.device} refused them: {exc}") from None
+
+
 def _log_progress(p: LoadProgress) -> None:
     log.info("load %s generation %d: %s %s", p.alias, p.generation, p.state.value, p.message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the daemon. Returns 0 after a clean stop, 2 for a bad flag or config value, 1 otherwise."""
+    """Run the daemon. Returns an exit status: EXIT_OK after a clean stop, else see `exit_status`."""
     args = build_parser().parse_args(argv)
     try:
         settings = merged_settings(args)
@@ -217,7 +350,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from(settings)
         listen = _text(settings, "listen", f"unix:run/board{config.board}.sock")
         max_message_bytes = _int(settings, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES, 1)
-        core = DeviceCore(config)
+        # Before the device is opened; held until the process ends (the kernel drops it if it dies).
+        board_lock = BoardLock.acquire(runtime_dir(settings), config.board)
+    except CalculetError as exc:
+        return _fail(exc)
+    with board_lock:
+        log.info("board %d: lock %s held by pid %d", config.board, board_lock.path, os.getpid())
+        return _serve_board(config, listen, max_message_bytes)
+
+
+def _serve_board(config: DaemonConfig, listen: str, max_message_bytes: int) -> int:
+    try:
+        check_listen(listen)  # a live socket: refuse before opening the device and loading models
+        device = open_device(config)
+        try:
+            core = DeviceCore(config, device)
+        except BaseException:
+            device.close()
+            raise
     except CalculetError as exc:
         return _fail(exc)
     try:
@@ -230,13 +380,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CalculetError as exc:
         core.close()
         return _fail(exc)
-    return 0
+    return EXIT_OK
+
+
+def exit_status(exc: CalculetError) -> int:
+    """EXIT_BOARD_BUSY, EXIT_SOCKET_IN_USE, EXIT_USAGE for a bad value (INVALID_ARGUMENT), else EXIT_FAILURE."""
+    if isinstance(exc, BoardBusy):
+        return EXIT_BOARD_BUSY
+    if isinstance(exc, SocketInUse):
+        return EXIT_SOCKET_IN_USE
+    return EXIT_USAGE if exc.kind is ErrorKind.INVALID_ARGUMENT else EXIT_FAILURE
 
 
 def _fail(exc: CalculetError) -> int:
-    """One line on stderr; exit status 2 for a bad value (usage error), 1 for anything else."""
+    """One line on stderr; the exit status for `exc` (`exit_status`)."""
     print(f"calculet-daemon: {exc.kind.value}: {exc}", file=sys.stderr)
-    return 2 if exc.kind is ErrorKind.INVALID_ARGUMENT else 1
+    return exit_status(exc)
 
 
 if __name__ == "__main__":

@@ -352,6 +352,7 @@ class LocalFleet:
             sys.executable, "-m", DAEMON_MODULE,
             "--board", str(board),
             "--listen", f"unix:{c.workdir / f'board{board}.sock'}",
+            "--runtime-dir", str(c.workdir),
             "--models-root", str(self.models_root),
             "--model", f"{c.model}={c.package}",
             "--time-scale", f"{c.time_scale:g}",

@@ -7,8 +7,9 @@ models (each with its `Kernel`, which owns the model's KV lanes), the `FaultPlan
 `ComputeEngine` (banks, clock, worker thread). `submit` numbers the attempt, asks the fault plan, checks
 the job completely (`job_check`) and only then holds bank, buffers and lanes in the engine.
 Ownership of host buffers: the caller owns them; between an accepted submit and the job's
-finish the engine holds them (reads inputs at H2D, writes outputs at D2H) and refuses them to
-other jobs (BufferInUse) and to `unregister_buffer`.
+finish the engine holds them: it reads inputs at H2D and keeps the outputs it computes at D2H, which
+reach the host buffers only when `wait` returns DONE (poison before). With the `checks` option (the
+default) it refuses held buffers to other jobs (BufferInUse) and to `unregister_buffer`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from calculet.daemon.device.types import (
     JobSpec,
     MemoryUsage,
 )
+from calculet.daemon.package.manifest import KERNELS as KERNEL_KINDS
 from calculet.daemon.package.manifest import PackageManifest
 
 RUNTIME_VERSION = "0.7.6-calsim"
@@ -70,6 +72,7 @@ class CalsimDevice(VirtualDevice):
         self._plan: FaultPlan = options.fault_plan
         self._memory = MemoryMap(options.chips, options.dram_bytes, options.sram_bytes)
         self._models: dict[int, CalsimModel] = {}
+        self._open_lanes: dict[int, set[int]] = {}  # config id -> lanes opened (KV Apply) and not closed
         self._configuring: set[int] = set()  # config ids reserved while their kernel is built
         self._buffers: dict[int, HostBuffer] = {}
         self._config_ids = itertools.count(1)
@@ -80,11 +83,14 @@ class CalsimDevice(VirtualDevice):
         caps = DeviceCapabilities(
             max_inflight=2,
             ping_pong=True,
-            max_resident_configurations=options.max_resident_configurations,
+            max_resident_configurations=options.max_resident_configurations,  # from the profile
             lane_selection=True,
+            kernel_kinds=KERNEL_KINDS,
         )
         self._info = DeviceInfo("calsim", board, chips, RUNTIME_VERSION, DRIVER_VERSION, FIRMWARE_VERSION, caps)
-        self._engine = ComputeEngine(self._cond, options.time_scale, self._plan.seed, f"calsim-board{board}")
+        self._engine = ComputeEngine(
+            self._cond, options.time_scale, self._plan.seed, f"calsim-board{board}", checks=options.checks
+        )
         self._engine.start()
 
     # ------------------------------------------------------------------ identity
@@ -169,6 +175,7 @@ class CalsimDevice(VirtualDevice):
                 raise BufferInUse(f"model {m.name!r} has job(s) {[j.job_id for j in busy]} in flight")
             m.state.move(ConfigState.RELEASED)
             del self._models[m.config_id]
+            self._open_lanes.pop(m.config_id, None)
             self._memory.release(m.config_id)
 
     def memory_usage(self) -> MemoryUsage:
@@ -286,13 +293,49 @@ class CalsimDevice(VirtualDevice):
             self._engine.ensure_alive()
             self._engine.reset_ccu()
 
+    def open_lane(self, model: ConfiguredModel, lane: int) -> None:
+        """See `VirtualDevice.open_lane`. calsim's lanes need no allocation: it checks the handle and
+        the lane, and refuses to open a lane twice (a daemon bug a real KV Apply would not catch)."""
+        with self._cond:
+            self._engine.ensure_alive()
+            m = self._lane_of(model, lane)
+            opened = self._open_lanes.setdefault(m.config_id, set())
+            if lane in opened:
+                raise InvalidJob(f"KV lane {lane} of {m.name!r} is already open")
+            opened.add(lane)
+
+    def close_lane(self, model: ConfiguredModel, lane: int) -> None:
+        """See `VirtualDevice.close_lane`."""
+        with self._cond:
+            self._engine.ensure_alive()
+            m = self._lane_of(model, lane)
+            opened = self._open_lanes.get(m.config_id, set())
+            if lane not in opened:
+                raise InvalidJob(f"KV lane {lane} of {m.name!r} is not open")
+            opened.discard(lane)
+
+    def _lane_of(self, model: ConfiguredModel, lane: int) -> CalsimModel:
+        """Raises: ModelReleased (stale handle), InvalidJob (lane out of range)."""
+        m = self._own(model)
+        if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < m.lanes:
+            raise InvalidJob(f"KV lane {lane!r} out of range 0..{m.lanes - 1} of {m.name!r}")
+        return m
+
     def reset_configuration(self, model: ConfiguredModel) -> None:
+        """See `VirtualDevice.reset_configuration`. As CalRT 0.7.6 does, the reset drops every
+        configured calbin, not only `model`'s: each model's in-flight jobs end CCU_EXCEPTION, its
+        lanes are gone with it, its memory is free, and its handle raises ModelReleased from now on."""
         with self._cond:
             self._engine.ensure_alive()
             self._own(model)
             self._engine.wait_kernel_idle()
-            m = self._own(model)  # it may have been released while we waited
-            self._engine.reset_model(m.config_id, m.kernel, m.lanes)
+            self._own(model)  # it may have been released while we waited
+            for m in list(self._models.values()):
+                self._engine.reset_model(m.config_id, m.kernel, m.lanes)
+                m.state.move(ConfigState.RELEASED)
+                del self._models[m.config_id]
+                self._open_lanes.pop(m.config_id, None)
+                self._memory.release(m.config_id)
 
     def close(self) -> None:
         with self._cond:

@@ -2,11 +2,24 @@
 
 Data flow: `CalsimDevice.submit` validates a job, then `pick_bank` / `check_free` / `accept`
 queue it here: the clock places its phases on the device timeline and the job occupies its bank,
-buffers and lanes. The worker thread performs each job's steps in device-time order, waiting on
-the condition until each step is due under `time_scale`: at H2D it copies the active input rows
-out of the host buffers (a refill before H2D changes the result, as on hardware), at COMPUTE it
-runs the kernel, at FINISH (D2H end) it writes the bf16 logits rows into the host output buffer,
-ends the job DONE or CCU_EXCEPTION, frees bank, buffers and lanes, and sets the job's event.
+buffers and lanes. `accept` poisons the job's output rows (every byte 0xFF: NaN for bf16/float,
+-1 for integers) and claims its output buffers. The worker thread performs each job's steps in
+device-time order, waiting on the condition until each step is due under `time_scale`: at H2D it
+copies the active input rows out of the host buffers (a refill before H2D changes the result, as
+on hardware), at COMPUTE it runs the kernel, at FINISH (D2H end) it keeps the bf16 logits rows as
+the job's `outputs`, ends the job DONE or CCU_EXCEPTION, frees bank, buffers and lanes, and sets
+the job's event. The outputs reach the host buffers only in `deliver`, which
+`CalsimSubmission.wait` calls when it returns DONE, and only into buffers the job still claims
+(a later job that named the buffer took it over). So a caller that reads outputs before `wait`
+returned DONE (after polling `status`, or for a CCU_EXCEPTION job) reads poison, not plausible
+logits.
+
+Checks (`checks`, the `checks` driver option): with them on, `pick_bank` refuses a busy bank
+(EngineBusy), `check_free` a buffer or lane held by an in-flight job (BufferInUse, LaneBusy) and
+`buffer_holder` names the job that makes `unregister_buffer` refuse. A real runtime (CalRT 0.7.6)
+makes none of these refusals; with `checks` off calsim accepts such jobs too (a bank, buffer or
+lane is simply shared; the data effects follow from the H2D / compute / D2H order) so tests can
+show that `calculet.daemon.device.guard.GuardedDevice` alone catches the daemon bug.
 
 Locking: ONE lock + condition, owned by the device and shared here. Every method is called with
 it held, except `start` and `join`. The worker releases it only around the kernel call, during
@@ -37,6 +50,12 @@ from calculet.daemon.device.types import EngineSlot, JobCounters, JobSpec, JobSt
 logger = logging.getLogger(__name__)
 
 BANKS = (EngineSlot.PING, EngineSlot.PONG)
+POISON_BYTE = 0xFF  # what an output row holds until `wait` returns DONE: NaN as bf16/float, -1 as int
+
+
+def poison_rows(array: np.ndarray, rows: int) -> None:
+    """Fill rows 0..rows-1 of a C-contiguous host array with `POISON_BYTE` in every byte."""
+    array[:rows].view(np.uint8)[...] = POISON_BYTE
 
 
 class ComputeEngine:
@@ -47,16 +66,19 @@ class ComputeEngine:
         time_scale: wall seconds per modelled second; 0 never waits.
         seed: seeds the garbage written into corrupted lanes.
         name: worker thread name.
+        checks: refuse a busy bank, a held buffer or a busy lane (see the module docstring).
     """
 
-    def __init__(self, cond: threading.Condition, time_scale: float, seed: int, name: str) -> None:
+    def __init__(
+        self, cond: threading.Condition, time_scale: float, seed: int, name: str, *, checks: bool = True
+    ) -> None:
         self._cond = cond
         self.clock = DeviceClock()
         self.pacer = Pacer(time_scale)
         self._seed = seed
-        self._banks: dict[EngineSlot, Job | None] = dict.fromkeys(BANKS)
-        self._buffer_holder: dict[int, Job] = {}
-        self._lane_holder: dict[tuple[int, int], Job] = {}
+        self.checks = checks
+        self._banks: dict[EngineSlot, list[Job]] = {b: [] for b in BANKS}  # more than one only without checks
+        self._claims: dict[int, Job] = {}  # output buffer id -> the job whose outputs it awaits
         self._submitted = 0
         self._finished = 0
         self._kernel_user: Job | None = None
@@ -89,13 +111,17 @@ class ComputeEngine:
 
     def inflight(self) -> list[Job]:
         """Jobs holding a bank (not finished), oldest first."""
-        return sorted((j for j in self._banks.values() if j is not None), key=lambda j: j.job_id)
+        return sorted((j for jobs in self._banks.values() for j in jobs), key=lambda j: j.job_id)
 
     def holds_model(self, config_id: int) -> list[Job]:
         return [j for j in self.inflight() if j.model.config_id == config_id]
 
     def buffer_holder(self, buffer_id: int) -> Job | None:
-        return self._buffer_holder.get(buffer_id)
+        """The oldest in-flight job holding the buffer, for which `unregister_buffer` refuses it;
+        None when none does, and always None with checks off."""
+        if not self.checks:
+            return None
+        return next((j for j in self.inflight() if buffer_id in j.resolved.buffer_ids), None)
 
     def counters(self) -> JobCounters:
         states = [j.status.state for j in self.inflight()]
@@ -113,29 +139,42 @@ class ComputeEngine:
         """The bank a new job goes to. AUTO takes the free bank that has been free longest on the
         device clock (ping on a tie), so the choice does not depend on thread timing.
 
+        With checks off a busy bank is never refused: an explicit bank is taken as asked, and AUTO
+        with both banks busy takes the one with the fewest jobs (ping on a tie). Such a job shares
+        the bank; its times are placed as if the bank were its own (the copy path and the compute
+        unit still serve jobs one at a time). What a real runtime does then is not modelled.
+
         Raises:
-            EngineBusy: the requested bank, or for AUTO both banks, hold a job in flight.
+            EngineBusy: the requested bank, or for AUTO both banks, hold a job in flight (checks on).
         """
         if requested is EngineSlot.AUTO:
-            free = [b for b in BANKS if self._banks[b] is None]
-            if not free:
+            free = [b for b in BANKS if not self._banks[b]]
+            if free:
+                return min(free, key=lambda b: (self.clock.bank_free[b], BANKS.index(b)))
+            if self.checks:
                 raise EngineBusy("both engine banks (ping, pong) have a job in flight")
-            return min(free, key=lambda b: (self.clock.bank_free[b], BANKS.index(b)))
-        holder = self._banks[requested]
-        if holder is not None:
-            raise EngineBusy(f"engine bank {requested.value} has job {holder.job_id} in flight")
+            return min(BANKS, key=lambda b: (len(self._banks[b]), BANKS.index(b)))
+        holders = self._banks[requested]
+        if holders and self.checks:
+            raise EngineBusy(f"engine bank {requested.value} has job {holders[0].job_id} in flight")
         return requested
 
     def check_free(self, config_id: int, resolved: ResolvedJob) -> None:
-        """Raises:
-        BufferInUse: a buffer of the job is held by an in-flight job.
-        LaneBusy: a lane of the job is being advanced by an in-flight job."""
+        """Nothing with checks off.
+
+        Raises:
+            BufferInUse: a buffer of the job is held by an in-flight job.
+            LaneBusy: a lane of the job is being advanced by an in-flight job.
+        """
+        if not self.checks:
+            return
+        inflight = self.inflight()
         for buffer_id in resolved.buffer_ids:
-            holder = self._buffer_holder.get(buffer_id)
+            holder = next((j for j in inflight if buffer_id in j.resolved.buffer_ids), None)
             if holder is not None:
                 raise BufferInUse(f"buffer {buffer_id} is held by in-flight job {holder.job_id}")
         for lane in resolved.lanes:
-            holder = self._lane_holder.get((config_id, lane))
+            holder = next((j for j in inflight if j.model.config_id == config_id and lane in j.resolved.lanes), None)
             if holder is not None:
                 raise LaneBusy(f"lane {lane} is being advanced by in-flight job {holder.job_id}")
 
@@ -150,7 +189,8 @@ class ComputeEngine:
         fault: Fault | None,
         durations: JobDurations,
     ) -> Job:
-        """Queue a validated job on `bank` (already checked free); it now holds bank, buffers, lanes."""
+        """Queue a validated job on `bank` (already checked free); it now holds bank, buffers, lanes.
+        Its output rows hold poison from now until `deliver` writes its outputs."""
         if fault is not None and fault.kind is FaultKind.CCU_EXCEPTION:
             durations = dataclasses.replace(durations, d2h=0.0)  # nothing is copied back
         delay = fault.delay_ms / 1000.0 if fault is not None and fault.kind is FaultKind.SLOW_JOB else 0.0
@@ -160,11 +200,10 @@ class ComputeEngine:
         if idle:
             self.pacer.anchor(schedule.queued)
         job = Job(job_id, model, kernel, spec, resolved, bank, fault, durations, schedule)
-        self._banks[bank] = job
-        for buffer_id in resolved.buffer_ids:
-            self._buffer_holder[buffer_id] = job
-        for lane in resolved.lanes:
-            self._lane_holder[(model.config_id, lane)] = job
+        self._banks[bank].append(job)
+        for buf in resolved.outputs.values():
+            poison_rows(buf.array, len(resolved.rows))
+            self._claims[buf.buffer_id] = job
         self._submitted += 1
         self._cond.notify_all()
         return job
@@ -172,6 +211,17 @@ class ComputeEngine:
     def observe_finished(self, job: Job) -> None:
         """The host waited `job` to completion: it has seen the device reach its D2H end."""
         self.clock.observe(job.schedule.d2h_end)
+
+    def deliver(self, job: Job) -> None:
+        """`wait` returns DONE for `job`: write its outputs' active rows into each output buffer it
+        still claims (a buffer a later job named keeps that job's poison). Once only: a second
+        wait writes nothing again. A CCU_EXCEPTION job has no outputs: its rows keep the poison."""
+        outputs, job.outputs = job.outputs, {}
+        for name, rows in outputs.items():
+            buf = job.resolved.outputs[name]
+            if self._claims.get(buf.buffer_id) is job:
+                del self._claims[buf.buffer_id]
+                buf.array[: len(rows)] = rows
 
     # ------------------------------------------------------------------ resets, loss, close
 
@@ -318,7 +368,7 @@ class ComputeEngine:
         logits = job.logits
         if job.has_fault(FaultKind.NAN_LOGITS):
             logits = np.full_like(logits, np.nan)
-        job.resolved.outputs["logits"].array[: len(job.resolved.rows)] = logits
+        job.outputs = {"logits": logits}  # reaches the host buffer when `wait` returns DONE
         self._end(job, JobStatus.DONE)
 
     def _corrupt(self, job: Job) -> None:
@@ -329,12 +379,15 @@ class ComputeEngine:
     def _end(self, job: Job, status: JobStatus) -> None:
         job.status.move(status)
         job.step.move(Step.ENDED)
-        self._banks[job.bank] = None
-        self.clock.release_bank(job.bank, job.schedule.d2h_end)
-        for buffer_id in job.resolved.buffer_ids:
-            self._buffer_holder.pop(buffer_id, None)
-        for lane in job.resolved.lanes:
-            self._lane_holder.pop((job.model.config_id, lane), None)
+        bank = self._banks[job.bank]
+        bank.remove(job)
+        if not bank:
+            self.clock.release_bank(job.bank, job.schedule.d2h_end)
+        if status is not JobStatus.DONE:
+            job.outputs = {}
+            for buf in job.resolved.outputs.values():  # nothing to deliver: the poison stays
+                if self._claims.get(buf.buffer_id) is job:
+                    del self._claims[buf.buffer_id]
         self._finished += 1
         job.staged = {}
         job.logits = None

@@ -4,7 +4,9 @@ Data flow: `CalsimDevice.configure` wraps the package's submodels, geometry and 
 `CalsimModel`; `CalsimDevice.submit` wraps the accepted `Job` in a `CalsimSubmission`, whose
 calls take the device's one lock (through the engine) to read the job's status and timestamps,
 and whose `wait` blocks on the job's event outside the lock. Ownership: the model owns its
-kernel (and so its KV lanes) until released; a submission only observes its job.
+kernel (and so its KV lanes) until released; a submission observes its job, and its `wait` is
+the one place the job's outputs reach the host buffers (`ComputeEngine.deliver`, when it returns
+DONE): `status` reporting DONE is not enough, as with CalRT's OutputBuf status and Wait.
 """
 
 from __future__ import annotations
@@ -91,12 +93,15 @@ class CalsimSubmission(Submission):
         return self._job.fault
 
     def status(self) -> JobStatus:
+        """See `Submission.status`. DONE here does not put the outputs in the host buffers: only
+        `wait` does."""
         with self._engine.cond:
             self._engine.ensure_alive()
             return self._job.status.state
 
     def wait(self, timeout: float | None = None) -> JobStatus:
-        """See `Submission.wait`. Also raises InvalidJob for a negative or NaN timeout."""
+        """See `Submission.wait`: returning DONE writes the job's outputs into its output buffers
+        (they held poison since submit). Also raises InvalidJob for a negative or NaN timeout."""
         if timeout is not None and not timeout >= 0:
             raise InvalidJob(f"wait timeout must be >= 0 seconds or None, got {timeout!r}")
         with self._engine.cond:
@@ -107,6 +112,7 @@ class CalsimSubmission(Submission):
             if not self._job.finished:
                 raise WaitTimeout(f"job {self.job_id} not finished after {timeout} s; its buffers stay held")
             self._engine.observe_finished(self._job)
+            self._engine.deliver(self._job)
             return self._job.status.state
 
     def timestamps(self) -> JobTimestamps | None:

@@ -2,9 +2,11 @@
 
 Data flow: `ComputeEngine.accept` builds a `Job` from a `ResolvedJob`, the clock fills its
 `Schedule`, and the engine's worker moves it through its steps: H2D (inputs copied from the host
-buffers into `staged`), COMPUTE (kernel -> `logits`, bf16), FINISH (logits written into the host
-output buffers, status DONE or CCU_EXCEPTION, `done` set). Ownership: the engine owns the Job; the
-job holds its buffers, lanes and engine bank from acceptance until its status is finished.
+buffers into `staged`), COMPUTE (kernel -> `logits`, bf16), FINISH (the D2H copy: `outputs` kept,
+status DONE or CCU_EXCEPTION, `done` set). The host output buffers get `outputs` only when
+`wait` returns DONE (`ComputeEngine.deliver`); until then they hold poison. Ownership: the engine
+owns the Job; the job holds its buffers, lanes and engine bank from acceptance until its status
+is finished, and claims its output buffers until its outputs are delivered or a later job names them.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Step(Enum):
 
     H2D = "h2d"  # read the host inputs at h2d_start
     COMPUTE = "compute"  # run the kernel at compute_start (status -> RUNNING)
-    FINISH = "finish"  # write outputs and finish at d2h_end (never, for a hang)
+    FINISH = "finish"  # keep the outputs and finish at d2h_end (never, for a hang)
     ENDED = "ended"  # finished or aborted
 
 
@@ -129,6 +131,7 @@ class Job:
         self.step: Lifecycle[Step] = Lifecycle(f"calsim job {job_id} step", Step.H2D, STEP_EDGES)
         self.staged: dict[str, np.ndarray] = {}  # input rows read at H2D
         self.logits: np.ndarray | None = None  # bf16 [rows, vocab] produced at COMPUTE
+        self.outputs: dict[str, np.ndarray] = {}  # output name -> rows copied at D2H, delivered at wait
         self.failure: str | None = None  # why the job will end as CCU_EXCEPTION
         self.done = threading.Event()  # set once finished (or when the device is lost/closed)
 

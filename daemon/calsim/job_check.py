@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from calculet.daemon.calsim.model_check import NUMPY_DTYPES
+from calculet.daemon.calsim.timing import d2h_bytes, h2d_bytes
 from calculet.daemon.device.api import HostBuffer
 from calculet.daemon.device.errors import InvalidJob
 from calculet.daemon.device.types import JobSpec, RowSpec, SubmodelInfo, TaskType, TensorSpec
@@ -51,18 +52,16 @@ class ResolvedJob:
     def lanes(self) -> tuple[int, ...]:
         return tuple(r.lane for r in self.rows)
 
-    def _row_bytes(self, buffers: Mapping[str, HostBuffer]) -> int:
-        return sum(b.nbytes // self.submodel.batch * len(self.rows) for b in buffers.values())
-
     @property
     def input_bytes(self) -> int:
-        """Bytes of the active rows of every input (what H2D moves)."""
-        return self._row_bytes(self.inputs)
+        """What H2D moves: the new tokens of the active rows of every input (`timing.h2d_bytes`)."""
+        sub = self.submodel
+        return h2d_bytes((b.nbytes for b in self.inputs.values()), sub.batch, sub.max_tokens, self.rows)
 
     @property
     def output_bytes(self) -> int:
-        """Bytes of the active rows of every output (what D2H moves)."""
-        return self._row_bytes(self.outputs)
+        """What D2H moves: the active rows of every output (`timing.d2h_bytes`)."""
+        return d2h_bytes((b.nbytes for b in self.outputs.values()), self.submodel.batch, self.rows)
 
 
 def _is_int(value: object) -> bool:

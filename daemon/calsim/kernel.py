@@ -10,6 +10,13 @@ lane's token history). `make_kernel` picks one by the manifest's `kernel` field.
 KV semantics follow the CSR registers of the real runtime: a row with `past_kv_len=p` and
 `cur_seq_len=n` writes KV positions p..p+n-1 of its lane and attends over positions 0..p+n-1 of
 that lane as stored now, trusting `p` (the device does not track lane lengths; the daemon does).
+
+Exactness (what the daemon's promise that batched, recovered and failed-over runs give a solo
+run's tokens rests on): a row's logits and the KV it writes are a function, bit for bit, of its
+lane's KV contents and its own token and position only, whatever other rows share the call (how
+many, which, in which order); and a prefill of n tokens, in one call or in chunks, writes the
+same KV bits and returns the same last logits as n single-token decode steps. Both kernels keep
+it (numeric: ops.py's fixed-order arithmetic; synthetic: exact integer hashing).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import numpy as np
 from calculet.daemon.device.errors import ConfigurationError
 from calculet.daemon.device.types import SubmodelInfo, TaskType, TensorSpec
 from calculet.daemon.package.manifest import PackageManifest, SubmodelDecl
+from calculet.daemon.package.rules_model import decode_curve_problems
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "int32": np.dtype(np.int32),
@@ -92,15 +93,15 @@ def build_submodels(manifest: PackageManifest) -> dict[str, SubmodelInfo]:
 
 
 def check_timing(manifest: PackageManifest) -> None:
-    """The timing model must be usable: finite, non-negative, positive bandwidths and context.
+    """The timing model must be usable: finite, non-negative figures, positive bandwidths, and a
+    decode curve the validator accepts (`decode_curve_problems`: 2+ points, contexts strictly
+    increasing, finite ms > 0, non-decreasing, reaching the package context).
 
     Raises:
         ConfigurationError: naming the first bad field.
     """
     t = manifest.timing
     fields = {
-        "decode_ms_short": t.decode_ms_short,
-        "decode_ms_long": t.decode_ms_long,
         "prefill_fixed_ms": t.prefill_fixed_ms,
         "prefill_ms_per_token": t.prefill_ms_per_token,
         "batch_alpha": t.batch_alpha,
@@ -111,7 +112,7 @@ def check_timing(manifest: PackageManifest) -> None:
     for name, value in {"h2d_gbps": t.h2d_gbps, "d2h_gbps": t.d2h_gbps}.items():
         if not (math.isfinite(value) and value > 0):
             raise ConfigurationError(f"package {manifest.name!r}: timing.{name} must be finite and > 0")
-    if t.decode_ms_long < t.decode_ms_short:
-        raise ConfigurationError(f"package {manifest.name!r}: timing.decode_ms_long is below decode_ms_short")
-    if t.long_context < 1:
-        raise ConfigurationError(f"package {manifest.name!r}: timing.long_context must be >= 1")
+    problems = decode_curve_problems(t.decode_curve, manifest.context)
+    if problems:
+        code, where, message = problems[0]
+        raise ConfigurationError(f"package {manifest.name!r}: timing.{where}: {message} ({code})")

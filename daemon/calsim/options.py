@@ -5,11 +5,16 @@ Every option is checked here; an unknown key or a malformed value raises `Invali
 INVALID_ARGUMENT, as the `DeviceDriver.open` contract says) before any device state exists.
 
 Options:
+    profile (str, default "calrt-0.7.6"): the board calsim models (`PROFILES`): "calrt-0.7.6" holds one
+        configured calbin at a time, as CalRT 0.7.6 does; "calsim-dev" holds two, for tests of a
+        side-by-side reload. The options below override the profile's figures.
     time_scale (float >= 0, default 1.0): wall seconds per modelled second; 0 never sleeps.
     fault_plan (path | dict | None): see `calculet.daemon.calsim.faults`.
-    dram_bytes (int > 0, default 16 GiB) / sram_bytes (int > 0, default 18 MiB): per chip.
-    max_resident_configurations (int >= 1, default 2).
+    dram_bytes (int > 0) / sram_bytes (int > 0): per chip (default: the profile's, 16 GiB / 18 MiB).
+    max_resident_configurations (int >= 1, default: the profile's).
     kernel_factory (callable like `make_kernel`, default `make_kernel`).
+    checks (bool, default True): refuse a busy bank, a held buffer or a busy lane, which a real
+        runtime does not (False lets tests show `GuardedDevice` alone catches such a daemon bug).
 """
 
 from __future__ import annotations
@@ -34,17 +39,55 @@ DEFAULT_SRAM_BYTES = 18 * MiB
 
 
 @dataclass(frozen=True)
+class DeviceProfile:
+    """The capabilities of one board model (what `info().capabilities` and the memory map declare).
+
+    Attributes:
+        max_resident_configurations: configured models (calbins) held at once.
+        max_inflight: jobs in flight at once (2: ping/pong banks).
+        chips / dram_bytes / sram_bytes: chips of the board and memory per chip.
+    """
+
+    name: str
+    max_resident_configurations: int
+    max_inflight: int = 2
+    chips: int = CHIPS
+    dram_bytes: int = DEFAULT_DRAM_BYTES
+    sram_bytes: int = DEFAULT_SRAM_BYTES
+
+
+PROFILES = {
+    # Seed 001 sections 4 and 8: one calbin configured at a time, ping/pong banks, 2 chips.
+    "calrt-0.7.6": DeviceProfile("calrt-0.7.6", max_resident_configurations=1),
+    # Not a real board: two resident models, so tests can load a new generation beside the old one.
+    "calsim-dev": DeviceProfile("calsim-dev", max_resident_configurations=2),
+}
+DEFAULT_PROFILE = "calrt-0.7.6"
+
+
+@dataclass(frozen=True)
 class CalsimOptions:
+    profile: str = DEFAULT_PROFILE
     time_scale: float = 1.0
     fault_plan: FaultPlan = field(default_factory=FaultPlan)
     dram_bytes: int = DEFAULT_DRAM_BYTES
     sram_bytes: int = DEFAULT_SRAM_BYTES
-    max_resident_configurations: int = 2
+    max_resident_configurations: int = PROFILES[DEFAULT_PROFILE].max_resident_configurations
     kernel_factory: KernelFactory = make_kernel
     chips: int = CHIPS
+    checks: bool = True
 
 
-_KNOWN = ("time_scale", "fault_plan", "dram_bytes", "sram_bytes", "max_resident_configurations", "kernel_factory")
+_KNOWN = (
+    "profile",
+    "time_scale",
+    "fault_plan",
+    "dram_bytes",
+    "sram_bytes",
+    "max_resident_configurations",
+    "kernel_factory",
+    "checks",
+)
 
 
 def _positive_int(options: Mapping[str, Any], key: str, default: int, minimum: int) -> int:
@@ -70,11 +113,23 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
     factory = options.get("kernel_factory", make_kernel)
     if not callable(factory):
         raise InvalidJob(f"calsim option kernel_factory: expected a callable, got {factory!r}")
+    name = options.get("profile", DEFAULT_PROFILE)
+    if name not in PROFILES:
+        raise InvalidJob(f"calsim option profile: expected one of {', '.join(PROFILES)}, got {name!r}")
+    profile = PROFILES[name]
+    checks = options.get("checks", True)
+    if not isinstance(checks, bool):
+        raise InvalidJob(f"calsim option checks: expected true or false, got {checks!r}")
     return CalsimOptions(
+        profile=name,
         time_scale=float(scale),
         fault_plan=FaultPlan.load(options.get("fault_plan")),
-        dram_bytes=_positive_int(options, "dram_bytes", DEFAULT_DRAM_BYTES, 1),
-        sram_bytes=_positive_int(options, "sram_bytes", DEFAULT_SRAM_BYTES, 1),
-        max_resident_configurations=_positive_int(options, "max_resident_configurations", 2, 1),
+        dram_bytes=_positive_int(options, "dram_bytes", profile.dram_bytes, 1),
+        sram_bytes=_positive_int(options, "sram_bytes", profile.sram_bytes, 1),
+        max_resident_configurations=_positive_int(
+            options, "max_resident_configurations", profile.max_resident_configurations, 1
+        ),
         kernel_factory=factory,
+        chips=profile.chips,
+        checks=checks,
     )

@@ -34,6 +34,7 @@ from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, Sta
 from calculet.daemon.core.views import health_view, load_view, status_view
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost
+from calculet.daemon.device.guard import GuardedDevice
 from calculet.daemon.device.registry import load_driver
 from calculet.daemon.device.types import DeviceCapabilities, DeviceInfo, JobCounters, MemoryUsage
 from calculet.daemon.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
@@ -50,7 +51,9 @@ class DeviceCore:
 
     def __init__(self, config: DaemonConfig, device: VirtualDevice | None = None) -> None:
         self.config = config
-        self.device = device or load_driver(config.device).open(config.board, config.device_options)
+        # Every driver, calsim or a vendor binding, is used through the guard: the invariants the
+        # engine relies on (buffers, lanes, banks) are checked before each device call.
+        self.device = GuardedDevice(device or load_driver(config.device).open(config.board, config.device_options))
         self.engine = Engine(self.device, config.engine_config())
         self.models = ModelManager(self.engine, self.device, config.models_root, drain_timeout_s=config.drain_timeout_s)
         self.started_at = time.time()
@@ -204,8 +207,9 @@ class DeviceCore:
         self, kind: str, reason: str, model: str = "", settle_timeout_s: float | None = None
     ) -> ResetReport:
         """Operator reset, one at a time. kind: "ccu" (in-flight jobs end as CCU exceptions; their
-        sequences re-prefill) or "configuration" (the KV of `model`, or of every model when empty, is
-        cleared; its sequences re-prefill). Neither is a device anomaly. A successful one lifts a halt
+        sequences re-prefill) or "configuration" (as on CalRT 0.7.6 every configured model is dropped,
+        whichever `model` names; each Ready one is configured again and passes its golden check, then
+        its jobs re-prefill and continue). Neither is a device anomaly. A successful one lifts a halt
         for a used-up automatic reset budget, clears the budget and restores the in-flight limit.
 
         Args:
@@ -225,19 +229,16 @@ class DeviceCore:
             raise InvalidArgument(f"reset kind must be ccu or configuration, got {kind!r}")
         if model and kind != "configuration":
             raise InvalidArgument("model: only a configuration reset can be limited to one model")
-        targets = self.models.all()
-        if model:
-            serving = self.models.serving(model)
-            if serving is None:
-                raise NotFound(f"model {model!r} is not loaded")
-            targets = [serving]
+        if model and self.models.serving(model) is None:
+            raise NotFound(f"model {model!r} is not loaded")
         engine = self.engine
         tally = engine.begin_operator_reset(kind, reason)
         try:
             problem: CalculetError | None
             try:
-                message = self._reset_device(kind, targets)
-                problem = engine.operator_reset_succeeded()
+                message, dropped = self._reset_device(kind)
+                # Lift a halt first: the warm-up probes of the dropped models must be able to run.
+                problem = engine.operator_reset_succeeded() or self._rewarm(dropped)
             except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
                 message, problem = f"{kind} reset failed", exc
             settle = SETTLE_TIMEOUT_S if settle_timeout_s is None else settle_timeout_s
@@ -249,20 +250,28 @@ class DeviceCore:
             return ResetReport(kind, False, f"{message}: {problem}", counts, problem)
         return ResetReport(kind, True, message, counts)
 
-    def _reset_device(self, kind: str, targets: list[ModelRuntime]) -> str:
-        """The device part of an operator reset. Returns what was done.
+    def _reset_device(self, kind: str) -> tuple[str, list[ModelRuntime]]:
+        """The device part of an operator reset. Returns what was done, and the generations a
+        configuration reset dropped (to configure and warm again once the board may serve).
 
         Raises:
             DeviceError: the device failed the reset.
         """
         if kind == "ccu":
             self.engine.operator_reset_ccu()
-            return "compute units reset"
-        for rt in targets:
-            if rt.model is not None:
-                self.engine.reset_configuration(rt, "configuration reset")
-        names = ", ".join(rt.alias for rt in targets) or "none"
-        return f"configuration reset ({names}); their sequences re-prefill"
+            return "compute units reset", []
+        dropped = self.engine.reset_configuration("configuration reset")
+        names = ", ".join(f"{rt.alias} (generation {rt.generation})" for rt in dropped) or "none"
+        return f"configuration reset: {names} configured and warmed again; their jobs re-prefill", dropped
+
+    def _rewarm(self, dropped: list[ModelRuntime]) -> CalculetError | None:
+        """Configure and warm again every generation a configuration reset dropped. Returns why one
+        failed (it is Failed and unloaded then), or None."""
+        failed = [(rt, err) for rt in dropped if (err := self.models.rewarm(rt)) is not None]
+        if not failed:
+            return None
+        rt, err = failed[0]
+        return FailedPrecondition(f"model {rt.alias} failed its warm-up after the configuration reset: {err}")
 
     def set_reset_budget(self, limit: int, window_s: float | None = None) -> None:
         """Change the automatic reset budget: `limit` resets per `window_s` seconds (None: unchanged)."""

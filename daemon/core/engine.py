@@ -66,8 +66,8 @@ from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.snapshot import CounterView, EngineSnapshot, GenerationView
 from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome
-from calculet.daemon.device.api import VirtualDevice
-from calculet.daemon.device.errors import DeviceError, DeviceLost, WaitTimeout
+from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
+from calculet.daemon.device.errors import DeviceError, DeviceLost, ModelReleased, OutOfKV, WaitTimeout
 from calculet.daemon.device.types import EngineSlot, JobStatus, TaskType
 from calculet.daemon.errors import (
     CalculetError,
@@ -182,6 +182,8 @@ class Engine:
         self._device_lost = False
         self._stopping = False
         self._launch_holds = 0  # resets in progress that must not see a job being submitted
+        self._reconfiguring: set[int] = set()  # generations a configuration reset is dropping
+        self._lane_closes: list[tuple[ConfiguredModel, int]] = []  # lanes to close on the device (KV Free)
         self._threads: list[threading.Thread] = []
         self._health_listeners: list[Callable[[], None]] = []  # called when the board stops serving
 
@@ -364,40 +366,100 @@ class Engine:
 
     # ---- resets --------------------------------------------------------------------------
 
-    def reset_configuration(self, rt: ModelRuntime, reason: str) -> None:
-        """Reset a generation's configuration on the device, which clears all its KV: every sequence
-        holding a lane and not in a job re-prefills; those in a job learn it from their completion.
+    def reset_configuration(self, reason: str) -> list[ModelRuntime]:
+        """Reset the device's configuration, which (as on CalRT 0.7.6) drops every configured model:
+        their device jobs end as CCU exceptions, their KV is gone and their handles are invalid.
+
+        Every sequence holding a lane and not in a device job re-prefills; those in a job learn it
+        from their completion. A Ready generation goes back to Configuring: its clients wait (no job
+        of theirs is planned) until the caller has configured it again and its golden check passed
+        (`replace_model`, `move_generation`). A Draining one ends its jobs with UNAVAILABLE.
 
         The device call runs outside the engine lock with launches held, so no job is planned on a
-        lane the reset is clearing. A generation no longer running here is skipped.
+        lane the reset is clearing or submitted with a handle it is invalidating.
+
+        Returns:
+            The generations to configure and warm again, oldest first.
 
         Raises:
-            DeviceError: the device failed the reset.
+            DeviceError: the device failed the reset (nothing changed here).
         """
         with self._cond:
-            model = rt.model
-            if self._generations.running(rt.generation) is not rt or model is None:
-                return
             self._hold_launches_locked()
+            attempts = len(self._generations.all()) + 1  # an unload may release a listed handle meanwhile
+        configured: list[ModelRuntime] = []
         try:
-            self._device.reset_configuration(model)
+            for _ in range(attempts):
+                with self._cond:
+                    configured = self._configured_locked()
+                    self._reconfiguring = {rt.generation for rt in configured}  # no client job meanwhile
+                if not configured:
+                    break
+                model = configured[0].model
+                assert model is not None
+                try:
+                    self._device.reset_configuration(model)
+                    break
+                except ModelReleased:
+                    continue  # unloaded since it was listed (fenced first): reset through another model
         except DeviceError:
             with self._cond:
+                self._reconfiguring = set()
                 self._end_launch_hold_locked()
-                if self._generations.running(rt.generation) is not rt:
-                    return  # unloaded meanwhile: its configuration is gone with it
             raise
         with self._cond:
             self._end_launch_hold_locked()
-            tally = self._reset_gate.tally or ResetTally()  # the running operator reset's record of its hits
-            for job in self._executor.jobs():  # a job done on the device but not yet applied too
-                if job.generation == rt.generation:
-                    job.kv_lost = True
-                    tally.add(job.plan.seqs)
-            for seq in [s for s in self._scheduler.ready.values() if s.generation == rt.generation]:
-                tally.add((seq,))
-                self._scheduler.forget(seq)
-                self._lose_kv_locked(seq, rt, reason)
+            self._reconfiguring = set()
+            return [rt for rt in configured if self._configuration_lost_locked(rt, reason)]
+
+    def _configured_locked(self) -> list[ModelRuntime]:
+        """Generations holding a configured model whose jobs may run, oldest first."""
+        return [
+            rt
+            for rt in self._generations.all()
+            if rt.model is not None and self._generations.running(rt.generation) is rt
+        ]
+
+    def _configuration_lost_locked(self, rt: ModelRuntime, reason: str) -> bool:
+        """A reset dropped this generation's configuration. Returns whether it must be configured
+        and warmed again (it was Ready)."""
+        tally = self._reset_gate.tally or ResetTally()  # the running operator reset's record of its hits
+        for job in self._executor.jobs():  # a job done on the device but not yet applied too
+            if job.generation == rt.generation:
+                job.kv_lost = True
+                tally.add(job.plan.seqs)
+        for seq in [s for s in self._scheduler.ready.values() if s.generation == rt.generation]:
+            tally.add((seq,))
+            self._scheduler.forget(seq)
+            self._lose_kv_locked(seq, rt, reason)
+        assert rt.kv is not None
+        rt.kv.forget_device_lanes()  # the device dropped them with the configuration
+        if rt.state is ModelState.READY:  # its recovering jobs give their lanes to the warm-up probe
+            for seq in [s for s in self._scheduler.recover if s.generation == rt.generation]:
+                self._vacate_lane_locked(seq, rt)
+        dropped = rt.model
+        self._lane_closes = [(m, lane) for m, lane in self._lane_closes if m is not dropped]
+        if rt.state is ModelState.READY:
+            rt.lifecycle.move(ModelState.CONFIGURING)
+            return True
+        for seq in [s for s in self._jobs if s.generation == rt.generation]:
+            self._cancel_locked(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"{reason}: model {rt.state.value}")
+        return False
+
+    def replace_model(self, rt: ModelRuntime, model: ConfiguredModel) -> None:
+        """A generation whose configuration a reset dropped was configured again: its jobs use the
+        new handle from now on, and it warms up (Configuring -> Warming)."""
+        with self._cond:
+            rt.model = model
+            rt.lifecycle.move(ModelState.WARMING)
+            self._cond.notify_all()
+
+    def move_generation(self, rt: ModelRuntime, state: ModelState) -> None:
+        """Move a generation's model state under the engine lock (its clients' jobs are planned only
+        while it is Ready or Draining), and wake the engine thread."""
+        with self._cond:
+            rt.lifecycle.move(state)
+            self._cond.notify_all()
 
     def begin_operator_reset(self, kind: str, reason: str) -> ResetTally:
         """Take the reset gate for an operator reset and count it. Returns the tally the reset
@@ -749,7 +811,9 @@ class Engine:
 
     def _finish_locked(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
         """End a sequence that is not in a device job: free its lane, write its Final, retain it."""
-        self._scheduler.release_lane(seq, self._generations.running(seq.generation))
+        rt = self._generations.running(seq.generation)
+        if (lane := self._scheduler.release_lane(seq, rt)) is not None and rt is not None and rt.model is not None:
+            self._lane_closes.append((rt.model, lane))  # closed on the device outside the lock
         seq.finish(reason, kind, message)
         if self._jobs.retire(seq) and not seq.internal:  # counted once, client jobs only
             if reason in (FinishReason.STOP, FinishReason.LENGTH):
@@ -768,8 +832,16 @@ class Engine:
         elif isinstance(then, Recover):
             seq.lifecycle.move(SeqState.RECOVER)
             self._scheduler.mark_recover(seq)
+            rt = self._generations.running(seq.generation)
+            if rt is not None and rt.state in (ModelState.CONFIGURING, ModelState.WARMING) and not seq.internal:
+                self._vacate_lane_locked(seq, rt)  # its KV is gone anyway; the golden check needs a lane
         else:
             self._finish_locked(seq, then.reason, then.kind, then.message)
+
+    def _vacate_lane_locked(self, seq: Sequence, rt: ModelRuntime) -> None:
+        """A recovering sequence gives its lane back; it re-prefills into a free lane later."""
+        if (lane := self._scheduler.release_lane(seq, rt)) is not None and rt.model is not None:
+            self._lane_closes.append((rt.model, lane))
 
     def _lose_kv_locked(self, seq: Sequence, rt: ModelRuntime, message: str) -> None:
         """A sequence outside any device job lost its KV (its job never ran, or a reset cleared its
@@ -878,6 +950,8 @@ class Engine:
             while True:
                 with self._cond:
                     job = self._next_job_locked()
+                    closes, self._lane_closes = self._lane_closes, []
+                self._close_lanes(closes)  # before any lane is opened again
                 if job is None:
                     return
                 if self._submit_device_job(job) and self._config.synchronous:
@@ -906,7 +980,13 @@ class Engine:
             self._expire_locked()
             if self._may_launch_locked():
                 decoding = Counter(j.generation for j in self._executor.jobs() if j.plan.task is TaskType.DECODE)
-                plan = self._scheduler.plan(self._generations.runnable(), decoding)
+                runnable = self._generations.runnable()
+                serving = {
+                    g
+                    for g, rt in runnable.items()
+                    if rt.state in (ModelState.READY, ModelState.DRAINING) and g not in self._reconfiguring
+                }
+                plan = self._scheduler.plan(runnable, decoding, serving)
                 while self._scheduler.orphans:
                     orphan = self._scheduler.orphans.pop()
                     self._finish_locked(orphan, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
@@ -936,22 +1016,36 @@ class Engine:
         return job
 
     def _submit_device_job(self, job: DeviceJob) -> bool:
-        """Submit a prepared job, outside the engine lock. Returns whether the device took it."""
+        """Open the rows' new lanes and submit a prepared job, outside the engine lock. Returns
+        whether the device took it."""
         try:
+            self._executor.open_lanes(job)
             submission = self._executor.submit(job)
+        except OutOfKV as exc:  # capacity, not a fault: these jobs end OVERLOADED, to retry elsewhere
+            with self._cond:
+                self._executor.lanes_opened(job)
+                self._executor.abort(job)
+                message = f"no KV space on the device: {exc}"
+                for seq in job.plan.seqs:
+                    self._finish_locked(seq, FinishReason.ERROR, ErrorKind.OVERLOADED, message)
+                self._cond.notify_all()
+            return False
         except DeviceLost as exc:
             with self._cond:
+                self._executor.lanes_opened(job)
                 self._executor.abort(job)
                 self._device_lost_locked(str(exc))
                 self._cond.notify_all()
             return False
         except (DeviceError, CalculetError) as exc:
             with self._cond:
+                self._executor.lanes_opened(job)
                 self._executor.abort(job)
                 self._launch_failed_locked(job.plan, exc)
                 self._cond.notify_all()
             return False
         with self._cond:
+            self._executor.lanes_opened(job)
             self._executor.started(job, submission)
             if job.plan.task is TaskType.DECODE:  # batch fill: decode_rows / decode_jobs
                 self._counters.decode_jobs += 1
@@ -965,6 +1059,17 @@ class Engine:
         log.warning("submit of %s job failed: %s", plan.task.value, exc)
         for seq in plan.seqs:
             self._lose_kv_locked(seq, plan.runtime, f"submit failed: {exc}")
+
+    def _close_lanes(self, closes: list[tuple[ConfiguredModel, int]]) -> None:
+        """Close lanes whose sequences left them (KV Free), without the lock. A stale handle means the
+        lane went with its configuration; a lost device is the completion path's to report."""
+        for model, lane in closes:
+            try:
+                self._device.close_lane(model, lane)
+            except (ModelReleased, DeviceLost):
+                pass
+            except DeviceError as exc:
+                log.warning("closing KV lane %d on the device failed: %s", lane, exc)
 
     # ---- the completion thread --------------------------------------------------------------
 

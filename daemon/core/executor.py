@@ -72,6 +72,8 @@ class DeviceJob:
     engine_slot: EngineSlot
     generation: int
     tag: str
+    lanes_to_open: list[int] = field(default_factory=list)  # rows' lanes the device must open first
+    lanes_opened: list[int] = field(default_factory=list)  # of those, the ones it opened so far
     submission: Submission | None = None
     t_submit: float = field(default_factory=time.monotonic)
     quarantine: bool = False
@@ -269,8 +271,35 @@ class Executor:
             self._undo(rt, ctx, reservations)
             raise
         job = DeviceJob(job_id, plan, ctx, reservations, bank, rt.generation, f"gen{rt.generation}/job{job_id}")
+        job.lanes_to_open = [lane for lane, _ in plan.targets if rt.kv.needs_open(lane)]
         self._jobs.append(job)
         return job
+
+    def open_lanes(self, job: DeviceJob) -> list[int]:
+        """Open the lanes the job's rows take for the first time (KV Apply). WITHOUT the engine lock.
+
+        Returns:
+            The lanes opened, all of `lanes_to_open` (record them with `lanes_opened`).
+
+        Raises:
+            OutOfKV / DeviceError: the device refused a lane; the ones opened before it are in
+                `job.lanes_opened` all the same (record them too).
+        """
+        rt = job.plan.runtime
+        assert rt.model is not None
+        for lane in job.lanes_to_open:
+            self._device.open_lane(rt.model, lane)
+            job.lanes_opened.append(lane)
+        return job.lanes_opened
+
+    def lanes_opened(self, job: DeviceJob) -> None:
+        """Record the lanes the device opened for the job's rows (engine lock held), so the lanes are
+        closed when their sequences leave them."""
+        kv = job.plan.runtime.kv
+        assert kv is not None
+        owners = {lane: seq.job_id for seq, (lane, _) in zip(job.plan.seqs, job.plan.targets, strict=True)}
+        for lane in job.lanes_opened:
+            kv.opened(lane, owners[lane])
 
     def submit(self, job: DeviceJob) -> Submission:
         """Fill the job's buffers and hand it to the device. Runs WITHOUT the engine lock: the job

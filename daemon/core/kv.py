@@ -15,6 +15,10 @@ Data flow for one device job that extends a lane:
     rebuild(lane, owner)               UNKNOWN -> ACTIVE   (same owner, length 0: it re-prefills)
     release(lane, owner)               ACTIVE|UNKNOWN -> FREE
 
+The device side of a lane (CalRT KV Apply / Free) is recorded here too: `needs_open` says whether
+the device must open the lane before a job uses it, `opened` records that it did, and `release`
+returns whether it must be closed there. The engine makes those device calls outside its lock.
+
 Ownership: a lane in ACTIVE/RESERVED/UNKNOWN belongs to exactly one sequence; while RESERVED it is
 also held by exactly one device job (the Reservation's `device_job_id`) and the device may write KV
 positions `past_len .. target_len - 1`. A RESERVED lane cannot be released (the device may still
@@ -147,6 +151,7 @@ class _Lane:
         self.length = 0
         self.reservation: Reservation | None = None
         self.release_pending = False
+        self.on_device = False  # opened on the device (KV Apply) and not closed since
 
     def snapshot(self) -> LaneSnapshot:
         r = self.reservation
@@ -349,8 +354,11 @@ class KVManager:
         rec.length = 0
         return LaneHandle(lane, owner, self.generation)
 
-    def release(self, lane: int, owner: SequenceId) -> None:
+    def release(self, lane: int, owner: SequenceId) -> bool:
         """Free an ACTIVE or UNKNOWN lane (-> FREE, length 0).
+
+        Returns:
+            Whether the lane was open on the device: the caller closes it there (KV Free).
 
         Raises:
             InvalidArgument: lane out of range.
@@ -364,7 +372,33 @@ class KVManager:
                 f"KV lane {lane} is RESERVED by device job {rec.reservation and rec.reservation.device_job_id}: "
                 "it cannot be released while the device may write it (use release_when_idle)"
             )
+        was_open, rec.on_device = rec.on_device, False
         self._free_lane(rec)
+        return was_open
+
+    # ---- the lanes' device side (KV Apply / Free) -----------------------------------------------
+
+    def needs_open(self, lane: int) -> bool:
+        """The lane must be opened on the device before a job uses it (it never was, or was closed).
+
+        Raises:
+            InvalidArgument: lane out of range.
+        """
+        return not self._get(lane).on_device
+
+    def opened(self, lane: int, owner: SequenceId) -> None:
+        """The device opened the lane for `owner` (KV Apply succeeded).
+
+        Raises:
+            InvalidArgument: lane out of range.
+            LaneNotOwned: the lane is free or held by another sequence.
+        """
+        self._owned(lane, owner).on_device = True
+
+    def forget_device_lanes(self) -> None:
+        """The device dropped every lane (its configuration was reset): none is open any more."""
+        for rec in self._lanes:
+            rec.on_device = False
 
     def release_when_idle(self, lane: int, owner: SequenceId) -> bool:
         """Release now if no job is in flight on the lane; otherwise mark it so the commit,

@@ -2,7 +2,9 @@
 
 Unloaded -> Validating -> Configuring -> Warming -> Ready -> Draining -> Unloading -> Unloaded;
 Validating, Configuring and Warming may fail (-> Failed -> Unloaded after cleanup). A load that
-is refused before Validating never creates a generation.
+is refused before Validating never creates a generation. A configuration reset drops a Ready
+generation's calbin: it goes back to Configuring -> Warming (the golden check again) -> Ready, or
+fails.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ MODEL_TRANSITIONS = table(
         (ModelState.VALIDATING, [ModelState.CONFIGURING, ModelState.FAILED]),
         (ModelState.CONFIGURING, [ModelState.WARMING, ModelState.FAILED]),
         (ModelState.WARMING, [ModelState.READY, ModelState.FAILED]),
-        (ModelState.READY, [ModelState.DRAINING]),
+        (ModelState.READY, [ModelState.DRAINING, ModelState.CONFIGURING]),
         (ModelState.DRAINING, [ModelState.UNLOADING]),
         (ModelState.UNLOADING, [ModelState.UNLOADED]),
         (ModelState.FAILED, [ModelState.UNLOADED]),

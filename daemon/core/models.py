@@ -17,6 +17,7 @@ lock guards only the set of aliases being loaded. Load, unload and warm-up block
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -35,7 +36,8 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.device.api import VirtualDevice
+from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
+from calculet.daemon.device.errors import ModelReleased, OutOfDeviceMemory
 from calculet.daemon.errors import (
     CalculetError,
     ErrorKind,
@@ -46,6 +48,7 @@ from calculet.daemon.errors import (
 )
 from calculet.daemon.package.capacity import DeviceLimits
 from calculet.daemon.package.fs import is_symlink_loop
+from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.package.validate import validate_package
 from calculet.daemon.sampling.params import SamplingParams
 
@@ -233,7 +236,7 @@ class ModelManager:
         try:
             step.move(ModelState.CONFIGURING, "configuring on the device")
             self._make_room(alias, drain_s)
-            model = self.device.configure(package_dir, manifest)
+            model = self._configure(alias, package_dir, manifest, drain_s)
             rt.attach(self.device, model, self.engine.engine_slots, self.engine.config.synchronous)
             step.move(ModelState.WARMING, "running the golden prefill/decode check")
             self.engine.start_jobs(rt)
@@ -251,6 +254,23 @@ class ModelManager:
             self.retire(old, timeout=drain_s)
         progress(LoadProgress(alias, generation, ModelState.READY, "ready", True))
         return rt
+
+    def _configure(self, alias: str, package_dir: Path, manifest: PackageManifest, drain_s: float) -> ConfiguredModel:
+        """Configure the package; if the device lacks memory for it beside the alias's serving
+        generation (a large model on a two-model board), drain and unload that generation first.
+
+        Raises:
+            DeviceError: the device refused the package.
+        """
+        try:
+            return self.device.configure(package_dir, manifest)
+        except OutOfDeviceMemory:
+            old = self.serving(alias)
+            if old is None or not old.state.serving:
+                raise
+            log.info("no device memory for %s beside generation %d: draining it first", alias, old.generation)
+            self.retire(old, timeout=drain_s)
+            return self.device.configure(package_dir, manifest)
 
     def _make_room(self, alias: str, drain_s: float) -> None:
         """Where the device cannot hold one more configuration, drain and unload the alias's old
@@ -283,6 +303,35 @@ class ModelManager:
                 f"golden decode mismatch: expected {list(golden.decode_tokens)}, got {list(probe.tokens)}"
             )
         _check_top_logits(probe.first_logits, golden.prefill_top, golden.logit_atol)
+
+    # ---- after a configuration reset --------------------------------------------------------
+
+    def rewarm(self, rt: ModelRuntime) -> CalculetError | None:
+        """A configuration reset dropped this Ready generation's calbin (it is Configuring now):
+        configure its package again, replay the golden check, and serve again (Ready). Its clients'
+        jobs re-prefill into rebuilt lanes once it is Ready.
+
+        Returns:
+            None when it serves again; else why it failed: it is then Failed, its jobs end with
+            UNAVAILABLE (a gateway resumes them elsewhere), its alias is unpublished and its buffers
+            are released.
+        """
+        try:
+            self.engine.replace_model(rt, self.device.configure(rt.package_dir, rt.manifest))
+            self._golden_check(rt)
+        except CalculetError as exc:
+            log.error("model %s generation %d failed after a configuration reset: %s", rt.alias, rt.generation, exc)
+            rt.message = f"failed after a configuration reset: {exc}"
+            self.engine.move_generation(rt, ModelState.FAILED)
+            self.engine.cancel_generation(rt.generation, f"model {rt.alias} failed after a configuration reset")
+            self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
+            self.engine.unpublish(rt.alias, rt.generation)
+            self._discard(rt)
+            rt.lifecycle.move(ModelState.UNLOADED)
+            return exc
+        rt.message = "configured and warmed again after a configuration reset"
+        self.engine.move_generation(rt, ModelState.READY)
+        return None
 
     # ---- unload ---------------------------------------------------------------------------
 
@@ -333,7 +382,8 @@ class ModelManager:
         if rt.pool is not None:
             rt.pool.close()
         if rt.model is not None:
-            self.device.release(rt.model)
+            with contextlib.suppress(ModelReleased):  # a configuration reset dropped it already
+                self.device.release(rt.model)
             rt.model = None
         self.engine.remove_generation(rt.generation)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from calculet.daemon.core.admission import AdmissionQueue
@@ -96,6 +97,7 @@ class Scheduler:
         self.orphans: list[Sequence] = []  # recovering sequences whose generation no longer runs
         self._short_tokens_passed_long = 0
         self._decodes_passed_prefill = 0
+        self._serving: AbstractSet[int] | None = None  # the current `plan` call's
 
     # ---- bookkeeping --------------------------------------------------------------------
 
@@ -134,12 +136,17 @@ class Scheduler:
 
     # ---- lanes ----------------------------------------------------------------------------
 
-    def release_lane(self, seq: Sequence, rt: ModelRuntime | None) -> None:
+    def release_lane(self, seq: Sequence, rt: ModelRuntime | None) -> int | None:
         """Free the lane of a sequence that is not in a job (it finished). `rt` None: its generation
-        is gone, and its lanes with it."""
-        if seq.lane is not None and rt is not None and rt.kv is not None:
-            rt.kv.release(seq.lane, seq.job_id)
-        seq.lane = None
+        is gone, and its lanes with it.
+
+        Returns:
+            The lane, when it was open on the device and must be closed there (KV Free).
+        """
+        lane, seq.lane = seq.lane, None
+        if lane is not None and rt is not None and rt.kv is not None and rt.kv.release(lane, seq.job_id):
+            return lane
+        return None
 
     def lose_lane(self, seq: Sequence, rt: ModelRuntime) -> None:
         """The KV of a sequence outside any job is no longer trusted (its lane was cleared, or its job
@@ -204,24 +211,40 @@ class Scheduler:
 
     # ---- the choice ---------------------------------------------------------------------
 
-    def plan(self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int]) -> JobPlan | None:
+    def plan(
+        self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int], serving: AbstractSet[int] | None = None
+    ) -> JobPlan | None:
         """The next job to run, its sequences handed over to it with their lanes, or None when
         nothing can run now. Recovering sequences whose generation no longer runs go to `orphans`.
 
         Args:
             runtimes: running generations by number (the ones whose lanes may be used).
             decoding: decode jobs in flight per generation.
+            serving: generations whose client jobs may run (None: all). Others run only warm-up
+                probes: a generation configured again after a configuration reset serves its
+                clients once its golden check has passed.
         """
+        self._serving = serving
         plan = self._choose(runtimes, decoding)
         return self._hand_to_job(plan) if plan is not None else None
 
+    def _eligible(self, seq: Sequence) -> bool:
+        return seq.internal or self._serving is None or seq.generation in self._serving
+
     def _choose(self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int]) -> JobPlan | None:
-        while self.recover:
-            seq = self.recover.popleft()
-            rt = runtimes.get(seq.generation)
-            if rt is not None and rt.prefill is not None:
-                return JobPlan(rt, TaskType.PREFILL, rt.prefill, [seq])
-            self.orphans.append(seq)  # its generation is gone; the engine fails it
+        held: list[Sequence] = []  # recovering, but their generation is warming up again
+        try:
+            while self.recover:
+                seq = self.recover.popleft()
+                rt = runtimes.get(seq.generation)
+                if rt is None or rt.prefill is None:
+                    self.orphans.append(seq)  # its generation is gone; the engine fails it
+                elif not self._eligible(seq) or (seq.lane is None and (rt.kv is None or not rt.kv.free_count())):
+                    held.append(seq)  # warming up again, or it gave its lane back and none is free yet
+                else:
+                    return JobPlan(rt, TaskType.PREFILL, rt.prefill, [seq])
+        finally:
+            self.recover.extendleft(reversed(held))
         if self._decodes_passed_prefill < self.policy.max_prefill_defer:
             decode = self._plan_decode(runtimes, decoding)
             if decode is not None:
@@ -237,13 +260,17 @@ class Scheduler:
     def _plan_decode(self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int]) -> JobPlan | None:
         limit = self.policy.decode_jobs_per_model
         first = next(
-            (s for s in self.ready.values() if s.generation in runtimes and decoding.get(s.generation, 0) < limit),
+            (
+                s
+                for s in self.ready.values()
+                if s.generation in runtimes and decoding.get(s.generation, 0) < limit and self._eligible(s)
+            ),
             None,
         )
         if first is None:
             return None
         rt = runtimes[first.generation]
-        candidates = [s for s in self.ready.values() if s.generation == rt.generation]
+        candidates = [s for s in self.ready.values() if s.generation == rt.generation and self._eligible(s)]
         # Highest priority first; among equals the least recently served (dict order is stable).
         candidates.sort(key=lambda s: -s.request.priority)
         chosen = candidates[: rt.max_decode_batch]
@@ -256,6 +283,7 @@ class Scheduler:
             rt = runtimes.get(seq.generation)
             return (
                 rt is not None
+                and self._eligible(seq)
                 and rt.kv is not None
                 and rt.kv.free_count() > 0
                 and rt.kv.used_count() < self.policy.max_active

@@ -191,7 +191,12 @@ class VirtualDevice(ABC):
 
     @abstractmethod
     def counters(self) -> JobCounters:
-        """Job counters since open (pending/running/finished/left)."""
+        """Job counters since open (pending/running/finished/left).
+
+        Raises:
+            NotImplementedError: the runtime cannot count its jobs; the daemon's device guard then
+                synthesises the counters from the submissions it saw (`guard.GuardedDevice`).
+        """
 
     @abstractmethod
     def memory_usage(self) -> MemoryUsage:
@@ -207,9 +212,35 @@ class VirtualDevice(ABC):
         """
 
     @abstractmethod
+    def open_lane(self, model: ConfiguredModel, lane: int) -> None:
+        """Make a KV lane of `model` usable (CalRT KV Apply) before the first job of the sequence that
+        takes it. The daemon calls it outside its locks, at most once per lane until `close_lane`.
+
+        Raises:
+            OutOfKV: no KV space for the lane now (never an endless retry inside the binding).
+            InvalidJob: the lane is out of range.
+            ModelReleased: the handle is stale.
+            DeviceLost: the device stopped answering.
+        """
+
+    @abstractmethod
+    def close_lane(self, model: ConfiguredModel, lane: int) -> None:
+        """Give a KV lane's space back (CalRT KV Free) after the sequence holding it ended; no job
+        uses it any more. The daemon calls it outside its locks, before it opens the lane again.
+
+        Raises:
+            InvalidJob: the lane is out of range.
+            ModelReleased: the handle is stale (the daemon ignores this: the lane is gone anyway).
+            DeviceLost: the device stopped answering.
+        """
+
+    @abstractmethod
     def reset_configuration(self, model: ConfiguredModel) -> None:
-        """Reconfigure one model in place: its in-flight jobs end as CCU_EXCEPTION and all of its
-        KV lanes are cleared. The handle stays valid.
+        """Reset the configuration, as CalRT 0.7.6's ResetConfiguration does: every configured
+        model (calbin), not only `model`, is dropped. Their in-flight jobs end as CCU_EXCEPTION, their
+        KV lanes and device memory are gone, and their handles are invalid from now on (every later
+        call with one raises ModelReleased). Registered host buffers stay registered. To serve again
+        the caller configures each package anew and warms it up.
 
         Raises:
             ModelReleased: the handle is stale.

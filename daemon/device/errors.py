@@ -64,6 +64,13 @@ class LaneBusy(DeviceError):
     kind = ErrorKind.FAILED_PRECONDITION
 
 
+class OutOfKV(DeviceError):
+    """The device has no KV space for another lane (CalRT KV Apply refused; it would loop forever
+    in `do {} while (!Apply())`). Nothing changed: retry later or elsewhere."""
+
+    kind = ErrorKind.OVERLOADED
+
+
 class SubmitFailed(DeviceError):
     """The runtime rejected the submission (the `infer()` return code). Nothing runs; the
     job's buffers and lanes are not held."""

@@ -57,12 +57,15 @@ class DeviceCapabilities:
         ping_pong: the device has two engine banks whose copies overlap the other's compute.
         max_resident_configurations: configured models the device can hold at once.
         lane_selection: a decode job may name which KV lanes it advances.
+        kernel_kinds: the package `kernel` values this driver can configure (the validator refuses
+            any other); empty: the driver does not say, and the validator accepts any.
     """
 
     max_inflight: int
     ping_pong: bool
     max_resident_configurations: int
     lane_selection: bool
+    kernel_kinds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from calculet.daemon.device.types import DeviceInfo
 from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, PackageManifest
+from calculet.daemon.package.manifest import KERNELS, Architecture, ChipMemoryDecl, PackageManifest
 from calculet.daemon.package.presets import GIB, MIB, ModelPreset
 from calculet.daemon.package.versions import parse_version, release_part
 
@@ -40,6 +40,7 @@ class DeviceLimits:
     sram_bytes_per_chip: int = 18 * MIB
     runtime_version: str = "0.7.6"
     driver_version: str | None = None
+    kernel_kinds: tuple[str, ...] = KERNELS  # what the driver configures; () accepts any
 
     def __post_init__(self) -> None:
         if self.chips <= 0:
@@ -73,6 +74,7 @@ class DeviceLimits:
             sram_bytes_per_chip=min(c.sram_bytes for c in info.chips),
             runtime_version=release_part(info.runtime_version),
             driver_version=release_part(info.driver_version) if info.driver_version else None,
+            kernel_kinds=info.capabilities.kernel_kinds,
         )
 
 

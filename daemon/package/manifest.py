@@ -22,7 +22,7 @@ from calculet.daemon.package.fs import FileTooLarge, NotRegularFile, read_regula
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "calculet-package.json"
-KERNELS = ("numeric", "synthetic")
+KERNELS = ("numeric", "synthetic")  # calsim's kernel kinds: what the offline validator assumes by default
 SUBMODEL_ROLES = ("prefill", "decode")
 DTYPES = ("int32", "uint32", "bf16", "fp16", "fp32", "int8", "uint8")
 # A real manifest is tens of KiB (Qwen3-30B-A3B: 67 files); the cap is checked before parsing and
@@ -171,19 +171,40 @@ class GoldenDecl:
     logit_atol: float
 
 
+# The linear decode model's fields, replaced by `TimingDecl.decode_curve`: a manifest whose timing
+# still declares them (and no curve) is refused with code `timing.legacy_line` and told to rebuild.
+LEGACY_TIMING_FIELDS = ("decode_ms_short", "decode_ms_long", "long_context")
+LEGACY_TIMING_MESSAGE = (
+    "timing declares the retired linear decode model (decode_ms_short, decode_ms_long, long_context);"
+    " this build reads timing.decode_curve, a table of {context, ms_per_token} points: rebuild the package"
+    " (calctl package build-sim)"
+)
+MAX_DECODE_CURVE_POINTS = 1024  # a curve is a handful of measured points; calsim walks it per prefill job
+
+
+@dataclass(frozen=True)
+class DecodePoint:
+    """One point of the decode curve: a batch-1 decode token whose row attends over `context` KV
+    entries takes `ms_per_token` milliseconds."""
+
+    context: int
+    ms_per_token: float
+
+
 @dataclass(frozen=True)
 class TimingDecl:
-    """calsim timing model; every figure's source is in `sources`.
+    """calsim timing model; every figure's source is in `sources` (`calculet.daemon.calsim.timing`
+    has the formulas and the reasoning behind them).
 
-    decode one token, batch 1, at KV length L: `decode_ms_short + (decode_ms_long - decode_ms_short)
-    * L / long_context`; batch B: times `1 + batch_alpha * (B - 1)`; prefill n tokens after
-    past p: `prefill_fixed_ms + prefill_ms_per_token * n` plus the decode slope over the KV read;
-    copies at `h2d_gbps` / `d2h_gbps`.
+    decode one token, batch 1, at KV length L: `decode_curve` interpolated piecewise-linearly
+    between its points, flat outside them (points sorted by strictly increasing context, ms
+    non-decreasing, at least 2, the last at or beyond the package context); batch B: times
+    `1 + batch_alpha * (B - 1)`; prefill n tokens after past p: `prefill_fixed_ms +
+    prefill_ms_per_token * n` plus, for the i-th new token, the curve's growth `t1(p + i) - t1(0)`
+    (its attention reads); copies at `h2d_gbps` / `d2h_gbps`.
     """
 
-    decode_ms_short: float
-    decode_ms_long: float
-    long_context: int
+    decode_curve: tuple[DecodePoint, ...]
     prefill_fixed_ms: float
     prefill_ms_per_token: float
     batch_alpha: float
@@ -494,9 +515,12 @@ def _golden(g: _Reader) -> GoldenDecl:
 
 
 def _timing(tm: _Reader) -> TimingDecl:
+    """Raises: ManifestError (`timing.legacy_line`) for the retired linear form, else as `_Reader`."""
+    if "decode_curve" not in tm.raw and any(name in tm.raw for name in LEGACY_TIMING_FIELDS):
+        raise ManifestError(f"{tm.where}: {LEGACY_TIMING_MESSAGE}", "timing.legacy_line")
+    curve = tuple(DecodePoint(p.int_("context"), p.float_("ms_per_token")) for p in tm.subs("decode_curve"))
     return TimingDecl(
-        tm.float_("decode_ms_short"), tm.float_("decode_ms_long"), tm.int_("long_context"),
-        tm.float_("prefill_fixed_ms"), tm.float_("prefill_ms_per_token"), tm.float_("batch_alpha"),
+        curve, tm.float_("prefill_fixed_ms"), tm.float_("prefill_ms_per_token"), tm.float_("batch_alpha"),
         tm.float_("h2d_gbps"), tm.float_("d2h_gbps"), tm.strmap("sources"),
     )  # fmt: skip
 

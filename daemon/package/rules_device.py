@@ -39,6 +39,13 @@ class DeviceRules:
         self.f = findings
 
     def run(self) -> None:
+        kinds = self.d.kernel_kinds
+        if kinds and self.m.kernel and self.m.kernel not in kinds:
+            self.f.add(
+                "kernel.unknown",
+                "manifest.kernel",
+                f"{self.m.kernel!r} is not a kernel this device's driver configures ({', '.join(kinds)})",
+            )
         self.compatibility()
         if self.m.topology.chips > self.d.chips:
             self.f.add(

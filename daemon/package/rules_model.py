@@ -2,7 +2,8 @@
 
 This module owns the consistency of a package with itself: value ranges, architecture,
 kernel, submodel names/roles/labels/tensors, contexts, KV layout and bytes per token, chip
-topology against the per-chip memory entries, tokenizer and golden data. `ModelRules.run`
+topology against the per-chip memory entries, tokenizer and golden data, and the timing
+model's decode curve (`decode_curve_problems`, shared with calsim's configure check). `ModelRules.run`
 reads a `PackageManifest` and appends findings to the caller's `Findings`; it never raises
 for a package defect. Board-dependent checks (memory, capacity, compatibility) are in
 `rules_device`.
@@ -10,8 +11,11 @@ for a package defect. Board-dependent checks (memory, capacity, compatibility) a
 
 from __future__ import annotations
 
+import itertools
+import math
 import posixpath
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
@@ -20,7 +24,14 @@ import jinja2.sandbox
 from calculet.daemon.package.capacity import KV_DTYPE_BYTES, KV_SPLITS, kv_bytes_per_token
 from calculet.daemon.package.files import resolve_inside
 from calculet.daemon.package.fs import FileRefused, FileTooLarge, read_regular
-from calculet.daemon.package.manifest import DTYPES, KERNELS, SUBMODEL_ROLES, PackageManifest, SubmodelDecl
+from calculet.daemon.package.manifest import (
+    DTYPES,
+    MAX_DECODE_CURVE_POINTS,
+    SUBMODEL_ROLES,
+    DecodePoint,
+    PackageManifest,
+    SubmodelDecl,
+)
 from calculet.daemon.package.report import Findings
 
 # Vendor `smodel_type` labels (seed 003 section 3) and the role each one means.
@@ -51,8 +62,8 @@ class ModelRules:
     def run(self) -> None:
         self.ranges()
         self.architecture()
-        if self.m.kernel not in KERNELS:
-            self.f.add("kernel.unknown", "manifest.kernel", f"{self.m.kernel!r} is not one of {', '.join(KERNELS)}")
+        if not self.m.kernel:
+            self.f.add("kernel.unknown", "manifest.kernel", "the package names no kernel kind")
         self.submodel_roles()
         for i, s in enumerate(self.m.submodels):
             self.tensors(i, s)
@@ -61,6 +72,7 @@ class ModelRules:
         self.topology()
         self.tokenizer()
         self.golden()
+        self.timing()
 
     # ------------------------------------------------------------ ranges
 
@@ -82,7 +94,7 @@ class ModelRules:
             for name in ("batch", "max_tokens", "context"):
                 self._positive(f"manifest.submodels[{i}].{name}", getattr(s, name))
         t = m.timing
-        for name in ("decode_ms_short", "decode_ms_long", "long_context", "h2d_gbps", "d2h_gbps"):
+        for name in ("h2d_gbps", "d2h_gbps"):
             self._positive(f"manifest.timing.{name}", getattr(t, name))
         for name in ("prefill_fixed_ms", "prefill_ms_per_token", "batch_alpha"):
             self._positive(f"manifest.timing.{name}", getattr(t, name), strict=False)
@@ -384,6 +396,74 @@ class ModelRules:
                     f"{where}.decode_tokens",
                     f"first greedy token {g.decode_tokens[0]} is not the top prefill logit's token {sorted(best)}",
                 )
+
+    # ------------------------------------------------------------ timing
+
+    def timing(self) -> None:
+        """The decode curve (`decode_curve_problems`); the other timing figures are in `ranges`."""
+        for code, where, message in decode_curve_problems(self.m.timing.decode_curve, self.m.context):
+            self.f.add(code, f"manifest.timing.{where}", message)
+
+
+def _listing(items: list[str], limit: int = 3) -> str:
+    return "; ".join(items[:limit]) + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+def decode_curve_problems(curve: Sequence[DecodePoint], context: int) -> list[tuple[str, str, str]]:
+    """Every defect of a decode curve, as `(code, where below "timing.", message)`.
+
+    A usable curve has 2..MAX_DECODE_CURVE_POINTS points (`timing.curve_points`), contexts >= 0 and
+    finite ms > 0 (`value.range`), contexts strictly increasing in the order given
+    (`timing.curve_order`; this also rejects unsorted and repeated points), ms non-decreasing
+    with context (`timing.curve_monotonic`: decode never gets faster as the KV grows), and a last
+    point at or beyond `context`, the package context (`timing.curve_coverage`: calsim never reads
+    the flat part above it). Checks that would restate an earlier defect are skipped: no
+    monotonicity over unordered contexts. calsim's configure check runs the same function.
+
+    Args:
+        curve: the points as declared.
+        context: tokens a sequence may hold (`PackageManifest.context`); <= 0 skips the coverage check.
+    """
+    out: list[tuple[str, str, str]] = []
+    if not 2 <= len(curve) <= MAX_DECODE_CURVE_POINTS:
+        out.append(
+            ("timing.curve_points", "decode_curve", f"{len(curve)} point(s); a curve has 2..{MAX_DECODE_CURVE_POINTS}")
+        )
+    for i, p in enumerate(curve):
+        if not p.context >= 0:
+            out.append(("value.range", f"decode_curve[{i}].context", f"must be non-negative, got {p.context}"))
+        if not (math.isfinite(p.ms_per_token) and p.ms_per_token > 0):  # written so that NaN fails
+            out.append(
+                ("value.range", f"decode_curve[{i}].ms_per_token", f"must be finite and positive, got {p.ms_per_token}")
+            )
+    pairs = list(enumerate(itertools.pairwise(curve), start=1))
+    unordered = [f"point {i} at {b.context:,} follows {a.context:,}" for i, (a, b) in pairs if b.context <= a.context]
+    if unordered:
+        out.append(("timing.curve_order", "decode_curve", f"contexts must strictly increase: {_listing(unordered)}"))
+    else:
+        faster = [
+            f"{a.ms_per_token} ms at {a.context:,} -> {b.ms_per_token} ms at {b.context:,}"
+            for _, (a, b) in pairs
+            if b.ms_per_token < a.ms_per_token
+        ]
+        if faster:
+            out.append(
+                (
+                    "timing.curve_monotonic",
+                    "decode_curve",
+                    f"decode must not get faster with a longer context: {_listing(faster)}",
+                )
+            )
+    if curve and context > 0 and max(p.context for p in curve) < context:
+        out.append(
+            (
+                "timing.curve_coverage",
+                "decode_curve",
+                f"the curve ends at {max(p.context for p in curve):,} tokens but the package context is"
+                f" {context:,}; its last point must reach the context",
+            )
+        )
+    return out
 
 
 def _reason(exc: Exception) -> str:

@@ -3,7 +3,8 @@
 This module owns the order of the checks and nothing else. Data flows: package root (a symlink
 loop is reported, not raised) -> raw `calculet-package.json` (`manifest.read_manifest_json`:
 kind, size, depth and text checked before anything trusts it; a symlinked manifest must resolve
-inside the package) -> schema version -> structural check against the schema v1 dataclasses
+inside the package) -> schema version -> timing form (the retired linear decode model stops here
+like an unknown version) -> structural check against the schema v1 dataclasses
 (`structure`) -> file checks on the listed files (`files`, runs whenever the `files` section
 itself is well-formed) -> `PackageManifest.from_dict` (skipped after a structural error or a
 number no field can hold) -> checks of the package against itself (`rules_model`) -> checks
@@ -22,6 +23,8 @@ from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits
 from calculet.daemon.package.files import FileChecker, resolve_inside
 from calculet.daemon.package.fs import is_symlink_loop
 from calculet.daemon.package.manifest import (
+    LEGACY_TIMING_FIELDS,
+    LEGACY_TIMING_MESSAGE,
     MANIFEST_NAME,
     SCHEMA_VERSION,
     FileEntry,
@@ -65,6 +68,17 @@ def _version_readable(raw: dict[str, Any], findings: Findings) -> bool:
     return True
 
 
+def _timing_form_readable(raw: dict[str, Any], findings: Findings) -> bool:
+    """False when the timing section is the retired linear decode model (no `decode_curve`, some of
+    `LEGACY_TIMING_FIELDS`): refused like an unknown schema version, one error and nothing else,
+    since the package must be rebuilt anyway."""
+    timing = raw.get("timing")
+    if isinstance(timing, dict) and "decode_curve" not in timing and any(k in timing for k in LEGACY_TIMING_FIELDS):
+        findings.add("timing.legacy_line", "manifest.timing", LEGACY_TIMING_MESSAGE)
+        return False
+    return True
+
+
 def _section_ok(findings: Findings, where: str) -> bool:
     return not any(
         p.severity is Severity.ERROR and (p.where == where or p.where.startswith((f"{where}.", f"{where}[")))
@@ -104,7 +118,7 @@ def validate_package(
     device = device or CALSIM_BOARD
     manifest: PackageManifest | None = None
     raw = _read_raw(root, findings)
-    if raw is not None and _version_readable(raw, findings):
+    if raw is not None and _version_readable(raw, findings) and _timing_form_readable(raw, findings):
         structure = StructureChecker(findings)
         structure.check_manifest(raw)
         if _section_ok(findings, "manifest.files"):

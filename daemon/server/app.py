@@ -5,7 +5,8 @@ address, publishes health, waits for a stop signal, then drains gracefully: admi
 (health NOT_SERVING), running jobs get `grace_s` to finish, every job still unfinished then ends with
 an in-band Final ERROR / UNAVAILABLE (a gateway resumes it on another board with resume_tokens),
 the server stops once the Wait streams have sent those, and the core closes without waiting for a
-device job that hangs.
+device job that hangs. A Unix socket is only ever taken over from a dead daemon, and removed at the
+end only while it is still this process's (`ownership`).
 
 Transport bounds: the receive limit defaults to the largest valid request for a 40,960-token context
 (`checks.request_bytes`, 212,992 bytes), so a prompt far beyond any context is refused by grpc before
@@ -17,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
-import stat
 from pathlib import Path
 
 import grpc
@@ -31,6 +30,13 @@ from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.server.checks import REFERENCE_CONTEXT, request_bytes
 from calculet.daemon.server.errors import StrictDecoding
+from calculet.daemon.server.ownership import (
+    SocketIdentity,
+    bind_unix,
+    check_socket_path,
+    directory_lock,
+    remove_own_socket,
+)
 from calculet.daemon.server.servicer import SERVICE_NAME, DaemonServicer
 from calculet.v1 import daemon_pb2_grpc
 
@@ -64,15 +70,17 @@ def unix_path(target: str) -> Path | None:
     return Path(rest[2:] if rest.startswith("//") else rest)
 
 
-def _remove_stale_socket(path: Path) -> None:
-    """A socket file left by a dead daemon blocks bind; a regular file there is an operator error."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise InvalidArgument(f"listen: {path} exists and is not a socket")
-    path.unlink()
+def check_listen(listen: str) -> None:
+    """Fail fast, before the device is opened, on a Unix socket path `serve` would refuse (it removes
+    nothing: a stale socket is removed by `serve`, under the directory lock).
+
+    Raises:
+        InvalidArgument: empty target, a non-socket file on the path, or a socket of unknown liveness.
+        SocketInUse: a live process listens on the path.
+    """
+    sock = unix_path(normalize_target(listen))
+    if sock is not None:
+        check_socket_path(sock)
 
 
 async def serve(
@@ -86,9 +94,14 @@ async def serve(
 ) -> None:
     """Run until SIGTERM/SIGINT (or `core` is closed by the caller).
 
+    A Unix socket path is replaced only if nothing listens on it (a stale socket from a killed
+    daemon), and removed at the end only if it is still the socket this call bound
+    (`ownership.bind_unix`, `ownership.remove_own_socket`).
+
     Raises:
         InvalidArgument: the listen target is empty, cannot be created or bound, or a non-socket
             file is in the way.
+        SocketInUse: a live process listens on the Unix socket path.
     """
     target = normalize_target(listen)
     sock = unix_path(target)
@@ -97,7 +110,6 @@ async def serve(
             sock.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InvalidArgument(f"listen: cannot create {sock.parent}: {exc.strerror}") from None
-        _remove_stale_socket(sock)
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", MAX_SEND_BYTES),
@@ -109,17 +121,42 @@ async def serve(
     daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    try:
-        server.add_insecure_port(target)
-    except RuntimeError:  # grpc's only report of a failed bind
-        raise InvalidArgument(
-            f"listen: cannot bind {target} (address in use, not resolvable or not permitted)"
-        ) from None
-    if not target.startswith("unix:"):
-        log.warning("listening on TCP %s without TLS: use a Unix socket outside trusted networks", target)
-    await server.start()
+
+    def bind(address: str) -> None:
+        try:
+            server.add_insecure_port(address)
+        except RuntimeError:  # grpc's only report of a failed bind
+            raise InvalidArgument(
+                f"listen: cannot bind {target} (address in use, not resolvable or not permitted)"
+            ) from None
+
+    identity: SocketIdentity | None = None
     if sock is not None:
-        os.chmod(sock, 0o660)
+        with directory_lock(sock.parent):
+            identity = bind_unix(sock, lambda private: bind(f"unix:{private}"))
+    else:
+        bind(target)
+        log.warning("listening on TCP %s without TLS: use a Unix socket outside trusted networks", target)
+    try:
+        await _run(core, server, servicer, target, grace_s, max_message_bytes, ready, announce)
+    finally:
+        if sock is not None and identity is not None:
+            with directory_lock(sock.parent):
+                remove_own_socket(sock, identity)
+
+
+async def _run(
+    core: DeviceCore,
+    server: grpc.aio.Server,
+    servicer: DaemonServicer,
+    target: str,
+    grace_s: float,
+    max_message_bytes: int,
+    ready: asyncio.Event | None,
+    announce: bool,
+) -> None:
+    """Start `server`, serve until a stop signal, then drain and stop (see the module docstring)."""
+    await server.start()
     await servicer.sync_health()
     _warn_if_too_small(core, max_message_bytes)
     stop = asyncio.Event()
@@ -143,8 +180,6 @@ async def serve(
     await server.stop(grace=STOP_GRACE_S)
     servicer.close()
     await loop.run_in_executor(None, core.close)
-    if sock is not None:
-        sock.unlink(missing_ok=True)
 
 
 def _warn_if_too_small(core: DeviceCore, max_message_bytes: int) -> None:

@@ -50,6 +50,9 @@ class DaemonProcess:
             "--models-root", str(models_root),
             "--time-scale", "0",
             "--log-level", "INFO",
+            # Two resident models, so tests may load qwen beside tiny; a test of the one-calbin board
+            # passes --device-profile calrt-0.7.6, which comes later and wins.
+            "--device-profile", "calsim-dev",
             *args,
         ]  # fmt: skip
         self._log = self.log_path.open("wb")

@@ -10,6 +10,13 @@ computed once here rather than twice; the result is identical. Weights come from
 `param_blk0.bin` / `param_blk1.bin` (weights.py documents names, shapes and the split); the
 replicated tensors must be equal in both blocks.
 
+Exactness (the daemon's promise that batched, recovered and failed-over runs give a solo run's
+tokens): each row's logits and KV are the same bits whatever else is in the call. Every reduction
+is ops.py's fixed tree (no BLAS, whose blocking follows the batch shape), decode rows attend over
+exactly their own slots, and a prefill position attends over exactly the slots a decode step at
+that position would, so a prefill of n tokens writes the KV and yields the last logits that n
+decode steps would (ops.py's module docstring has the argument).
+
 Ownership: the kernel owns its two `ChipShard`s and through them all KV memory. It trusts
 `past_kv_len` like the device does. One caller at a time (calsim's compute unit); not thread-safe.
 """
@@ -23,7 +30,7 @@ import numpy as np
 
 from calculet.daemon.calsim.kernel import DecodeRow, Kernel
 from calculet.daemon.calsim.kernels.errors import KernelConfigError
-from calculet.daemon.calsim.kernels.ops import KV_DTYPES, rms_norm, route
+from calculet.daemon.calsim.kernels.ops import KV_DTYPES, rms_norm, route, row_matmul
 from calculet.daemon.calsim.kernels.shard import ChipShard, Segment
 from calculet.daemon.calsim.kernels.validation import Bounds, check_decode, check_lane, check_prefill
 from calculet.daemon.calsim.kernels.weights import (
@@ -120,7 +127,7 @@ class NumericKernel(Kernel):
             h = rms_norm(x, attn_norm, eps)
             x = x + _all_reduce([c.attention(layer, h, positions, slots, segments) for c in self.chips])
             h = rms_norm(x, ffn_norm, eps)
-            experts, gates = route(h @ router, self.arch.experts_per_token)
+            experts, gates = route(row_matmul(h, router), self.arch.experts_per_token)
             x = x + _all_reduce([c.moe(layer, h, experts, gates) for c in self.chips])
         return x
 

@@ -6,6 +6,9 @@ returns a partial o-projection; each chip runs every routed expert over ITS slic
 intermediate dimension and returns a partial MoE output; each chip returns logits for ITS half of
 the vocab. The kernel sums partials (all-reduce) and concatenates vocab halves (gather).
 
+Every product is ops.py's `row_matmul` and every attention goes through ops.py, so a row's
+result does not depend on the other rows (see numeric.py, "Exactness").
+
 Ownership: a `ChipShard` owns its weight arrays (read-only after load) and its KV arrays
 `k_cache` / `v_cache` [lanes, layers, kv_heads_on_chip, lane_context, head_dim] (emulated device
 memory). Which request a lane belongs to is the daemon's business; the shard writes the
@@ -19,7 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calculet.daemon.calsim.kernels.ops import causal_attention, moe_experts, rms_norm, rope
+from calculet.daemon.calsim.kernels.ops import (
+    causal_attention,
+    decode_attention,
+    moe_experts,
+    rms_norm,
+    rope,
+    row_matmul,
+)
 from calculet.daemon.calsim.kernels.weights import CHIPS
 from calculet.daemon.package.manifest import Architecture
 
@@ -71,7 +81,7 @@ class ChipShard:
         self.q_heads = arch.q_heads // CHIPS
         self.kv_heads = arch.kv_heads // CHIPS
         self.embed = block.get("embed")  # chip 0 only
-        self.lm_head = block["lm_head"]  # [V/2, H]
+        self.lm_head_t = np.ascontiguousarray(block["lm_head"].T)  # [H, V/2]
         self.layers = [self._layer(block, f"layers.{i}.") for i in range(arch.layers)]
         shape = (lanes, arch.layers, self.kv_heads, lane_context, arch.head_dim)
         self.k_cache = np.zeros(shape, dtype=kv_dtype)
@@ -94,7 +104,9 @@ class ChipShard:
         """This chip's partial attention output for normed activations `h`.
 
         Writes k/v of every row into this chip's cache first (row i at `slots[i]` of its segment's
-        lane), then attends each segment over its lane.
+        lane), then attends: single-row segments (decode rows) together, each over its own lane
+        up to its slot; a longer segment (a prefill) over its lane, each query up to its own
+        slot (exactly what a decode step at that slot attends over).
 
         Args:
             layer: layer index.
@@ -108,7 +120,7 @@ class ChipShard:
         """
         w = self.layers[layer]
         t, d, eps = h.shape[0], self.arch.head_dim, self.arch.rms_norm_eps
-        qkv = h @ w.w_qkv
+        qkv = row_matmul(h, w.w_qkv)
         nq, nkv = self.q_heads * d, self.kv_heads * d
         q = qkv[:, :nq].reshape(t, self.q_heads, d)
         k = qkv[:, nq : nq + nkv].reshape(t, self.kv_heads, d)
@@ -120,13 +132,25 @@ class ChipShard:
         self.k_cache[lanes, layer, :, slots] = k
         self.v_cache[lanes, layer, :, slots] = v
         out = np.empty((t, self.q_heads, d), dtype=np.float32)
+        singles = [s for s in segments if s.count == 1]
+        if singles:
+            # Decode rows: one query per lane, all lanes in one padded call (exact per row).
+            rows = np.array([s.first for s in singles], dtype=np.int64)
+            lengths = np.array([s.start + 1 for s in singles], dtype=np.int64)
+            end = int(lengths.max())
+            lane_ids = np.array([s.lane for s in singles], dtype=np.int64)
+            kc = self.k_cache[lane_ids, layer, :, :end].astype(np.float32, copy=False)
+            vc = self.v_cache[lane_ids, layer, :, :end].astype(np.float32, copy=False)
+            out[rows] = decode_attention(q[rows], kc, vc, lengths)
         for s in segments:
+            if s.count == 1:
+                continue
             end = s.start + s.count
             kc = self.k_cache[s.lane, layer, :, :end].astype(np.float32, copy=False)
             vc = self.v_cache[s.lane, layer, :, :end].astype(np.float32, copy=False)
-            rows = slice(s.first, s.first + s.count)
-            out[rows] = causal_attention(q[rows], kc, vc, slots[rows])
-        return out.reshape(t, nq) @ w.wo
+            span = slice(s.first, s.first + s.count)
+            out[span] = causal_attention(q[span], kc, vc, slots[span])
+        return row_matmul(out.reshape(t, nq), w.wo)
 
     def moe(self, layer: int, h: np.ndarray, experts: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """This chip's partial MoE output over its slice of every expert's intermediate dim.
@@ -139,8 +163,7 @@ class ChipShard:
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """Logits for this chip's vocab rows: float32 [T, V/2], to be concatenated in chip order."""
-        out: np.ndarray = x @ self.lm_head.T
-        return out
+        return row_matmul(x, self.lm_head_t)
 
     def clear_lane(self, lane: int) -> None:
         self.k_cache[lane] = 0

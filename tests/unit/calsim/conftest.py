@@ -22,11 +22,12 @@ def kernels() -> KernelBox:
 
 @pytest.fixture
 def open_device(kernels: KernelBox) -> Iterator[OpenDevice]:
-    """Open calsim boards (time_scale 0 and the fake kernel unless overridden); closed at teardown."""
+    """Open calsim boards (time_scale 0, the fake kernel and the two-model `calsim-dev` profile unless
+    overridden, so tests may configure models side by side); closed at teardown."""
     opened: list[CalsimDevice] = []
 
     def _open(board: int = 0, **options: Any) -> CalsimDevice:
-        opts: dict[str, Any] = {"time_scale": 0.0, "kernel_factory": kernels}
+        opts: dict[str, Any] = {"time_scale": 0.0, "kernel_factory": kernels, "profile": "calsim-dev"}
         opts.update(options)
         device = CalsimDriver().open(board, opts)
         opened.append(device)

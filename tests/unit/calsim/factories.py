@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from calculet.daemon.calsim.device import CalsimDevice, CalsimModel
+from calculet.daemon.calsim.engine import POISON_BYTE
 from calculet.daemon.calsim.kernel import DecodeRow, Kernel
 from calculet.daemon.device.api import HostBuffer
 from calculet.daemon.device.types import JobSpec, RowSpec
@@ -24,6 +25,7 @@ from calculet.daemon.package.manifest import (
     Architecture,
     ChipMemoryDecl,
     Compatibility,
+    DecodePoint,
     GoldenDecl,
     KVDecl,
     MemoryDecl,
@@ -48,9 +50,7 @@ PARAM_SRAM = 4096
 WORKSPACE = 1 << 16
 
 TIMING = TimingDecl(
-    decode_ms_short=2.0,
-    decode_ms_long=10.0,
-    long_context=LANE_CONTEXT,
+    decode_curve=(DecodePoint(0, 2.0), DecodePoint(LANE_CONTEXT, 10.0)),
     prefill_fixed_ms=3.0,
     prefill_ms_per_token=0.5,
     batch_alpha=0.25,
@@ -294,3 +294,10 @@ def decode_spec(bufs: Bufs, rows: Sequence[tuple[int, int, int]]) -> JobSpec:
 
 def bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def is_poison(a: np.ndarray) -> bool:
+    """Every byte of `a` is calsim's output poison (an output row before `wait` returned DONE:
+    a NaN as bf16, distinct from the NaN of a `nan_logits` fault)."""
+    raw = np.ascontiguousarray(a).view(np.uint8)
+    return raw.size > 0 and bool((raw == POISON_BYTE).all())

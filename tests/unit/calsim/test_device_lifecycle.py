@@ -10,7 +10,7 @@ import pytest
 
 from calculet.daemon.calsim.device import CalsimDevice, CalsimDriver, CalsimModel
 from calculet.daemon.calsim.memory import GiB, MiB
-from calculet.daemon.device.errors import DeviceLost, ModelReleased, WaitTimeout
+from calculet.daemon.device.errors import DeviceLost, InvalidJob, ModelReleased, TooManyConfigurations, WaitTimeout
 from calculet.daemon.device.registry import available_drivers, load_driver
 from calculet.daemon.device.types import DeviceCapabilities, EngineSlot, JobStatus
 
@@ -18,6 +18,7 @@ from .conftest import OpenDevice
 from .factories import (
     DECODE1,
     LANES,
+    KernelBox,
     bitwise_equal,
     decode_spec,
     expected_row,
@@ -35,9 +36,30 @@ def test_info_describes_the_emulated_board(open_device: OpenDevice) -> None:
         (0, 16 * GiB, 18 * MiB),
         (1, 16 * GiB, 18 * MiB),
     ]
-    assert info.capabilities == DeviceCapabilities(
-        max_inflight=2, ping_pong=True, max_resident_configurations=2, lane_selection=True
+    assert info.capabilities == DeviceCapabilities(  # the conftest's calsim-dev profile
+        max_inflight=2,
+        ping_pong=True,
+        max_resident_configurations=2,
+        lane_selection=True,
+        kernel_kinds=("numeric", "synthetic"),
     )
+
+
+def test_the_default_profile_is_calrt_0_7_6_which_holds_one_calbin(tmp_path: Path, kernels: KernelBox) -> None:
+    device = CalsimDriver().open(0, {"time_scale": 0.0, "kernel_factory": kernels})
+    try:
+        caps = device.info().capabilities
+        assert (caps.max_resident_configurations, caps.max_inflight, caps.ping_pong) == (1, 2, True)
+        device.configure(tmp_path, make_manifest("a"))
+        with pytest.raises(TooManyConfigurations, match="the limit is 1"):
+            device.configure(tmp_path, make_manifest("b"))
+    finally:
+        device.close()
+    dev = CalsimDriver().open(0, {"profile": "calsim-dev", "max_resident_configurations": 3})
+    assert dev.info().capabilities.max_resident_configurations == 3, "an explicit option beats the profile"
+    dev.close()
+    with pytest.raises(InvalidJob, match="profile"):
+        CalsimDriver().open(0, {"profile": "calrt-9"})
 
 
 def test_calsim_is_registered_as_an_entry_point() -> None:
@@ -78,9 +100,12 @@ def test_reset_ccu_ends_every_in_flight_job_and_corrupts_their_lanes(open_device
     assert bitwise_equal(a.out(0), expected_row([1, 4], [0, 1]))
 
 
-def test_reset_configuration_spares_other_models_and_replans_their_jobs(
+def test_reset_configuration_drops_every_configured_model_as_calrt_does(
     open_device: OpenDevice, tmp_path: Path
 ) -> None:
+    """CalRT 0.7.6's ResetConfiguration drops the configured calbins: every model's jobs end as CCU
+    exceptions, every lane is cleared, every handle is dead afterwards and the memory is free, so the
+    caller must configure (and warm up) again."""
     device = open_device(fault_plan={"faults": [{"kind": "hang", "job": 0}]})
     stuck = device.configure(tmp_path, make_manifest("stuck"))
     other = device.configure(tmp_path, make_manifest("other"))
@@ -91,15 +116,16 @@ def test_reset_configuration_spares_other_models_and_replans_their_jobs(
         waiting.wait(0.02)
     device.reset_configuration(stuck)
     assert hung.wait(5) is JobStatus.CCU_EXCEPTION
-    assert waiting.wait(5) is JobStatus.DONE
-    assert bitwise_equal(b.out(0), expected_row([2], [0]))
-    assert kernel_of(other).lanes_touched("clear") == []
-    assert sorted(kernel_of(stuck).lanes_touched("clear")) == list(range(LANES))
-    t_hung, t_wait = hung.timestamps(), waiting.timestamps()
-    assert t_hung is not None and t_wait is not None
-    assert t_wait.compute_start == max(t_wait.h2d_end, t_hung.compute_end)  # compute unit free at the reset
-    # the handle stays valid after reset_configuration
-    assert device.submit(stuck, decode_spec(a, [(0, 0, 5)])).wait(5) is JobStatus.DONE
+    assert waiting.wait(5) is JobStatus.CCU_EXCEPTION, "the other model's calbin is dropped too"
+    for model in (stuck, other):
+        assert sorted(kernel_of(model).lanes_touched("clear")) == list(range(LANES))
+        with pytest.raises(ModelReleased):
+            device.submit(model, decode_spec(a if model is stuck else b, [(0, 0, 5)]))
+        with pytest.raises(ModelReleased):
+            device.release(model)
+    assert device.memory_usage().chips[0].dram_used == 0, "the dropped calbins' memory is free"
+    again = device.configure(tmp_path, make_manifest("stuck"))  # the buffers stay registered
+    assert device.submit(again, decode_spec(a, [(0, 0, 5)])).wait(5) is JobStatus.DONE
 
 
 def test_reset_configuration_of_a_foreign_or_released_model(

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from calculet.daemon.calsim.device import CalsimDevice, CalsimDriver, CalsimModel
 from calculet.daemon.device.errors import ConfigurationError, DeviceNotFound, InvalidJob
 from calculet.daemon.device.types import JobSpec, JobStatus, RowSpec
-from calculet.daemon.package.manifest import TensorDecl
+from calculet.daemon.package.manifest import DecodePoint, TensorDecl
 
 from .conftest import OpenDevice
 from .factories import (
@@ -279,7 +279,11 @@ BAD_PACKAGES: list[tuple[str, Callable[[Any], Any], str]] = [
     ("no submodels", lambda m: replace(m, submodels=()), "no submodels"),
     ("zero bandwidth", lambda m: replace(m, timing=replace(TIMING, h2d_gbps=0.0)), "timing.h2d_gbps"),
     ("negative alpha", lambda m: replace(m, timing=replace(TIMING, batch_alpha=-1.0)), "timing.batch_alpha"),
-    ("long below short", lambda m: replace(m, timing=replace(TIMING, decode_ms_long=1.0)), "decode_ms_long"),
+    (
+        "decode curve speeds up",
+        lambda m: replace(m, timing=replace(TIMING, decode_curve=(DecodePoint(0, 2.0), DecodePoint(64, 1.0)))),
+        "timing.decode_curve",
+    ),
     ("zero lanes", lambda m: replace(m, kv=replace(m.kv, lanes=0)), "lanes"),
 ]
 

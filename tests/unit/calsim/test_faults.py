@@ -18,7 +18,17 @@ from calculet.daemon.device.errors import DeviceLost, InvalidJob, SubmitFailed, 
 from calculet.daemon.device.types import EngineSlot, JobStatus
 
 from .conftest import OpenDevice
-from .factories import DECODE1, LANES, bitwise_equal, decode_spec, expected_row, kernel_of, make_bufs, make_manifest
+from .factories import (
+    DECODE1,
+    LANES,
+    bitwise_equal,
+    decode_spec,
+    expected_row,
+    is_poison,
+    kernel_of,
+    make_bufs,
+    make_manifest,
+)
 
 SENTINEL = np.array(7.0, dtype=ml_dtypes.bfloat16)
 
@@ -143,7 +153,7 @@ class Outcome:
     status: JobStatus | None = None
     correct: bool = False  # output row equals the fake kernel's logits
     nan: bool = False
-    untouched: bool = False  # output row still holds the sentinel
+    poisoned: bool = False  # output row still holds the poison calsim wrote at submit
     h2d_delay: float = 0.0
 
 
@@ -168,7 +178,7 @@ def run_decodes(device: CalsimDevice, model: CalsimModel, count: int) -> list[Ou
                 status=status,
                 correct=bitwise_equal(row, expected_row([token], [0])),
                 nan=bool(np.isnan(row.astype(np.float32)).all()),
-                untouched=bool((row == SENTINEL).all()),
+                poisoned=is_poison(row),
                 h2d_delay=ts.h2d_start - ts.queued,
             )
         )
@@ -197,7 +207,7 @@ def test_ccu_exception_fires_once_skips_outputs_and_corrupts_its_lanes(open_devi
     device = open_device(fault_plan=plan_of("ccu_exception", 1))
     model = device.configure(tmp_path, make_manifest())
     out = run_decodes(device, model, 5)
-    assert out[1].status is JobStatus.CCU_EXCEPTION and out[1].untouched
+    assert out[1].status is JobStatus.CCU_EXCEPTION and out[1].poisoned
     assert all(normal(o) for i, o in enumerate(out) if i != 1)
     assert kernel_of(model).lanes_touched("corrupt") == [1]
 
@@ -206,7 +216,7 @@ def test_nan_logits_fires_once(open_device: OpenDevice, tmp_path: Path) -> None:
     device = open_device(fault_plan=plan_of("nan_logits", 3))
     model = device.configure(tmp_path, make_manifest())
     out = run_decodes(device, model, 6)
-    assert out[3].status is JobStatus.DONE and out[3].nan
+    assert out[3].status is JobStatus.DONE and out[3].nan and not out[3].poisoned
     assert all(normal(o) and not o.nan for i, o in enumerate(out) if i != 3)
     kernel = kernel_of(model)
     assert kernel.history(3, 1) == ([13], [0])  # KV was written normally
@@ -234,7 +244,7 @@ def test_hang_never_finishes_until_reset_ccu(open_device: OpenDevice, tmp_path: 
     assert device.counters().left == 1
     device.reset_ccu()
     assert hung.wait(5) is JobStatus.CCU_EXCEPTION
-    assert (bufs.out(0) == SENTINEL).all()
+    assert is_poison(bufs.out(0))  # a CCU exception delivers no outputs
     assert kernel_of(model).lanes_touched("corrupt") == [2]
     assert device.counters().left == 0
     # the device works again afterwards, and nothing else hangs

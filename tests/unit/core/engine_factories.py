@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,10 +24,20 @@ def build_models(root: Path) -> Path:
 
 
 @contextmanager
-def running_core(models_root: Path, *, model: str = "tiny", **overrides: Any) -> Iterator[DeviceCore]:
-    options = {"time_scale": 0.0, **overrides.pop("device_options", {})}
+def running_core(
+    models_root: Path,
+    *,
+    model: str = "tiny",
+    before_start: Callable[[DeviceCore], object] | None = None,
+    **overrides: Any,
+) -> Iterator[DeviceCore]:
+    # calsim-dev holds two models, so tests may load a second model or a new generation beside the
+    # first; tests of the one-calbin board (CalRT 0.7.6, calsim's default) ask for calrt-0.7.6.
+    options = {"time_scale": 0.0, "profile": "calsim-dev", **overrides.pop("device_options", {})}
     config = DaemonConfig(models_root=models_root, models=((model, model),), device_options=options, **overrides)
     core = DeviceCore(config)
+    if before_start is not None:
+        before_start(core)
     core.start()
     try:
         yield core
@@ -81,3 +92,39 @@ def use_up_recoveries(core: DeviceCore, job_id: str) -> None:
         seq = engine._jobs.get(job_id)
         assert seq is not None
         seq.recoveries = engine.config.max_recoveries
+
+
+class OwnerLock:
+    """A lock that knows which thread holds it (`threading.Lock` does not: `Condition._is_owned` on
+    one says whether *any* thread holds it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking, timeout):
+            self._owner = threading.get_ident()
+            return True
+        return False
+
+    def release(self) -> None:
+        self._owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def held_here(self) -> bool:
+        """The calling thread holds it."""
+        return self._owner == threading.get_ident()
+
+
+def track_engine_lock(core: DeviceCore) -> OwnerLock:
+    """White-box (tests only): give a core's engine, before `start`, a lock that knows its holder."""
+    lock = OwnerLock()
+    core.engine._cond = threading.Condition(lock)  # type: ignore[arg-type]
+    return lock

@@ -27,6 +27,7 @@ from calculet.daemon.device.errors import (
     InvalidJob,
     LaneBusy,
     ModelReleased,
+    OutOfKV,
     WaitTimeout,
 )
 from calculet.daemon.device.types import (
@@ -75,6 +76,7 @@ class FakeModel(ConfiguredModel):
         self.lane_context = lane_context
         self.vocab_size = vocab
         self.released = False
+        self.open_lanes: set[int] = set()
 
 
 class FakeSubmission(Submission):
@@ -121,6 +123,8 @@ class FakeDevice(VirtualDevice):
         self.inflight: dict[int, tuple[FakeSubmission, FakeModel]] = {}
         self.finished = 0
         self.lost = False
+        self.models: list[FakeModel] = []  # every model configured, released or not
+        self.kv_lanes_available = 1 << 30  # lanes open_lane grants per model before OutOfKV
 
     # ---- test helpers --------------------------------------------------------------------
 
@@ -171,7 +175,9 @@ class FakeDevice(VirtualDevice):
     ) -> FakeModel:
         """`configure` without a package: a model with these submodels and KV lanes."""
         self._alive()
-        return FakeModel(next(self._configs), submodels, lanes, lane_context, vocab)
+        model = FakeModel(next(self._configs), submodels, lanes, lane_context, vocab)
+        self.models.append(model)
+        return model
 
     def release(self, model: ConfiguredModel) -> None:
         self._alive()
@@ -241,12 +247,35 @@ class FakeDevice(VirtualDevice):
             for sub, _ in list(self.inflight.values()):
                 self._end(sub, JobStatus.CCU_EXCEPTION)
 
-    def reset_configuration(self, model: ConfiguredModel) -> None:
+    def open_lane(self, model: ConfiguredModel, lane: int) -> None:
         self._alive()
+        assert isinstance(model, FakeModel)
         with self._lock:
-            for sub, m in list(self.inflight.values()):
-                if m is model:
-                    self._end(sub, JobStatus.CCU_EXCEPTION)
+            if model.released:
+                raise ModelReleased(f"model {model.config_id} was released")
+            if lane in model.open_lanes or len(model.open_lanes) >= self.kv_lanes_available:
+                raise OutOfKV(f"no KV space for lane {lane} ({len(model.open_lanes)} open)")
+            model.open_lanes.add(lane)
+
+    def close_lane(self, model: ConfiguredModel, lane: int) -> None:
+        self._alive()
+        assert isinstance(model, FakeModel)
+        with self._lock:
+            if model.released:
+                raise ModelReleased(f"model {model.config_id} was released")
+            model.open_lanes.discard(lane)
+
+    def reset_configuration(self, model: ConfiguredModel) -> None:
+        """As on CalRT 0.7.6: every configured model is dropped, its jobs end CCU_EXCEPTION."""
+        self._alive()
+        assert isinstance(model, FakeModel)
+        with self._lock:
+            if model.released:
+                raise ModelReleased(f"model {model.config_id} was released")
+            for sub, _ in list(self.inflight.values()):
+                self._end(sub, JobStatus.CCU_EXCEPTION)
+            for m in self.models:
+                m.released = True
 
     def healthy(self) -> bool:
         return not self.lost

@@ -112,7 +112,18 @@ def test_configuration_reset_while_a_done_job_is_sampled_does_not_commit_cleared
     req = request((5, 6, 7, 8), 12, seed=3, temperature=0.7)
     with running_core(models) as core:
         (reference,) = generate_each(core, [req])
-        tokens, final = _run_while_sampling_paused(core, 4, lambda: core.reset("configuration", "test"), req)
+        rt = _serving(core)
+        resetter = threading.Thread(target=lambda: core.reset("configuration", "test"))
+
+        def reset_reaches_the_engine() -> None:
+            # The reset re-warms the model through the completion thread, which the test holds in the
+            # sampler: release it once the reset has cleared the lanes (the generation left READY).
+            resetter.start()
+            until("the configuration reset applied", lambda: rt.state is not ModelState.READY)
+
+        tokens, final = _run_while_sampling_paused(core, 4, reset_reaches_the_engine, req)
+        resetter.join(TIMEOUT)
+        assert not resetter.is_alive()
         assert final.reason is FinishReason.LENGTH
         assert tokens == reference, "a commit trusted KV the configuration reset had cleared"
         assert core.snapshot().counters.recoveries >= 1
@@ -162,30 +173,32 @@ def test_a_bug_while_launching_fails_the_jobs_being_launched_instead_of_strandin
 
 
 def test_configuration_reset_racing_an_unload_skips_the_released_model(models: Path) -> None:
-    """Reset lists the models, then resets each; an unload that releases one in between must not
-    turn the operator's reset into an INTERNAL error (it asserted the model was still configured)."""
+    """The reset lists the configured models and resets through one's handle; an unload that releases
+    that model in between must not turn the operator's reset into an error: it resets through a model
+    still configured, and that one is warmed again and serves."""
     with running_core(models) as core:
         core.load("qwen", "qwen")
-        original = core.engine.reset_configuration
+        original = core.device.reset_configuration
         entered, go = threading.Event(), threading.Event()
 
-        def held(rt: ModelRuntime, reason: str) -> None:
-            if rt.alias == "qwen":  # preempted between DeviceCore.reset's check and the reset
+        def held(model: Any) -> None:
+            if not go.is_set():  # preempted between listing the models and the device call
                 entered.set()
                 assert go.wait(TIMEOUT)
-            original(rt, reason)
+            original(model)
 
-        core.engine.reset_configuration = held  # type: ignore[method-assign]
+        core.device.reset_configuration = held  # type: ignore[method-assign]
         result: list[object] = []
         resetter = threading.Thread(target=lambda: result.append(_outcome(lambda: core.reset("configuration", "x"))))
         resetter.start()
         assert entered.wait(TIMEOUT)
-        core.unload("qwen", 0.0)
+        core.unload("tiny", 0.0)  # the oldest model: the handle the reset is about to use
         go.set()
         resetter.join(TIMEOUT)
-        assert len(result) == 1 and result[0][0] is True, result  # succeeded, no INTERNAL error
-        assert result[0][1].startswith("configuration reset")
-        assert finish(core, core.submit(request((1, 2, 3), 4, seed=1)).job_id)[1].reason is FinishReason.LENGTH
+        assert len(result) == 1 and result[0][0] is True, result  # succeeded, no error
+        assert "qwen" in result[0][1] and "tiny" not in result[0][1], result
+        qwen = request(tuple(range(100, 110)), 4, seed=1, model="qwen")
+        assert finish(core, core.submit(qwen).job_id)[1].reason is FinishReason.LENGTH
 
 
 def _outcome(call: Callable[[], object]) -> object:

@@ -27,7 +27,7 @@ from calculet.daemon.main import config_from
 from calculet.daemon.main import main as daemon_main
 from calculet.daemon.sampling.params import SamplingParams
 
-from .engine_factories import build_models, finish, request, running_core
+from .engine_factories import OwnerLock, build_models, finish, request, running_core, track_engine_lock
 
 TIMEOUT = 20.0
 
@@ -307,16 +307,17 @@ def test_submit_builds_the_sequence_outside_the_engine_lock(models: Path, monkey
     from calculet.daemon.core import engine as engine_module
 
     held: dict[str, bool] = {}
-    with running_core(models) as core:
-        cond = core.engine._cond
+    locks: list[OwnerLock] = []
+    with running_core(models, before_start=lambda core: locks.append(track_engine_lock(core))) as core:
+        lock = locks[0]
         real_validate, real_history = engine_module.validate_request, engine_module.TokenHistory
 
         def validate(req: GenerationRequest, limits: Any) -> None:
-            held["validate"] = cond._is_owned()  # type: ignore[attr-defined]
+            held["validate"] = lock.held_here()
             real_validate(req, limits)
 
         def history(*args: Any) -> Any:
-            held["history"] = cond._is_owned()  # type: ignore[attr-defined]
+            held["history"] = lock.held_here()
             return real_history(*args)
 
         monkeypatch.setattr(engine_module, "validate_request", validate)

@@ -13,6 +13,8 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.kv import LaneState
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.device.errors import ModelReleased
 from calculet.daemon.errors import ErrorKind, NotFound
 
 from .engine_factories import build_models, finish, generate_all, generate_each, request, running_core, until
@@ -179,22 +181,36 @@ def test_operator_reset_under_traffic_changes_no_token(models: Path, reference, 
     assert got == reference
 
 
-def test_configuration_reset_of_one_model_leaves_the_other_alone(models: Path) -> None:
+def test_a_configuration_reset_drops_every_model_and_each_is_warmed_again_before_it_serves(models: Path) -> None:
+    """As on CalRT 0.7.6 a configuration reset drops every configured calbin, whichever model the
+    operator names: the old handles are dead, each model is configured again and passes its golden
+    check, and the jobs of both continue with exactly the tokens of an undisturbed run."""
     tiny_req = request((5, 6, 7), 40, seed=3, temperature=0.8)
     qwen_req = request(tuple(range(100, 140)), 40, seed=4, temperature=0.8, model="qwen")
     with running_core(models, device_options={"time_scale": 0.02}) as core:
         core.load("qwen", "qwen")
         alone = generate_each(core, [tiny_req, qwen_req])
+        old = {alias: core.models.serving(alias) for alias in ("tiny", "qwen")}
+        old_handles = {alias: rt.model for alias, rt in old.items() if rt is not None}
+        warmups_before = core.device.counters().submitted
         ids = [core.submit(r).job_id for r in (tiny_req, qwen_req)]
-        log = core.event_log(ids[1], for_wait=False)
-        while log.token_count < 3:
-            time.sleep(0.005)
+        until("both jobs streaming", lambda: all(core.event_log(j, for_wait=False).token_count >= 3 for j in ids))
         with pytest.raises(NotFound):
             core.reset("configuration", "test", model="nope")
-        core.reset("configuration", "test", model="qwen")
+
+        ok, message = core.reset("configuration", "test", model="qwen")
+
+        assert ok and "tiny" in message and "qwen" in message, message
+        for alias, handle in old_handles.items():
+            assert handle is not None
+            with pytest.raises(ModelReleased):
+                core.device.release(handle)  # the reset dropped it: the old handle is dead
+            rt = core.models.serving(alias)
+            assert rt is old[alias] and rt is not None and rt.model is not handle, "same generation, new handle"
+            assert rt.state is ModelState.READY and "warmed again" in rt.message
         got = [finish(core, j)[0] for j in ids]
-        (_, tiny_recoveries), (_, qwen_recoveries) = (core.job_generation(j) for j in ids)
-        assert tiny_recoveries == 0, "the other model's lanes were not touched"
-        assert qwen_recoveries >= 1
+        assert all(core.job_generation(j)[1] >= 1 for j in ids), "both lost their KV and re-prefilled"
+        golden_jobs = sum(len(rt.manifest.golden.decode_tokens) for rt in old.values() if rt is not None)
+        assert core.device.counters().submitted - warmups_before >= golden_jobs, "the golden checks ran again"
         assert_clean(core)
     assert got == alone

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.calsim.memory import chip_needs
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from calculet.daemon.package.manifest import load_manifest
 
-from .engine_factories import build_models, finish, request, running_core
+from .engine_factories import build_models, finish, request, running_core, until
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +70,8 @@ def test_the_last_load_progress_comes_once_the_alias_is_free_again(models: Path,
 
 
 def test_loaded_alias_needs_replace(models: Path) -> None:
+    """On a two-model board (calsim-dev) the new generation loads beside the old one, which drains
+    only once the new one is Ready."""
     with running_core(models) as core:
         with pytest.raises(FailedPrecondition, match="already loaded"):
             core.load("tiny", "tiny")
@@ -78,7 +82,7 @@ def test_loaded_alias_needs_replace(models: Path) -> None:
 
 
 def test_one_configuration_device_drains_the_old_generation_first(models: Path) -> None:
-    with running_core(models, device_options={"max_resident_configurations": 1}) as core:
+    with running_core(models, device_options={"profile": "calrt-0.7.6"}) as core:
         job = core.submit(request((1, 2, 3), 30, seed=1)).job_id
         new = core.load("tiny", "tiny", replace=True)
         tokens, final = finish(core, job)
@@ -87,6 +91,19 @@ def test_one_configuration_device_drains_the_old_generation_first(models: Path) 
         assert len([r for r in core.models.all() if r.model is not None]) == 1
         with pytest.raises(FailedPrecondition, match="maximum"):
             core.load("second", "qwen")
+
+
+def test_a_replace_that_does_not_fit_beside_the_old_generation_drains_it_first(models: Path) -> None:
+    """Two-model board, memory for one (as a large model on a real board): the replace must not
+    fail for lack of memory; the old generation finishes its jobs, unloads, and the new one serves."""
+    need = max(n.dram for n in chip_needs(load_manifest(models / "tiny"), 2))
+    with running_core(models, device_options={"dram_bytes": need + need // 2}) as core:
+        job = core.submit(request((1, 2, 3), 30, seed=1)).job_id
+        new = core.load("tiny", "tiny", replace=True)
+        tokens, final = finish(core, job)
+        assert len(tokens) == 30 and final.reason is FinishReason.LENGTH, "it finished on the old generation first"
+        assert new.state is ModelState.READY and core.models.serving("tiny") is new
+        assert len([r for r in core.models.all() if r.model is not None]) == 1
 
 
 def test_failed_golden_check_leaves_nothing_behind(models: Path, tmp_path: Path) -> None:
@@ -167,18 +184,23 @@ def test_unload_reports_drained_and_interrupted_jobs_and_health_needs_a_ready_mo
 
 
 def test_a_job_nobody_waits_for_is_cancelled_after_the_orphan_timeout(models: Path) -> None:
-    with running_core(models, device_options={"time_scale": 0.05}, orphan_timeout_s=0.3) as core:
-        orphan = core.submit(request((1, 2, 3), 200, seed=1)).job_id
+    """One device job at a time, and that job hangs (no reset: the job timeout is far away), so the
+    orphan queued behind it cannot finish on its own whatever the machine's speed: only the orphan
+    timeout can end it. The hung job has a Wait attached and must outlive the orphan timeout."""
+    with running_core(models, max_inflight=1, fault_injection=True, orphan_timeout_s=0.3, job_timeout_s=120.0) as core:
+        core.inject_fault(Fault(FaultKind.HANG))
         watched = core.submit(request((4, 5, 6), 40, seed=2)).job_id
-        log = core.event_log(watched, for_wait=False)
-        unsubscribe = log.subscribe(lambda: None)  # a Wait stream is attached to this one
-        deadline = time.monotonic() + 20
-        while not core.event_log(orphan, for_wait=False).finished and time.monotonic() < deadline:
-            time.sleep(0.02)
+        unsubscribe = core.event_log(watched, for_wait=False).subscribe(lambda: None)  # a Wait is attached
+        orphan = core.submit(request((1, 2, 3), 200, seed=1)).job_id  # nobody waits for it
+
+        # Poll instead of waiting on its log: a waiter would be a reader, and it would not be an orphan.
+        until("the orphan cancelled", lambda: core.event_log(orphan, for_wait=False).finished)
         tokens, final = finish(core, orphan)
-        assert final.reason is FinishReason.CANCELLED and final.error_kind is None
-        assert len(tokens) < 200
+
+        assert final.reason is FinishReason.CANCELLED and final.error_kind is None and tokens == []
+        assert not core.event_log(watched, for_wait=False).finished, "an attached job is never an orphan"
+        assert core.reset("ccu", "unstick the hung job")[0]
         _, watched_final = finish(core, watched)
         unsubscribe()
-        assert watched_final.reason is FinishReason.LENGTH, "an attached job is never an orphan"
+        assert watched_final.reason is FinishReason.LENGTH
         assert core.status().cancelled == 1

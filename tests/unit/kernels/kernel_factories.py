@@ -15,11 +15,13 @@ import pytest
 from calculet.daemon.calsim.kernel import Kernel
 from calculet.daemon.calsim.kernel import make_kernel as build_kernel
 from calculet.daemon.calsim.kernels.numeric import NumericKernel
+from calculet.daemon.calsim.kernels.synthetic import SyntheticKernel
 from calculet.daemon.calsim.kernels.weights import generate_tiny_weights, save_param_block, split_for_chips
 from calculet.daemon.package.manifest import (
     Architecture,
     ChipMemoryDecl,
     Compatibility,
+    DecodePoint,
     GoldenDecl,
     KVDecl,
     MemoryDecl,
@@ -87,7 +89,14 @@ def make_manifest(
         files=(),
         tokenizer=TokenizerDecl(path="tokenizer", chat_template="", model_max_length=lane_context, eos_token_ids=eos),
         golden=GoldenDecl(prompt_tokens=(), prefill_top=(), decode_tokens=(), logit_atol=0.0),
-        timing=TimingDecl(17.2, 80.0, 40960, 100.0, 1.5, 0.1, 10.0, 10.0),
+        timing=TimingDecl(
+            decode_curve=(DecodePoint(0, 17.2), DecodePoint(40960, 80.0)),
+            prefill_fixed_ms=100.0,
+            prefill_ms_per_token=1.5,
+            batch_alpha=0.1,
+            h2d_gbps=10.0,
+            d2h_gbps=10.0,
+        ),
         synthetic_seed=seed,
     )
 
@@ -125,11 +134,27 @@ def kernel_maker(request: pytest.FixtureRequest, tiny_package: tuple[Path, dict[
     return make
 
 
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bit for bit: same dtype and shape, same raw bytes (so -0.0 != 0.0 and NaN == NaN)."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+
+
 def same_logits(kernel: Kernel, a: np.ndarray, b: np.ndarray) -> bool:
-    """Equal up to the kernel's arithmetic: bit-exact for synthetic, fp32 tolerance for numeric."""
+    """Equal as the `Kernel` contract promises: bit for bit, for both kernels (a row's logits
+    depend on its lane's KV only, and prefill computes what decode steps compute)."""
+    del kernel  # both kernels are exact; kept so call sites name the kernel they compare
+    return same_bits(a, b)
+
+
+def lane_kv(kernel: Kernel, lane: int, slots: int) -> list[np.ndarray]:
+    """Copies of what `kernel` stores for slots 0..slots-1 of `lane` (every chip's K and V for the
+    numeric kernel, the hash chain for the synthetic one)."""
     if isinstance(kernel, NumericKernel):
-        return bool(np.allclose(a, b, rtol=1e-4, atol=1e-4))
-    return bool(np.array_equal(a, b))
+        return [c[lane, :, :, :slots].copy() for chip in kernel.chips for c in (chip.k_cache, chip.v_cache)]
+    if isinstance(kernel, SyntheticKernel):
+        return [kernel._chain[lane, :slots].copy()]
+    raise TypeError(f"no KV view for {type(kernel).__name__}")
 
 
 def clearly_different(a: np.ndarray, b: np.ndarray) -> bool:

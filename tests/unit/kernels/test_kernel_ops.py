@@ -5,10 +5,23 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calculet.daemon.calsim.kernels.ops import causal_attention, moe_experts, rms_norm, rope, route, silu
+from calculet.daemon.calsim.kernels.ops import (
+    causal_attention,
+    decode_attention,
+    moe_experts,
+    rms_norm,
+    rope,
+    route,
+    row_matmul,
+    silu,
+    tree_sum,
+)
+
+from .kernel_factories import same_bits
 
 RNG = np.random.default_rng(0)
 
@@ -106,3 +119,86 @@ def test_moe_partials_over_disjoint_intermediate_slices_sum_to_the_full_output()
         for j in range(2)
     )
     np.testing.assert_allclose(full[t], want, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- exactness (issue 9, item 7)
+
+
+def test_tree_sum_adds_aligned_pairs_level_by_level() -> None:
+    x = RNG.standard_normal(7).astype(np.float32)
+    want = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + x[6])
+    assert same_bits(tree_sum(x), np.asarray(want, np.float32))
+    m = RNG.standard_normal((4, 3)).astype(np.float32)
+    assert same_bits(tree_sum(m, axis=1), ((m[:, 0] + m[:, 1]) + m[:, 2]).astype(np.float32))
+
+
+_SPECIAL = st.sampled_from([0.0, -0.0, 1e-45, -1e-45, 3.0e38, -3.0e38, float("inf"), float("-inf"), float("nan")])
+_VALUES = st.one_of(st.floats(-1e6, 1e6, width=32), _SPECIAL)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(_VALUES, min_size=1, max_size=70), garbage=st.lists(_SPECIAL | _VALUES, max_size=70))
+def test_tree_sum_of_a_prefix_ignores_whatever_follows_it(values: list[float], garbage: list[float]) -> None:
+    prefix = np.array(values, np.float32)
+    padded = np.array(values + garbage, np.float32)
+    with np.errstate(all="ignore"):
+        alone = tree_sum(prefix)
+        assert same_bits(tree_sum(padded, lengths=np.array(len(values))), alone)
+        # Per-element lengths: column j sums only its own prefix.
+        grid = np.stack([padded, padded[::-1]], axis=1)
+        sums = tree_sum(grid, lengths=np.array([len(values), len(padded)]))
+        assert same_bits(sums[0], alone)
+        assert same_bits(sums[1], tree_sum(padded[::-1]))
+
+
+@pytest.mark.parametrize("t", [1, 2, 3, 8, 17, 64, 255])
+def test_row_matmul_row_does_not_depend_on_the_other_rows(t: int) -> None:
+    x = RNG.standard_normal((t, 64)).astype(np.float32)
+    w = RNG.standard_normal((64, 48)).astype(np.float32)
+    out = row_matmul(x, w)
+    for i in {0, t // 2, t - 1}:
+        assert same_bits(out[i], row_matmul(x[i : i + 1], w)[0])
+    np.testing.assert_allclose(out, x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_block_attention_gives_each_query_what_a_decode_step_gives_it() -> None:
+    n, s = 37, 70
+    q = RNG.standard_normal((n, 4, 16)).astype(np.float32)
+    k = RNG.standard_normal((2, s, 16)).astype(np.float32)
+    v = RNG.standard_normal((2, s, 16)).astype(np.float32)
+    slots = np.arange(s - n, s)
+    block = causal_attention(q, k, v, slots)
+    for i in range(n):
+        end = int(slots[i]) + 1
+        alone = decode_attention(q[i : i + 1], k[None, :, :end], v[None, :, :end], np.array([end]))
+        assert same_bits(block[i], alone[0]), f"query {i}"
+
+    # Decode rows padded to a longer lane (garbage past each row's length) give the same bits.
+    def lanes(x: np.ndarray) -> np.ndarray:
+        return np.stack([np.concatenate([x, np.full((2, 9, 16), np.nan, np.float32)], axis=1)] * 3)
+
+    rows = np.array([3, 20, 36])
+    with np.errstate(all="ignore"):
+        padded = decode_attention(q[rows], lanes(k), lanes(v), slots[rows] + 1)
+    assert same_bits(padded, block[rows])
+
+
+def test_moe_token_does_not_depend_on_the_other_tokens() -> None:
+    e, h, i = 8, 16, 6
+    x = RNG.standard_normal((40, h)).astype(np.float32)
+    gate_up = RNG.standard_normal((e, h, 2 * i)).astype(np.float32)
+    down = RNG.standard_normal((e, i, h)).astype(np.float32)
+    experts, weights = route(RNG.standard_normal((40, e)).astype(np.float32), 2)
+    many = moe_experts(x, experts, weights, gate_up, down)  # expert by expert
+    for t in (0, 13, 39):
+        one = moe_experts(x[t : t + 1], experts[t : t + 1], weights[t : t + 1], gate_up, down)  # gathered
+        assert same_bits(many[t], one[0])
+
+
+def test_route_breaks_ties_toward_the_lower_expert_and_lists_experts_ascending() -> None:
+    logits = np.array([[1.0, 3.0, 3.0, 0.5, 3.0]], np.float32)
+    experts, weights = route(logits, 2)
+    assert experts.tolist() == [[1, 2]]
+    assert weights[0, 0] == weights[0, 1]
+    experts, _ = route(np.array([[5.0, 0.0, 9.0, 7.0]], np.float32), 3)
+    assert experts.tolist() == [[0, 2, 3]]

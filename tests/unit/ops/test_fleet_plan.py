@@ -30,8 +30,8 @@ def test_daemon_command_lines(tmp_path: Path) -> None:
     fleet = LocalFleet(config(tmp_path, time_scale=0.0, policy="serial", daemon_args=("--log-level", "DEBUG")))
     assert fleet.daemon_argv(1) == [
         sys.executable, "-m", DAEMON_MODULE, "--board", "1", "--listen", f"unix:{tmp_path}/board1.sock",
-        "--models-root", str(tmp_path / "models"), "--model", "tiny=tiny", "--time-scale", "0",
-        "--policy", "serial", "--log-level", "DEBUG",
+        "--runtime-dir", str(tmp_path), "--models-root", str(tmp_path / "models"), "--model", "tiny=tiny",
+        "--time-scale", "0", "--policy", "serial", "--log-level", "DEBUG",
     ]  # fmt: skip
     assert [d.log_path for d in fleet.daemons] == [tmp_path / "logs/board0.log", tmp_path / "logs/board1.log"]
     assert fleet.targets == [f"unix:{tmp_path}/board0.sock", f"unix:{tmp_path}/board1.sock"]

@@ -22,6 +22,7 @@ from calculet.daemon.package.manifest import (
     Architecture,
     ChipMemoryDecl,
     Compatibility,
+    DecodePoint,
     FileEntry,
     GoldenDecl,
     KVDecl,
@@ -145,9 +146,7 @@ def valid_manifest() -> PackageManifest:
             prompt_tokens=(5, 6, 7), prefill_top=((9, 3.5), (4, 2.0)), decode_tokens=(9, 10, 11), logit_atol=0.05
         ),
         timing=TimingDecl(
-            decode_ms_short=1.0,
-            decode_ms_long=2.0,
-            long_context=CONTEXT,
+            decode_curve=(DecodePoint(0, 1.0), DecodePoint(CONTEXT, 2.0)),
             prefill_fixed_ms=1.0,
             prefill_ms_per_token=0.1,
             batch_alpha=0.1,

@@ -189,7 +189,7 @@ HOSTILE: dict[str, Hostile] = {
     "manifest-nan": _h("value.range", _text_edit('"logit_atol": 0.05', '"logit_atol": NaN')),
     "manifest-infinity": _h("value.range", _text_edit('"h2d_gbps": 10.0', '"h2d_gbps": Infinity')),
     "manifest-minus-infinity": _h("value.range", _text_edit('"rope_theta": 10000.0', '"rope_theta": -Infinity')),
-    "manifest-1e400": _h("value.range", _text_edit('"decode_ms_long": 2.0', '"decode_ms_long": 1e400')),
+    "manifest-1e400": _h("value.range", _text_edit('"ms_per_token": 2.0', '"ms_per_token": 1e400')),
     "manifest-nan-logit": _h("value.range", _text_edit("3.5", "NaN")),
     "manifest-int-beyond-int64": _h("value.range", _text_edit('"lanes": 4', '"lanes": ' + str(2**63))),
     "file-fifo": _h("file.not_regular", lambda r: _replace_by("fifo")(r / "hparam.yaml"), "FIFO"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -21,10 +22,18 @@ from hypothesis import strategies as st
 
 from calculet.daemon.errors import ErrorKind, InvalidArgument, NotFound
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits, chip_dram_need
-from calculet.daemon.package.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, PackageManifest, TensorDecl
+from calculet.daemon.package.manifest import (
+    MANIFEST_NAME,
+    MAX_DECODE_CURVE_POINTS,
+    MAX_MANIFEST_BYTES,
+    DecodePoint,
+    PackageManifest,
+    TensorDecl,
+)
 from calculet.daemon.package.presets import QWEN3_30B_A3B
 from calculet.daemon.package.report import CODES, PackageInvalid, Severity
 from calculet.daemon.package.validate import validate_package
+from calculet.ops.sim_packages.timing import sim_timing
 
 from .conftest import CONTEXT, FILES, VOCAB, PackageFactory, submodel, valid_manifest, with_required
 
@@ -188,6 +197,24 @@ def _drop_decode() -> PackageManifest:
 def _extra_submodel(sub: Any) -> PackageManifest:
     m = valid_manifest()
     return replace(m, submodels=(*m.submodels, sub))
+
+
+def _curve(*points: tuple[int, float]) -> PackageManifest:
+    """The valid manifest with `timing.decode_curve` set to `points` ((context, ms) pairs)."""
+    return _section("timing", decode_curve=tuple(DecodePoint(c, ms) for c, ms in points))
+
+
+# The timing section as schema v1 wrote it before the decode curve (the linear model).
+LEGACY_TIMING = {
+    "decode_ms_short": 17.2,
+    "decode_ms_long": 80.0,
+    "long_context": CONTEXT,
+    "prefill_fixed_ms": 1.0,
+    "prefill_ms_per_token": 0.1,
+    "batch_alpha": 0.1,
+    "h2d_gbps": 10.0,
+    "d2h_gbps": 10.0,
+}
 
 
 def _tight_dram() -> DeviceLimits:
@@ -391,6 +418,40 @@ DEFECTS: dict[str, Defect] = {
     "capacity-dram": Defect("capacity.dram", manifest_defect(valid_manifest), _tight_dram, "chip 0"),
     "capacity-sram": Defect(
         "capacity.sram", manifest_defect(valid_manifest), lambda: replace(CALSIM_BOARD, sram_bytes_per_chip=600)
+    ),
+    # timing: the decode curve
+    "timing-legacy-line": Defect(
+        "timing.legacy_line", raw_defect(_set(LEGACY_TIMING, "timing")), None, "rebuild the package"
+    ),
+    "timing-curve-one-point": Defect(
+        "timing.curve_points", manifest_defect(lambda: _curve((CONTEXT, 1.0))), None, "1 point(s)"
+    ),
+    "timing-curve-empty": Defect("timing.curve_points", manifest_defect(lambda: _curve()), None, "0 point(s)"),
+    "timing-curve-too-many": Defect(
+        "timing.curve_points",
+        manifest_defect(lambda: _curve(*((c, 1.0) for c in range(MAX_DECODE_CURVE_POINTS + 1)))),
+    ),
+    "timing-curve-unsorted": Defect(
+        "timing.curve_order", manifest_defect(lambda: _curve((CONTEXT, 2.0), (0, 1.0))), None, "strictly increase"
+    ),
+    "timing-curve-repeated-context": Defect(
+        "timing.curve_order", manifest_defect(lambda: _curve((0, 1.0), (128, 1.5), (128, 1.5), (CONTEXT, 2.0)))
+    ),
+    "timing-curve-speeds-up": Defect(
+        "timing.curve_monotonic",
+        manifest_defect(lambda: _curve((0, 1.0), (128, 3.0), (CONTEXT, 2.0))),
+        None,
+        "3.0 ms at 128 -> 2.0 ms at 256",
+    ),
+    "timing-curve-short-of-context": Defect(
+        "timing.curve_coverage", manifest_defect(lambda: _curve((0, 1.0), (CONTEXT - 1, 2.0))), None, f"{CONTEXT:,}"
+    ),
+    "timing-curve-zero-ms": Defect("value.range", manifest_defect(lambda: _curve((0, 0.0), (CONTEXT, 2.0)))),
+    "timing-curve-infinite-ms": Defect("value.range", manifest_defect(lambda: _curve((0, 1.0), (CONTEXT, math.inf)))),
+    "timing-curve-nan-ms": Defect("value.range", manifest_defect(lambda: _curve((0, math.nan), (CONTEXT, 2.0)))),
+    "timing-curve-negative-context": Defect("value.range", manifest_defect(lambda: _curve((-1, 1.0), (CONTEXT, 2.0)))),
+    "timing-curve-pairs": Defect(
+        "schema.wrong_type", raw_defect(_set([[0, 1.0], [CONTEXT, 2.0]], "timing", "decode_curve"))
     ),
     # compatibility
     "runtime-range": Defect(
@@ -695,7 +756,8 @@ def _get(node: Any, path: tuple[Any, ...]) -> Any:
 
 
 def _qwen_manifest(lanes: int, lane_context: int = 40_960) -> PackageManifest:
-    """The valid package's files with Qwen3-30B-A3B's geometry, memory and tokenizer limit (seed 003)."""
+    """The valid package's files with Qwen3-30B-A3B's geometry, memory and tokenizer limit (seed 003)
+    and the calsim packages' timing (its decode curve reaches the 40,960 context)."""
     p = QWEN3_30B_A3B
     vocab, ctx = p.architecture.vocab_size, p.calbin_context
 
@@ -715,6 +777,7 @@ def _qwen_manifest(lanes: int, lane_context: int = 40_960) -> PackageManifest:
         tokenizer=replace(m.tokenizer, model_max_length=131_072, eos_token_ids=(151_645, 151_643)),
         # The small blobs stand in for the 17 GB blocks, so they must not claim the `params` role.
         files=tuple(replace(f, role="params-standin") if f.role == "params" else f for f in m.files),
+        timing=sim_timing(),
     )
 
 

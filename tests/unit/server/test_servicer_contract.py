@@ -40,7 +40,10 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _serve(models_root: Path, sock: Path) -> ServedCore:
     config = DaemonConfig(
-        models_root=models_root, models=(("tiny", "tiny"),), device_options={"time_scale": 0.0}, fault_injection=True
+        models_root=models_root,
+        models=(("tiny", "tiny"),),
+        device_options={"time_scale": 0.0, "profile": "calsim-dev"},  # two models side by side
+        fault_injection=True,
     )
     core = DeviceCore(config)
     core.start()

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calculet.daemon.calsim import timing
 from calculet.daemon.errors import FailedPrecondition
 from calculet.daemon.package.capacity import DeviceLimits, MemoryModel
 from calculet.daemon.package.manifest import ChipMemoryDecl
@@ -17,17 +18,21 @@ from calculet.ops.sim_packages.timing import sim_timing
 
 def test_timing_reproduces_the_seed_measurements() -> None:
     t = sim_timing()
-    assert 1000.0 / t.decode_ms_short == pytest.approx(58.25, rel=1e-3)  # seed 001 s10 decode tok/s
-    prefill_27 = t.prefill_fixed_ms + 27 * t.prefill_ms_per_token
+    short = timing.decode_batch1_ms(t, 273)  # the measured request: 27-token prompt + 246 decoded tokens
+    assert 1000.0 / short == pytest.approx(58.25, rel=1e-3)  # seed 001 s10 decode tok/s
+    prefill_27 = timing.prefill_ms(t, 27, 0)  # the modelled prefill, KV reads included
     assert 27_000.0 / prefill_27 == pytest.approx(184.27, rel=1e-3)  # seed 001 s10 prefill tok/s
-    assert t.prefill_fixed_ms == t.decode_ms_short  # stated assumption: one pass over the weights
-    assert (t.decode_ms_long, t.long_context) == (80.0, 40_960)
+    assert t.prefill_fixed_ms == t.decode_curve[0].ms_per_token  # stated assumption: one pass over the weights
+    assert t.decode_curve[-1].context == 40_960  # the calbin context (seed 001 s5)
     assert (t.batch_alpha, t.h2d_gbps, t.d2h_gbps) == (0.1, 8.0, 8.0)
-    # Every figure has a written source; assumptions are labelled as such.
-    numeric = {f.name for f in dataclasses.fields(t) if f.name != "sources"}
-    assert set(t.sources) == numeric
-    for name in ("batch_alpha", "h2d_gbps", "d2h_gbps", "prefill_fixed_ms", "decode_ms_long"):
+    # Every figure and every curve point has a written source; assumptions are labelled as such.
+    figures = {f.name for f in dataclasses.fields(t) if f.name not in ("sources", "decode_curve")}
+    points = {f"decode_curve[{i}]" for i in range(len(t.decode_curve))}
+    assert set(t.sources) == figures | points | {"decode_curve"}
+    for name in ("batch_alpha", "h2d_gbps", "d2h_gbps", "prefill_fixed_ms", "decode_curve", "decode_curve[0]"):
         assert "ASSUMPTION" in t.sources[name]
+    for name in points:
+        assert "seed 001 section 10 table" in t.sources[name]
 
 
 def _model(chips: tuple[ChipMemoryDecl, ...], bpt: int, max_context: int = 40_960) -> MemoryModel:
