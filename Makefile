@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RUN_DIR ?= run
 
-.PHONY: run test lint unit integration protos clean
+.PHONY: run test lint unit integration protos clean install-units
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,6 +32,11 @@ lint: $(STAMP)
 	for d in daemon client gateway ops; do ln -s ../../$$d .mypy-src/calculet/$$d; done
 	ln -s ../../protos/calculet/v1 .mypy-src/calculet/v1
 	$(VENV)/bin/mypy .mypy-src/calculet
+
+# The systemd units and example configs under $(UNITS_PREFIX)/etc (root for /); ExecStart= runs this venv's commands.
+UNITS_PREFIX ?= /
+install-units: $(STAMP)
+	$(VENV)/bin/calctl install-units --prefix $(UNITS_PREFIX)
 
 protos: $(STAMP)
 	$(PY) -m calculet.ops.protogen

@@ -12,6 +12,10 @@ daemon holds the board's lock, EXIT_SOCKET_IN_USE (4) when a live process listen
 path, EXIT_FAILURE (1) for anything else (a startup model that fails to load, ...); EXIT_OK (0) after
 a clean stop.
 
+Under systemd (`systemd/calculet-daemon@.service`, Type=notify) the process reports itself through
+`$NOTIFY_SOCKET` (`server/sd_notify.py`: load progress, READY=1, STATUS=, WATCHDOG=1, STOPPING=1), and
+SIGHUP re-reads `--config` (`reload_config`: the log level and new startup models).
+
     calculet-daemon --board 0 --device calsim --listen unix:run/board0.sock \
         --models-root models --model tiny=tiny --time-scale 0 --policy continuous --max-inflight 2
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import logging
@@ -39,6 +44,7 @@ from calculet.daemon.device.registry import available_drivers, load_driver
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
 from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, serve
 from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
+from calculet.daemon.server.sd_notify import Notifier
 
 log = logging.getLogger("calculet.daemon")
 
@@ -104,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"seconds a finished job is kept after its Final at most (default {DEFAULT_RETENTION_S:g})",
     )
     p.add_argument(
+        "--reset-limit",
+        type=int,
+        help="automatic resets allowed per --reset-window before the board stops serving and waits for an operator (3)",
+    )
+    p.add_argument("--reset-window", type=float, help="seconds of the automatic reset budget's window (600)")
+    p.add_argument(
         "--decode-jobs-per-model",
         type=int,
         choices=(1, 2),
@@ -126,7 +138,7 @@ FLAG_SETTINGS = (
     "board", "device", "listen", "models_root", "time_scale", "fault_plan", "fault_injection", "policy",
     "max_inflight", "job_timeout", "drain_timeout", "queue_depth", "admission_timeout", "decode_jobs_per_model",
     "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds", "runtime_dir",
-    "device_profile",
+    "device_profile", "reset_limit", "reset_window",
 )  # fmt: skip
 TABLE_SETTINGS = ("models", "device_options")
 # Settings that are shorthands for one device option each: setting -> option.
@@ -303,6 +315,8 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         orphan_timeout_s=_seconds(settings, "orphan_timeout", 60.0, zero_ok=True) or None,
         retention_bytes=_int(settings, "retention_bytes", DEFAULT_RETENTION_BYTES, 0, 2**48),
         retention_s=_seconds(settings, "retention_seconds", DEFAULT_RETENTION_S, zero_ok=False),
+        reset_limit=_int(settings, "reset_limit", DaemonConfig.reset_limit, 0),
+        reset_window_s=_seconds(settings, "reset_window", DaemonConfig.reset_window_s, zero_ok=False),
     )
 
 
@@ -341,6 +355,43 @@ def _log_progress(p: LoadProgress) -> None:
     log.info("load %s generation %d: %s %s", p.alias, p.generation, p.state.value, p.message)
 
 
+def reload_config(args: argparse.Namespace, core: DeviceCore) -> None:
+    """SIGHUP: re-read `--config` (flags still override it) and apply what may change while serving:
+    the log level, and the startup models whose alias is not loaded, loaded one by one (blocking: call
+    it from a worker thread). A model removed from the file stays loaded (`calctl unload` removes it),
+    a loaded alias whose path changed is not reloaded (`calctl load --replace`), and other settings
+    take effect at the next start. A file that does not read or check is logged and changes nothing.
+    """
+    if args.config is None:
+        log.info("SIGHUP: no --config to re-read")
+        return
+    try:
+        settings = merged_settings(args)
+        level = log_level(settings)
+        new = config_from(settings)
+    except CalculetError as exc:
+        log.error("SIGHUP: %s not applied, nothing changed: %s", args.config, exc)
+        return
+    logging.getLogger().setLevel(level)
+    later = [
+        f.name
+        for f in dataclasses.fields(new)
+        if f.name != "models" and getattr(new, f.name) != getattr(core.config, f.name)
+    ]
+    if later:
+        log.warning("SIGHUP: %s changed %s: applied at the next start", args.config, ", ".join(later))
+    loaded = {m.alias for m in core.health().models}
+    for alias, path in new.models:
+        if alias in loaded:
+            continue
+        log.info("SIGHUP: loading %s from %s", alias, path)
+        try:
+            core.load(alias, path, _log_progress)
+        except CalculetError as exc:
+            log.error("SIGHUP: loading %s from %s failed: %s", alias, path, exc)
+    log.info("SIGHUP: %s reloaded (log level %s)", args.config, level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the daemon. Returns an exit status: EXIT_OK after a clean stop, else see `exit_status`."""
     args = build_parser().parse_args(argv)
@@ -356,10 +407,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc)
     with board_lock:
         log.info("board %d: lock %s held by pid %d", config.board, board_lock.path, os.getpid())
-        return _serve_board(config, listen, max_message_bytes)
+        return _serve_board(config, listen, max_message_bytes, args)
 
 
-def _serve_board(config: DaemonConfig, listen: str, max_message_bytes: int) -> int:
+def _serve_board(config: DaemonConfig, listen: str, max_message_bytes: int, args: argparse.Namespace) -> int:
     try:
         check_listen(listen)  # a live socket: refuse before opening the device and loading models
         device = open_device(config)
@@ -370,16 +421,29 @@ def _serve_board(config: DaemonConfig, listen: str, max_message_bytes: int) -> i
             raise
     except CalculetError as exc:
         return _fail(exc)
+    notifier = Notifier.from_environ()  # systemd's NOTIFY_SOCKET; does nothing without it
+
+    def progress(p: LoadProgress) -> None:
+        _log_progress(p)
+        notifier.status(f"load {p.alias} generation {p.generation}: {p.state.name} {p.message}")
+
     try:
-        core.start(progress=_log_progress)
+        core.start(progress=progress)
         # Start-up objects live forever: keep them out of full collections (DESIGN.md section 9
         # measured 23-26 ms full-GC pauses as the p99 tail).
         gc.collect()
         gc.freeze()
-        asyncio.run(serve(core, listen, max_message_bytes=max_message_bytes, grace_s=config.drain_timeout_s))
+        asyncio.run(
+            serve(
+                core, listen, max_message_bytes=max_message_bytes, grace_s=config.drain_timeout_s,
+                notifier=notifier, reload=lambda: reload_config(args, core),
+            )
+        )  # fmt: skip
     except CalculetError as exc:
         core.close()
         return _fail(exc)
+    finally:
+        notifier.close()
     return EXIT_OK
 
 

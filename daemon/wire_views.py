@@ -11,6 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
+from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BudgetView, ResetReport
 from calculet.daemon.core.status import HealthView, JobView, LoadView, ModelInfoView, ModelView, StatusView
 from calculet.daemon.device.types import DeviceInfo, MemoryUsage
@@ -116,9 +117,31 @@ def _lane_to_pb(lane: LaneSnapshot) -> observe_pb2.LaneStatus:
     )
 
 
+def _reset_record_to_pb(e: ResetEntry) -> observe_pb2.ResetRecord:
+    return observe_pb2.ResetRecord(
+        at=_timestamp(e.at),
+        kind=_RESET_KIND.get(e.kind, common_pb2.RESET_KIND_UNSPECIFIED),
+        automatic=e.automatic,
+        reason=e.reason,
+        fault=e.fault,
+        inflight_jobs=e.inflight_jobs,
+        recovered=e.recovered,
+        failed=e.failed,
+        generations_before=e.generations_before,
+        generations_after=e.generations_after,
+        health_before=_serving(e.serving_before, False),  # type: ignore[arg-type]
+        health_after=_serving(e.serving_after, False),  # type: ignore[arg-type]
+        ok=e.ok,
+        message=e.message,
+    )
+
+
 def _resets_to_pb(s: StatusView) -> observe_pb2.ResetSummary:
     pb = observe_pb2.ResetSummary(
-        count=s.resets, last_reason=s.last_reset_reason, budget=_budget(s.health.reset_budget)
+        count=s.resets,
+        last_reason=s.last_reset_reason,
+        budget=_budget(s.health.reset_budget),
+        history=[_reset_record_to_pb(e) for e in s.reset_history],
     )
     if s.last_reset is not None:
         pb.last_kind = _RESET_KIND.get(s.last_reset.kind, common_pb2.RESET_KIND_UNSPECIFIED)

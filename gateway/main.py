@@ -3,7 +3,8 @@
 Data flow: argv -> `build_parser` -> settings (the `[gateway]` table of `--config`, then the flags
 given) -> `config_from` (every value checked) -> uvicorn serving `api.app.create_app`, whose
 lifespan opens the fleet (discovery, one connection per daemon) inside the server's loop. A bad
-setting ends the process with one line on stderr and exit status 2.
+setting ends the process with one line on stderr and exit status 2. Under systemd (`Type=notify`,
+`$NOTIFY_SOCKET`) it sends READY=1 once it listens and STOPPING=1 when a stop signal arrives.
 
     calculet-gateway --listen 127.0.0.1:8000 --daemon unix:run/board0.sock --daemon unix:run/board1.sock
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 import uvicorn
 
 from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.server.sd_notify import Notifier
 from calculet.gateway.api.app import create_app
 from calculet.gateway.config import GatewayConfig, config_from, read_config
 from calculet.gateway.fleet.connection import ClientConnection
@@ -109,6 +112,23 @@ def uvicorn_config(cfg: GatewayConfig, loop: str = "auto") -> uvicorn.Config:
     )  # fmt: skip
 
 
+class NotifyingServer(uvicorn.Server):
+    """uvicorn's server, telling systemd when it listens (READY=1) and when it stops (STOPPING=1)."""
+
+    def __init__(self, config: uvicorn.Config, notifier: Notifier) -> None:
+        super().__init__(config)
+        self.notifier = notifier
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.notifier.ready("serving")
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.notifier.stopping("stopping: finishing running requests")
+        await super().shutdown(sockets)
+
+
 def _has(module: str) -> bool:
     try:
         __import__(module)
@@ -127,7 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("gateway on %s; daemons %s; dns %s", cfg.listen, list(cfg.daemons), list(cfg.dns))
-    uvicorn.Server(config).run()
+    notifier = Notifier.from_environ()
+    try:
+        NotifyingServer(config, notifier).run()
+    finally:
+        notifier.close()
     return 0
 
 

@@ -27,6 +27,7 @@ from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
 from calculet.daemon.core.request import GenerationRequest, ModelLimits
+from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
@@ -233,6 +234,7 @@ class DeviceCore:
             raise NotFound(f"model {model!r} is not loaded")
         engine = self.engine
         tally = engine.begin_operator_reset(kind, reason)
+        before = self._audit_point()
         try:
             problem: CalculetError | None
             try:
@@ -246,9 +248,39 @@ class DeviceCore:
             engine.note_reset_outcome(kind, problem is None)
         finally:
             engine.end_reset()
-        if problem is not None:
-            return ResetReport(kind, False, f"{message}: {problem}", counts, problem)
-        return ResetReport(kind, True, message, counts)
+        report = (
+            ResetReport(kind, False, f"{message}: {problem}", counts, problem)
+            if problem is not None
+            else ResetReport(kind, True, message, counts)
+        )
+        self._audit(report, reason, before)
+        return report
+
+    def _audit_point(self) -> tuple[bool, tuple[str, ...]]:
+        """(serving, "alias@generation" of every serving model), for the reset audit trail."""
+        health = self.health()
+        return health.serving, tuple(f"{m.alias}@{m.generation}" for m in health.models if m.state.serving)
+
+    def _audit(self, report: ResetReport, reason: str, before: tuple[bool, tuple[str, ...]]) -> None:
+        serving_after, generations_after = self._audit_point()
+        c = report.counts
+        entry = ResetEntry(
+            at=time.time(),
+            kind=report.kind,
+            automatic=False,
+            reason=reason,
+            fault="operator",
+            inflight_jobs=c.inflight,
+            recovered=c.recovered,
+            failed=c.failed,
+            generations_before=before[1],
+            generations_after=generations_after,
+            serving_before=before[0],
+            serving_after=serving_after,
+            ok=report.ok,
+            message=report.message,
+        )
+        self.engine.record_reset(entry)
 
     def _reset_device(self, kind: str) -> tuple[str, list[ModelRuntime]]:
         """The device part of an operator reset. Returns what was done, and the generations a
@@ -309,6 +341,11 @@ class DeviceCore:
         """Call `listener()` (from an engine thread; it must not block) when the board stops
         serving on its own: device lost, automatic reset budget used up, a crashed device thread."""
         self.engine.add_health_listener(listener)
+
+    def on_heartbeat(self, listener: Callable[[], None], interval_s: float) -> None:
+        """Call `listener()` from the engine thread's loop at least every `interval_s` seconds (the
+        systemd watchdog): a wedged engine thread stops calling it. It must not block."""
+        self.engine.add_heartbeat_listener(listener, interval_s)
 
     def snapshot(self) -> EngineSnapshot:
         """The engine's state at one instant (tests and tools read counters from it)."""

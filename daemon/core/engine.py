@@ -53,6 +53,8 @@ from calculet.daemon.core.jobs import BufferState
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, validate_request
 from calculet.daemon.core.request_digest import request_digest
+from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry
+from calculet.daemon.core.reset_audit import now as reset_audit_now
 from calculet.daemon.core.reset_budget import (
     HALT_TRANSITIONS,
     BoardHalt,
@@ -75,6 +77,7 @@ from calculet.daemon.errors import (
     DeadlineExceeded,
     ErrorKind,
     FailedPrecondition,
+    InvalidArgument,
     NotFound,
     Overloaded,
     Unavailable,
@@ -175,6 +178,7 @@ class Engine:
         self._counters = _Counters()
         self._reset_budget = ResetBudget(config.reset_limit, config.reset_window_s)
         self._reset_gate = ResetGate()
+        self._reset_audit = ResetAudit()
         self._halt: Lifecycle[BoardHalt] = Lifecycle("board halt", BoardHalt.NONE, HALT_TRANSITIONS)
         self._abandoned: list[DeviceJob] = []  # given up at a halt while the device still held them
         self._admitting_before_halt = True
@@ -186,6 +190,9 @@ class Engine:
         self._lane_closes: list[tuple[ConfiguredModel, int]] = []  # lanes to close on the device (KV Free)
         self._threads: list[threading.Thread] = []
         self._health_listeners: list[Callable[[], None]] = []  # called when the board stops serving
+        self._heartbeat_listeners: list[Callable[[], None]] = []  # called from the engine thread's loop
+        self._heartbeat_s: float | None = None
+        self._last_beat = 0.0
 
     @property
     def config(self) -> EngineConfig:
@@ -278,6 +285,20 @@ class Engine:
         on its own: device lost, automatic reset budget used up, a crashed device thread."""
         with self._cond:
             self._health_listeners.append(listener)
+
+    def add_heartbeat_listener(self, listener: Callable[[], None], interval_s: float) -> None:
+        """Call `listener()` from the engine thread's own loop at least every `interval_s` seconds
+        (a service watchdog): a wedged engine thread stops calling it. It must not block.
+
+        Raises:
+            InvalidArgument: `interval_s` is not a positive number of seconds.
+        """
+        if not (interval_s > 0 and interval_s < float("inf")):
+            raise InvalidArgument(f"heartbeat interval: must be a positive number of seconds, got {interval_s}")
+        with self._cond:
+            self._heartbeat_listeners.append(listener)
+            self._heartbeat_s = min(interval_s, self._heartbeat_s or interval_s)
+            self._cond.notify_all()
 
     def clear_health_listeners(self) -> None:
         with self._cond:
@@ -482,6 +503,35 @@ class Engine:
             self._reset_budget.limit = limit
             if window_s is not None:
                 self._reset_budget.window_s = window_s
+
+    def record_reset(self, entry: ResetEntry) -> None:
+        """Add an operator reset to the audit trail (automatic ones are recorded here)."""
+        with self._cond:
+            self._reset_audit.record(entry)
+
+    def _serving_generations_locked(self) -> tuple[str, ...]:
+        return tuple(f"{rt.alias}@{rt.generation}" for rt in self._generations.published() if rt.state.serving)
+
+    def _record_automatic_locked(self, reason: str, hit: int, before: tuple[bool, tuple[str, ...]], ok: bool,
+                                 message: str, fault: str = "hang") -> None:  # fmt: skip
+        self._reset_audit.record(
+            ResetEntry(
+                at=reset_audit_now(),
+                kind="ccu",
+                automatic=True,
+                reason=reason,
+                fault=fault,
+                inflight_jobs=hit,
+                recovered=0,
+                failed=0,
+                generations_before=before[1],
+                generations_after=self._serving_generations_locked(),
+                serving_before=before[0],
+                serving_after=not self._device_lost,
+                ok=ok,
+                message=message,
+            )
+        )
 
     def note_reset_outcome(self, kind: str, ok: bool) -> None:
         """Record how the reset that just ended went (Status: ResetSummary.last_kind/at/ok)."""
@@ -727,6 +777,7 @@ class Engine:
                 retained_jobs=self._jobs.retained_count,
                 retained_bytes=self._jobs.retained_bytes,
                 client_ids=self._jobs.client_ids,
+                reset_history=self._reset_audit.entries(),
             )
 
     def idle(self) -> bool:
@@ -975,6 +1026,7 @@ class Engine:
     def _next_job_locked(self) -> DeviceJob | None:
         """Sleep until a device job can be prepared; prepare it. None when stopping."""
         while True:
+            self._beat_locked()  # rate-limited: the longest silence is one device job (serial policy)
             if self._stopping and not self._executor:
                 return None
             self._expire_locked()
@@ -995,7 +1047,20 @@ class Engine:
                     if job is not None:
                         return job
                     continue
-            self._cond.wait(self._next_wakeup_locked())
+            wakeup = self._next_wakeup_locked()
+            if self._heartbeat_s is not None:  # sleep no longer than a beat: an idle engine still beats
+                wakeup = self._heartbeat_s if wakeup is None else min(wakeup, self._heartbeat_s)
+            self._cond.wait(wakeup)
+
+    def _beat_locked(self) -> None:
+        """Tell the heartbeat listeners the engine thread is alive (at most once per half interval)."""
+        if self._heartbeat_s is None:
+            return
+        now = time.monotonic()
+        if now - self._last_beat >= self._heartbeat_s / 2:
+            self._last_beat = now
+            for listener in self._heartbeat_listeners:  # non-blocking by contract
+                listener()
 
     def _may_launch_locked(self) -> bool:
         # Draining refuses new Submits only; requests already accepted still run.
@@ -1183,6 +1248,8 @@ class Engine:
         assert job.submission is not None
         reason = f"device job {job.device_job_id} did not finish within {self._config.job_timeout_s}s"
         with self._cond:
+            before = (not self._device_lost, self._serving_generations_locked())
+            hit = sum(len(j.plan.seqs) for j in self._executor.jobs())
             allowed = self._reset_budget.try_spend()
             if allowed:
                 self._counters.resets += 1
@@ -1198,6 +1265,8 @@ class Engine:
             message = f"{reason}; {budget.limit} automatic resets per {budget.window_s:g}s used up: needs an operator"
             log.error("%s", message)
             self._job_lost(job, message, BoardHalt.AWAITING_OPERATOR)
+            with self._cond:
+                self._record_automatic_locked(reason, hit, before, False, message, fault="budget exhausted")
             return None
         log.error("%s: resetting CCU", reason)
         job.quarantine = True
@@ -1209,10 +1278,14 @@ class Engine:
                     self._end_launch_hold_locked()
             status = job.submission.wait(self._config.job_timeout_s)
             self.note_reset_outcome("ccu", True)
+            with self._cond:
+                self._record_automatic_locked(reason, hit, before, True, "compute units reset; jobs re-prefill")
             return status
         except (WaitTimeout, DeviceLost) as exc:
             self.note_reset_outcome("ccu", False)
             self._job_lost(job, f"device unrecoverable after reset: {exc}")
+            with self._cond:
+                self._record_automatic_locked(reason, hit, before, False, f"device unrecoverable after reset: {exc}")
             return None
         finally:
             if gated:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BoardHalt, BudgetView
 from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome
 
@@ -70,6 +71,7 @@ class EngineSnapshot:
         jobs: live client jobs (warm-up probes included), oldest first.
         inflight / inflight_limit: device jobs not yet retired, and how many may be.
         retained_jobs / retained_bytes / client_ids: finished jobs kept for Wait and Submit retries.
+        reset_history: the reset audit trail, oldest first (bounded).
     """
 
     admitting: bool
@@ -87,6 +89,7 @@ class EngineSnapshot:
     retained_jobs: int
     retained_bytes: int
     client_ids: int
+    reset_history: tuple[ResetEntry, ...] = ()
 
     @property
     def published(self) -> tuple[GenerationView, ...]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BudgetView
 from calculet.daemon.device.types import DeviceInfo, JobCounters, MemoryUsage
 
@@ -113,6 +114,7 @@ class StatusView:
     health: HealthView
     degraded_reason: str = ""
     anomalies: int = 0
+    reset_history: tuple[ResetEntry, ...] = ()  # the reset audit trail, oldest first
 
 
 @dataclass(frozen=True)

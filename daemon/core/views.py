@@ -106,4 +106,5 @@ def status_view(
         health=health,
         degraded_reason=snap.degraded_reason,
         anomalies=snap.anomalies,
+        reset_history=snap.reset_history,
     )

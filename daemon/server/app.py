@@ -5,8 +5,11 @@ address, publishes health, waits for a stop signal, then drains gracefully: admi
 (health NOT_SERVING), running jobs get `grace_s` to finish, every job still unfinished then ends with
 an in-band Final ERROR / UNAVAILABLE (a gateway resumes it on another board with resume_tokens),
 the server stops once the Wait streams have sent those, and the core closes without waiting for a
-device job that hangs. A Unix socket is only ever taken over from a dead daemon, and removed at the
-end only while it is still this process's (`ownership`).
+device job that hangs. Under systemd (`sd_notify`) it sends READY=1 once it listens, STATUS= lines as
+the board's state changes, WATCHDOG=1 from the engine thread's loop, STOPPING=1 on SIGTERM before the
+drain, and RELOADING=1 ... READY=1 around a SIGHUP, which runs the caller's `reload` in a worker
+thread. A Unix socket is only ever taken over from a dead daemon, and removed at the end only while
+it is still this process's (`ownership`).
 
 Transport bounds: the receive limit defaults to the largest valid request for a 40,960-token context
 (`checks.request_bytes`, 212,992 bytes), so a prompt far beyond any context is refused by grpc before
@@ -17,8 +20,10 @@ answers INVALID_ARGUMENT for a request that does not parse (`errors.StrictDecodi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -37,6 +42,7 @@ from calculet.daemon.server.ownership import (
     directory_lock,
     remove_own_socket,
 )
+from calculet.daemon.server.sd_notify import Notifier
 from calculet.daemon.server.servicer import SERVICE_NAME, DaemonServicer
 from calculet.v1 import daemon_pb2_grpc
 
@@ -46,6 +52,7 @@ DEFAULT_MAX_MESSAGE_BYTES = request_bytes(REFERENCE_CONTEXT)  # what a client ma
 MAX_SEND_BYTES = 64 * 1024 * 1024  # what the daemon may send (GetModel carries tokenizer.json)
 STOP_GRACE_S = 2.0  # for RPCs still running at shutdown: Wait streams send their last Final meanwhile
 SHUTDOWN_REASON = "board shutting down: resume on another board"
+STATUS_FOLLOW_S = 3600.0  # the STATUS= follower re-checks at least this often (it wakes on every change)
 
 
 def normalize_target(listen: str) -> str:
@@ -91,8 +98,13 @@ async def serve(
     grace_s: float = 30.0,
     ready: asyncio.Event | None = None,
     announce: bool = True,
+    notifier: Notifier | None = None,
+    reload: Callable[[], None] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or `core` is closed by the caller).
+
+    `notifier` tells systemd (see the module docstring; None: nobody). `reload` (blocking, run in a
+    worker thread) is what SIGHUP does; without it SIGHUP keeps its default action.
 
     A Unix socket path is replaced only if nothing listens on it (a stale socket from a killed
     daemon), and removed at the end only if it is still the socket this call bound
@@ -138,7 +150,8 @@ async def serve(
         bind(target)
         log.warning("listening on TCP %s without TLS: use a Unix socket outside trusted networks", target)
     try:
-        await _run(core, server, servicer, target, grace_s, max_message_bytes, ready, announce)
+        notices = notifier or Notifier(None)
+        await _run(core, server, servicer, target, grace_s, max_message_bytes, ready, announce, notices, reload)
     finally:
         if sock is not None and identity is not None:
             with directory_lock(sock.parent):
@@ -154,6 +167,8 @@ async def _run(
     max_message_bytes: int,
     ready: asyncio.Event | None,
     announce: bool,
+    notifier: Notifier,
+    reload: Callable[[], None] | None,
 ) -> None:
     """Start `server`, serve until a stop signal, then drain and stop (see the module docstring)."""
     await server.start()
@@ -168,8 +183,12 @@ async def _run(
         log.info("board %d serving on %s; models: %s", core.config.board, target, models)
     if ready is not None:
         ready.set()
+    tasks = _tell_systemd(core, servicer, target, notifier, reload, stop)
     await stop.wait()
     log.info("stopping: draining for up to %.0fs", grace_s)
+    notifier.stopping(f"draining for up to {grace_s:.0f}s")
+    for task in tasks:
+        task.cancel()
     core.stop_admitting()
     await servicer.sync_health()
     await loop.run_in_executor(None, core.wait_drained, grace_s, False)
@@ -180,6 +199,77 @@ async def _run(
     await server.stop(grace=STOP_GRACE_S)
     servicer.close()
     await loop.run_in_executor(None, core.close)
+
+
+def _tell_systemd(
+    core: DeviceCore,
+    servicer: DaemonServicer,
+    target: str,
+    notifier: Notifier,
+    reload: Callable[[], None] | None,
+    stop: asyncio.Event,
+) -> list[asyncio.Task[None]]:
+    """READY=1 now; then WATCHDOG=1 from the engine thread's loop, a STATUS= line whenever the board's
+    state changes (the engine's own health changes and every change `servicer.sync_health` sees), and
+    RELOADING=1 ... READY=1 around SIGHUP (if there is a `reload`). Returns the tasks to cancel at stop."""
+    loop = asyncio.get_running_loop()
+    last = [_status_line(core, target)]
+    notifier.ready(last[0])
+    if notifier.enabled and notifier.watchdog_s is not None:
+        core.on_heartbeat(notifier.watchdog, notifier.watchdog_s)
+
+    def publish() -> None:
+        line = _status_line(core, target)
+        if line != last[0] and not stop.is_set():
+            last[0] = line
+            notifier.status(line)
+
+    def board_changed() -> None:  # on an engine thread, under its lock: only hand over to the loop
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is exiting
+            loop.call_soon_threadsafe(publish)
+
+    async def follow() -> None:
+        while True:
+            seen = servicer.changes.version
+            await servicer.changes.wait(seen, STATUS_FOLLOW_S)
+            publish()
+
+    async def reload_now() -> None:
+        assert reload is not None
+        notifier.reloading("reloading the configuration")
+        try:
+            await loop.run_in_executor(None, reload)
+        except Exception:
+            log.exception("SIGHUP: reload failed")
+        await servicer.sync_health()
+        if not stop.is_set():
+            last[0] = _status_line(core, target)
+            notifier.ready(last[0])
+
+    tasks: list[asyncio.Task[None]] = []  # the STATUS= follower, and the reload if one runs
+
+    def hangup() -> None:
+        if stop.is_set():
+            return
+        if any(t.get_name() == "reload" and not t.done() for t in tasks):
+            log.warning("SIGHUP: a reload is still running; ignored")
+            return
+        tasks[:] = [t for t in tasks if not t.done()]
+        tasks.append(loop.create_task(reload_now(), name="reload"))
+
+    if notifier.enabled:
+        core.on_health_change(board_changed)
+        tasks.append(loop.create_task(follow()))
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, hangup)
+    return tasks
+
+
+def _status_line(core: DeviceCore, target: str) -> str:
+    view = core.health()
+    models = ", ".join(f"{m.alias} {m.state.name} (generation {m.generation})" for m in view.models) or "none"
+    state = "serving" if view.serving else f"not serving ({view.reason})"
+    return f"{state} on {target}; models: {models}"
 
 
 def _warn_if_too_small(core: DeviceCore, max_message_bytes: int) -> None:

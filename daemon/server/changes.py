@@ -5,7 +5,7 @@ draining, every alias with its generation and lifecycle state) after each operat
 every Health call; when the signature differs from the last one, `StateChanges.notify` wakes every
 stream blocked in `wait`, so a WatchLoad subscriber hears of a Load, Unload, Drain, Resume or Reset
 at once instead of an interval later. Changes the engine makes on its own (a device lost, a reset
-budget exhausted) are seen at the next sync; the core has no change hook yet.
+budget exhausted) come through `DeviceCore.on_health_change`, which the servicer turns into a sync.
 """
 
 from __future__ import annotations

@@ -143,3 +143,22 @@ def test_config_file_with_flag_override_and_calctl(start_daemon, tmp_path: Path,
     assert calctl.main(["health", *target]) == 1
     assert calctl.main(["resume", *target]) == 0
     assert calctl.main(["health", *target]) == 0
+
+
+def test_calctl_resets_shows_the_audit_trail(start_daemon, capsys) -> None:
+    daemon = start_daemon("--model", "tiny=tiny")
+    target = ["--daemon", daemon.target]
+    with DaemonClient(daemon.target) as c:
+        c.reset("ccu", "first check")
+        c.reset("configuration", "second check")
+    capsys.readouterr()
+    assert calctl.main(["resets", "--json", *target]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(r["kind"], r["reason"], r["ok"]) for r in shown["history"]] == [
+        ("RESET_KIND_CCU", "first check", True),
+        ("RESET_KIND_CONFIGURATION", "second check", True),
+    ]
+    assert shown["history"][1]["generations_before"] == ["tiny@1"]
+    assert calctl.main(["resets", *target]) == 0
+    table = capsys.readouterr().out
+    assert "second check" in table and "operator" in table and "budget" in table

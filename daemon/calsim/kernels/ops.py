@@ -74,12 +74,22 @@ def tree_sum(x: np.ndarray, axis: int = 0, lengths: np.ndarray | None = None) ->
         shape = np.broadcast_shapes(shape, lengths.shape)
         p = p[: int(lengths.max())]  # slots past every length: -0.0 in any case
     n = p.shape[0]
-    size = 1 << (n - 1).bit_length()  # the tree's width: n rounded up to a power of two
+    size = _tree_width(n)
     if lengths is not None or size != n:
         padded = np.full((size, *shape), -0.0, dtype=p.dtype)
         where = True if lengths is None else np.arange(n).reshape((-1,) + (1,) * len(shape)) < lengths
         np.copyto(padded[:n], p, where=where)
         p = padded
+    return _pair_levels(p)
+
+
+def _tree_width(n: int) -> int:
+    """Slots of the tree over n slots: n rounded up to a power of two (the rest hold -0.0)."""
+    return 1 << (n - 1).bit_length()
+
+
+def _pair_levels(p: np.ndarray) -> np.ndarray:
+    """The tree's levels over axis 0 of `p` (a power-of-two length): a fresh array."""
     while p.shape[0] > 1:
         p = p[0::2] + p[1::2]
     out: np.ndarray = np.array(p[0])
@@ -199,7 +209,8 @@ def _attend(q: np.ndarray, kt: np.ndarray, vt: np.ndarray, lengths: np.ndarray) 
     by all queries, m = n: one lane per query); query i sees slots 0..lengths[i]-1."""
     n, hq, d = q.shape
     _, hkv, _, s = kt.shape
-    qt = q.reshape(n, hkv, hq // hkv, d).transpose(3, 1, 2, 0)  # [D, hkv, g, n]
+    group = hq // hkv
+    qt = q.reshape(n, hkv, group, d).transpose(3, 1, 2, 0)  # [D, hkv, g, n]
     # scores[h, g, i, j]: tree over D of q[i] * k[j]; products laid out [D, hkv, g, n, S].
     scores = tree_sum(qt[..., None] * kt[:, :, None]) * _F32(1.0 / np.sqrt(d))  # [hkv, g, n, S]
     visible = np.arange(s)[None, :] < lengths[:, None]  # [n, S]
@@ -207,9 +218,15 @@ def _attend(q: np.ndarray, kt: np.ndarray, vt: np.ndarray, lengths: np.ndarray) 
     e = np.exp(scores - np.max(scores, axis=-1, keepdims=True))  # invisible slots: exactly 0
     et = e.transpose(3, 0, 1, 2)[..., None]  # [S, hkv, g, n, 1]
     # One tree over the slots sums e[i, j] * v[j] (D columns) and e[i, j] (the softmax
-    # denominator, one more column): terms laid out [S, hkv, g, n, D + 1].
-    terms = np.concatenate([et * vt[:, :, None], et], axis=-1)
-    sums = tree_sum(terms, lengths=lengths[:, None])  # [hkv, g, n, D + 1]
+    # denominator, one more column). The terms are laid out [slots, hkv, g, n, D + 1] straight
+    # into the tree's buffer, with -0.0 wherever query i does not see slot j: exactly
+    # `tree_sum(terms, lengths=lengths[:, None])`, without its copies.
+    terms = np.empty((_tree_width(s), hkv, group, n, d + 1), dtype=_F32)
+    np.multiply(et, vt[:, :, None], out=terms[:s, ..., :d])
+    terms[:s, ..., d:] = et
+    np.copyto(terms[:s], _F32(-0.0), where=~visible.T[:, None, None, :, None])
+    terms[s:] = _F32(-0.0)
+    sums = _pair_levels(terms)  # [hkv, g, n, D + 1]
     out = sums[..., :d] / sums[..., d:]
     return out.transpose(2, 0, 1, 3).reshape(n, hq, d)
 

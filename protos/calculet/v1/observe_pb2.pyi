@@ -297,20 +297,54 @@ class BufferPoolStatus(_message.Message):
     def __init__(self, in_use: _Optional[int] = ..., free: _Optional[int] = ..., quarantined: _Optional[int] = ..., waits: _Optional[int] = ...) -> None: ...
 
 class ResetSummary(_message.Message):
-    __slots__ = ("count", "last_reason", "last_kind", "last_at", "last_ok", "budget")
+    __slots__ = ("count", "last_reason", "last_kind", "last_at", "last_ok", "budget", "history")
     COUNT_FIELD_NUMBER: _ClassVar[int]
     LAST_REASON_FIELD_NUMBER: _ClassVar[int]
     LAST_KIND_FIELD_NUMBER: _ClassVar[int]
     LAST_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_OK_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     count: int
     last_reason: str
     last_kind: _common_pb2.ResetKind
     last_at: _timestamp_pb2.Timestamp
     last_ok: bool
     budget: ResetBudget
-    def __init__(self, count: _Optional[int] = ..., last_reason: _Optional[str] = ..., last_kind: _Optional[_Union[_common_pb2.ResetKind, str]] = ..., last_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_ok: _Optional[bool] = ..., budget: _Optional[_Union[ResetBudget, _Mapping]] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[ResetRecord]
+    def __init__(self, count: _Optional[int] = ..., last_reason: _Optional[str] = ..., last_kind: _Optional[_Union[_common_pb2.ResetKind, str]] = ..., last_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_ok: _Optional[bool] = ..., budget: _Optional[_Union[ResetBudget, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ResetRecord, _Mapping]]] = ...) -> None: ...
+
+class ResetRecord(_message.Message):
+    __slots__ = ("at", "kind", "automatic", "reason", "fault", "inflight_jobs", "recovered", "failed", "generations_before", "generations_after", "health_before", "health_after", "ok", "message")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    AUTOMATIC_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FAULT_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_JOBS_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_AFTER_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    kind: _common_pb2.ResetKind
+    automatic: bool
+    reason: str
+    fault: str
+    inflight_jobs: int
+    recovered: int
+    failed: int
+    generations_before: _containers.RepeatedScalarFieldContainer[str]
+    generations_after: _containers.RepeatedScalarFieldContainer[str]
+    health_before: _common_pb2.ServingStatus
+    health_after: _common_pb2.ServingStatus
+    ok: bool
+    message: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[_Union[_common_pb2.ResetKind, str]] = ..., automatic: _Optional[bool] = ..., reason: _Optional[str] = ..., fault: _Optional[str] = ..., inflight_jobs: _Optional[int] = ..., recovered: _Optional[int] = ..., failed: _Optional[int] = ..., generations_before: _Optional[_Iterable[str]] = ..., generations_after: _Optional[_Iterable[str]] = ..., health_before: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., health_after: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., ok: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
 class WatchLoadRequest(_message.Message):
     __slots__ = ("interval_ms",)

@@ -27,6 +27,8 @@ from calculet.daemon.core.reset_budget import (
 )
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
+from calculet.daemon.wire_views import status_to_pb
+from calculet.v1 import common_pb2
 
 from .engine_factories import build_models, finish, generate_each, request, running_core, until, use_up_recoveries
 
@@ -305,3 +307,31 @@ def test_a_reset_in_progress_refuses_another_and_the_next_one_runs(models: Path)
         core.engine.operator_reset_succeeded = original  # type: ignore[method-assign]
         assert core.reset("configuration", "next")[0], "the gate is free again"
         assert finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)[1].reason is FinishReason.LENGTH
+
+
+# ---- issue 10 item 3: the reset audit trail ------------------------------------------------------
+
+
+def test_every_reset_automatic_or_operator_leaves_an_audit_entry(models: Path) -> None:
+    with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
+        core.inject_fault(Fault(FaultKind.HANG))  # the reset controller resets the hung job's CCU
+        assert finish(core, core.submit(request((4, 5, 6), 6, seed=1)).job_id)[1].reason is FinishReason.LENGTH
+        assert core.reset("configuration", "operator check")[0]
+        core.set_reset_budget(0)
+        _halt_on_a_hang(core)  # no budget left: the controller gives the job up and the board halts
+
+        history = core.status().reset_history
+        assert [(e.kind, e.automatic, e.fault, e.ok) for e in history] == [
+            ("ccu", True, "hang", True),
+            ("configuration", False, "operator", True),
+            ("ccu", True, "budget exhausted", False),
+        ]
+        hang, operator, refused = history
+        assert "did not finish" in hang.reason and hang.inflight_jobs >= 1 and hang.serving_after
+        assert operator.reason == "operator check" and operator.generations_before == ("tiny@1",)
+        assert operator.generations_after == ("tiny@1",) and operator.serving_before and operator.serving_after
+        assert refused.serving_before and not refused.serving_after and "operator" in refused.message
+        assert [e.at for e in history] == sorted(e.at for e in history)
+        wire = status_to_pb(core.status()).resets
+        assert [r.fault for r in wire.history] == ["hang", "operator", "budget exhausted"]
+        assert wire.history[2].health_after == common_pb2.SERVING_STATUS_NOT_SERVING

@@ -9,19 +9,34 @@ that continuing the decode would, and decoding on from there stays identical.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calculet.daemon.calsim.kernel import DecodeRow, Kernel
+from calculet.daemon.calsim.kernel import DecodeRow, Kernel, make_kernel
 
-from .kernel_factories import KernelMaker, arange32, lane_kv, same_bits
+from .kernel_factories import KernelMaker, arange32, lane_kv, make_manifest, same_bits
 
 VOCAB = 512
 LANES = 16
 CONTEXT = 160
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+Package = tuple[Path, dict[str, np.ndarray]]
+
+
+@pytest.fixture(scope="module", params=["numeric-fp32", "numeric-bf16", "synthetic"])
+def kernel_maker(request: pytest.FixtureRequest, tiny_package: Package) -> KernelMaker:
+    """Fresh kernels of one kind; the numeric kernel with both KV dtypes (packages use bf16)."""
+    kind, _, kv_dtype = request.param.partition("-")
+
+    def make(lanes: int = 4, lane_context: int = 64) -> Kernel:
+        manifest = make_manifest(kernel=kind, lanes=lanes, lane_context=lane_context, kv_dtype=kv_dtype or "fp32")
+        return make_kernel(manifest, tiny_package[0], lanes, lane_context)
+
+    return make
 
 
 def fill_lanes(kernel: Kernel, rng: np.random.Generator, lengths: list[int]) -> None:

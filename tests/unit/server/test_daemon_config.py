@@ -373,3 +373,14 @@ def test_the_socket_is_removed_at_shutdown_only_while_it_is_still_ours(sock_dir:
     assert remove_own_socket(path, theirs) is True
     assert not path.exists()
     assert remove_own_socket(path, theirs) is False  # already gone
+
+
+def test_the_reset_budget_is_configurable_by_flag_and_file(tmp_path: Path) -> None:
+    assert (_config([]).reset_limit, _config([]).reset_window_s) == (3, 600.0)
+    flagged = _config(["--reset-limit", "1", "--reset-window", "60"])
+    assert (flagged.reset_limit, flagged.reset_window_s) == (1, 60.0)
+    filed = _config(["--config", str(_toml(tmp_path, "[daemon]\nreset-limit = 0\nreset_window = 5\n"))])
+    assert (filed.reset_limit, filed.reset_window_s) == (0, 5.0)
+    for bad in (["--reset-limit", "-1"], ["--reset-window", "0"]):
+        with pytest.raises(InvalidArgument):
+            _config(bad)

@@ -1,0 +1,72 @@
+"""`calctl resets`: the board's reset audit trail (Status RPC, observation plane).
+
+One row per reset, oldest first, as the reset controller recorded it: when, kind, automatic or
+operator, the fault it answered, the client jobs it hit (recovered / failed), the serving models and
+the board's health before and after, and the result; then the automatic-reset budget. `--json`
+prints the `ResetSummary` message. Exit 0; 1 when the daemon is unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+
+from rich.table import Table
+
+from calculet.ops.commands.daemon_cmds import EXIT_OK, add_daemon_arguments, connect, console, print_json
+from calculet.v1 import common_pb2, observe_pb2
+
+COMMAND = ("resets",)
+HELP = "Show every reset of a board (automatic and operator), with the budget."
+
+_KIND = {common_pb2.RESET_KIND_CCU: "ccu", common_pb2.RESET_KIND_CONFIGURATION: "configuration"}
+_HEALTH = {
+    common_pb2.SERVING_STATUS_SERVING: "serving",
+    common_pb2.SERVING_STATUS_DRAINING: "draining",
+    common_pb2.SERVING_STATUS_NOT_SERVING: "not serving",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_daemon_arguments(parser)
+
+
+def reset_table(summary: observe_pb2.ResetSummary) -> Table:
+    """The audit trail as a table, oldest first."""
+    table = Table(title=f"resets: {summary.count} since start", title_justify="left")
+    for column in ("at", "kind", "by", "fault", "jobs hit", "models", "health", "result"):
+        table.add_column(column)
+    for r in summary.history:
+        at = dt.datetime.fromtimestamp(r.at.seconds + r.at.nanos / 1e9).isoformat(timespec="seconds")
+        models = ", ".join(r.generations_before) or "-"
+        if list(r.generations_after) != list(r.generations_before):
+            models += f" -> {', '.join(r.generations_after) or '-'}"
+        table.add_row(
+            at,
+            _KIND.get(r.kind, "?"),
+            "automatic" if r.automatic else "operator",
+            f"{r.fault}: {r.reason}" if r.reason else r.fault,
+            f"{r.inflight_jobs} ({r.recovered} recovered, {r.failed} failed)",
+            models,
+            f"{_HEALTH.get(r.health_before, '?')} -> {_HEALTH.get(r.health_after, '?')}",
+            ("ok" if r.ok else "FAILED") + (f": {r.message}" if r.message else ""),
+        )
+    return table
+
+
+def budget_line(summary: observe_pb2.ResetSummary) -> str:
+    b = summary.budget
+    state = "exhausted: the board waits for an operator reset" if b.exhausted else "available"
+    return f"automatic reset budget: {b.used} of {b.limit} used in the last {b.window_s:g} s ({state})"
+
+
+def run(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        summary = client.status().resets
+    if args.json:
+        print_json(summary)
+        return EXIT_OK
+    out = console()
+    out.print(reset_table(summary))
+    out.print(budget_line(summary))
+    return EXIT_OK
