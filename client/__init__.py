@@ -4,13 +4,15 @@
 (`submit`, `wait`, `cancel`, `generate` -> a streaming `Generation` with `chunks()`), observation
 (`health`, `status`, `get_model` -> `ModelInfo`, `watch_load` -> `LoadReport`s, `watch_health` ->
 `ServingStatus`es) and operations (`load`, `load_and_wait`, `unload`, `drain`, `resume`, `reset`,
-`inject_fault`). Requests and results use the client's own types (`calculet.client.types`);
-failures raise the typed `calculet.daemon.errors` classes, re-exported here. Importing this package
-imports neither the daemon's engine, sampler, wire module nor numpy (a test checks).
+`inject_fault`). `token=` sends a bearer token on every call; `tls=TlsConfig(...)` dials with TLS
+(mutual TLS with a client certificate). Requests and results use the client's own types
+(`calculet.client.types`); failures raise the typed `calculet.daemon.errors` classes, re-exported
+here. Importing this package imports neither the daemon's engine, sampler, wire module nor numpy
+(a test checks).
 """
 
 from calculet.client.async_client import AsyncDaemonClient
-from calculet.client.channel import Target, Transport, parse_target
+from calculet.client.channel import Target, TlsConfig, Transport, parse_target
 from calculet.client.generation import AsyncGeneration, Generation, StreamState
 from calculet.client.messages import SubmitResult
 from calculet.client.sync_client import DaemonClient
@@ -72,6 +74,7 @@ __all__ = [
     "SubmitResult",
     "Target",
     "Timings",
+    "TlsConfig",
     "TokenChunk",
     "TokenLogprob",
     "Transport",

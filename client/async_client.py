@@ -21,7 +21,7 @@ import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from calculet.client.channel import ClientSettings, Target, open_aio_channel, wait_ready_async
+from calculet.client.channel import ClientSettings, Target, TlsConfig, open_aio_channel, wait_ready_async
 from calculet.client.convert import event_from_pb, load_report_from_pb, model_info_from_pb, serving_status_from_health
 from calculet.client.errors import error_from_rpc
 from calculet.client.generation import DEFAULT_MAX_REATTACH, AsyncGeneration, WaitCursor
@@ -55,10 +55,11 @@ class AsyncDaemonClient:
         timeout: float = 30.0,
         token: str | None = None,
         max_reattach: int = DEFAULT_MAX_REATTACH,
+        tls: TlsConfig | None = None,
     ) -> None:
-        self._settings = ClientSettings.build(target, timeout=timeout, token=token, max_reattach=max_reattach)
+        self._settings = ClientSettings.build(target, timeout=timeout, token=token, max_reattach=max_reattach, tls=tls)
         self._life = ClientLife(f"AsyncDaemonClient({target})")
-        self._channel = open_aio_channel(self._settings.target)
+        self._channel = open_aio_channel(self._settings.target, self._settings.tls)
         self._stub: Any = daemon_pb2_grpc.DaemonStub(self._channel)
         self._health_stub: Any = health_pb2_grpc.HealthStub(self._channel)
 

@@ -1,14 +1,22 @@
 """Daemon addresses and the gRPC channels to them, shared by the sync and async clients.
 
 Owns: parsing a target string into what gRPC dials (`parse_target`), the channel options every
-client uses (message size limits, keepalive, reconnect backoff), and the per-call metadata
-(`authorization: Bearer <token>`). Data flow: `DaemonClient(target)` -> `parse_target` ->
-`open_channel`/`open_aio_channel` -> the client's stub; every call carries `call_metadata(token)`.
+client uses (message size limits, keepalive, reconnect backoff), TLS (`TlsConfig` -> `read_tls`
+-> `TlsMaterial`, the files read once when a client is built), and the per-call metadata
+(`authorization: Bearer <token>`). Data flow: `DaemonClient(target, token=, tls=)` ->
+`ClientSettings.build` -> `open_channel`/`open_aio_channel` (secure when TLS is configured) -> the
+client's stub; every call carries `ClientSettings.metadata`.
 
 Accepted targets:
 - `unix:///abs/path.sock` (absolute), `unix:relative.sock` or `unix:/abs/path.sock`;
 - a bare filesystem path ending in `.sock` (relative or absolute), taken as a Unix socket;
-- `host:port` or `[v6-address]:port` (TCP; TLS is not configured here yet).
+- `host:port` or `[v6-address]:port` (TCP; plaintext unless a `TlsConfig` is given).
+
+The token: one place builds the metadata (`call_metadata`) and each client sends it from its few
+call sites (`_unary`, `_stream`, `_wait_ready`, `watch_health`), so unary calls, every stream and
+the Wait that `generate` re-attaches all carry it. It is per-call metadata rather than gRPC call
+credentials because gRPC sends call credentials only over secure channels, and a daemon on a Unix
+socket (or started with --insecure) is reached in plaintext but may still check tokens.
 
 Readiness (`wait_ready`, `wait_ready_async`): before re-attaching a broken stream the clients
 block until the channel carries calls again, by sending the standard `grpc.health.v1` Check with
@@ -22,9 +30,11 @@ channel, but its connectivity-polling thread races with `channel.close()` and di
 from __future__ import annotations
 
 import math
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 import grpc
 import grpc.aio
@@ -119,9 +129,10 @@ def _tcp(text: str) -> Target:
     return Target(text, text, Transport.TCP, text)
 
 
-def channel_options() -> list[tuple[str, int | str]]:
-    """The options every client channel is opened with (see the constants above)."""
-    return [
+def channel_options(server_name: str | None = None) -> list[tuple[str, int | str]]:
+    """The options every client channel is opened with (see the constants above), plus the TLS
+    name override when `server_name` is given."""
+    options: list[tuple[str, int | str]] = [
         ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
@@ -132,16 +143,110 @@ def channel_options() -> list[tuple[str, int | str]]:
         ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
         ("grpc.primary_user_agent", USER_AGENT),
     ]
+    if server_name:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    return options
 
 
-def open_channel(target: Target) -> grpc.Channel:
-    """A sync channel to `target`; the caller owns it and must close it."""
-    return grpc.insecure_channel(target.grpc_target, options=channel_options())
+PathLike = str | os.PathLike[str]
 
 
-def open_aio_channel(target: Target) -> grpc.aio.Channel:
-    """An asyncio channel to `target`, bound to the running event loop; the caller closes it."""
-    return grpc.aio.insecure_channel(target.grpc_target, options=channel_options())
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS to the daemon (a daemon on TCP requires it unless started with --insecure).
+
+    Attributes:
+        ca_file: PEM bundle of the CA(s) that signed the daemon's certificate; None = the system's
+            trusted roots.
+        cert_file / key_file: PEM client certificate (chain) and its private key, for mutual TLS
+            (both or neither).
+        server_name: the name the daemon's certificate must carry (also sent as SNI) instead of the
+            target's host, e.g. when dialling an IP address or a Unix socket.
+    """
+
+    ca_file: PathLike | None = None
+    cert_file: PathLike | None = None
+    key_file: PathLike | None = None
+    server_name: str | None = None
+
+
+@dataclass(frozen=True)
+class TlsMaterial:
+    """A `TlsConfig` with its files read (PEM bytes), ready to build channel credentials."""
+
+    root_certificates: bytes | None
+    certificate_chain: bytes | None
+    private_key: bytes | None = field(repr=False)
+    server_name: str | None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.root_certificates,
+            private_key=self.private_key,
+            certificate_chain=self.certificate_chain,
+        )
+
+
+def read_tls(tls: TlsConfig) -> TlsMaterial:
+    """Read and check the files of `tls` (once; the channel never reads them again).
+
+    Raises:
+        InvalidArgument: not a `TlsConfig`; cert_file without key_file or the reverse; a file that
+            cannot be read or holds no PEM block (the message names the path); a server_name that
+            is empty or not printable ASCII without spaces.
+    """
+    if not isinstance(tls, TlsConfig):
+        raise InvalidArgument(f"tls: must be a calculet.client.TlsConfig, got {type(tls).__name__}")
+    if (tls.cert_file is None) != (tls.key_file is None):
+        raise InvalidArgument("tls: cert_file and key_file go together (mutual TLS needs both)")
+    name = None if tls.server_name is None else check_server_name("tls server_name", tls.server_name)
+    return TlsMaterial(
+        root_certificates=read_pem_file("tls ca_file", tls.ca_file),
+        certificate_chain=read_pem_file("tls cert_file", tls.cert_file),
+        private_key=read_pem_file("tls key_file", tls.key_file),
+        server_name=name,
+    )
+
+
+def check_server_name(what: str, name: object) -> str:
+    """`name` if it can be a TLS server name. Raises: InvalidArgument: empty, not a string, or not
+    printable ASCII without spaces (`what` names the setting)."""
+    if not isinstance(name, str) or not name or not all("!" <= ch <= "~" for ch in name):
+        raise InvalidArgument(f"{what}: must be a non-empty host name, got {name!r}")
+    return name
+
+
+def read_pem_file(what: str, path: PathLike | None) -> bytes | None:
+    """The bytes of the PEM file `path` (None for None); `what` names it in errors.
+
+    Raises:
+        InvalidArgument: the file cannot be read or holds no PEM block (the message names the path).
+    """
+    if path is None:
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except (OSError, TypeError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise InvalidArgument(f"{what} {path}: cannot be read: {reason}") from None
+    if b"-----BEGIN " not in data:
+        raise InvalidArgument(f"{what} {path}: not a PEM file (no -----BEGIN line)")
+    return data
+
+
+def open_channel(target: Target, tls: TlsMaterial | None = None) -> grpc.Channel:
+    """A sync channel to `target` (TLS when `tls` is given); the caller owns it and must close it."""
+    if tls is None:
+        return grpc.insecure_channel(target.grpc_target, options=channel_options())
+    return grpc.secure_channel(target.grpc_target, tls.credentials(), options=channel_options(tls.server_name))
+
+
+def open_aio_channel(target: Target, tls: TlsMaterial | None = None) -> grpc.aio.Channel:
+    """An asyncio channel to `target` (TLS when `tls` is given), bound to the running event loop;
+    the caller closes it."""
+    if tls is None:
+        return grpc.aio.insecure_channel(target.grpc_target, options=channel_options())
+    return grpc.aio.secure_channel(target.grpc_target, tls.credentials(), options=channel_options(tls.server_name))
 
 
 _NOT_CONNECTED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -201,21 +306,26 @@ class ClientSettings:
         timeout: seconds allowed for each unary call (streams have no deadline).
         metadata: sent with every call (the bearer token).
         max_reattach: Wait re-attaches allowed in a row without progress (see generation.py).
+        tls: the TLS files, read; None = plaintext.
     """
 
     target: Target
     timeout: float
-    metadata: tuple[tuple[str, str], ...]
+    metadata: tuple[tuple[str, str], ...] = field(repr=False)
     max_reattach: int
+    tls: TlsMaterial | None = None
 
     @classmethod
-    def build(cls, target: str, *, timeout: float, token: str | None, max_reattach: int) -> ClientSettings:
+    def build(
+        cls, target: str, *, timeout: float, token: str | None, max_reattach: int, tls: TlsConfig | None = None
+    ) -> ClientSettings:
         """Raises: InvalidArgument: bad target or token, timeout not a finite number > 0,
-        max_reattach not an integer >= 0."""
+        max_reattach not an integer >= 0, bad TLS settings or files (see `read_tls`)."""
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout):
             raise InvalidArgument(f"timeout: must be a finite number of seconds, got {timeout!r}")
         if timeout <= 0:
             raise InvalidArgument(f"timeout: must be > 0 seconds, got {timeout}")
         if isinstance(max_reattach, bool) or not isinstance(max_reattach, int) or max_reattach < 0:
             raise InvalidArgument(f"max_reattach: must be an integer >= 0, got {max_reattach!r}")
-        return cls(parse_target(target), float(timeout), call_metadata(token), max_reattach)
+        material = None if tls is None else read_tls(tls)
+        return cls(parse_target(target), float(timeout), call_metadata(token), max_reattach, material)

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from calculet.client.channel import ClientSettings, Target, open_channel, wait_ready
+from calculet.client.channel import ClientSettings, Target, TlsConfig, open_channel, wait_ready
 from calculet.client.convert import event_from_pb, load_report_from_pb, model_info_from_pb, serving_status_from_health
 from calculet.client.errors import error_from_rpc
 from calculet.client.generation import DEFAULT_MAX_REATTACH, Generation, WaitCursor
@@ -57,11 +57,16 @@ class DaemonClient:
         target: `unix:///abs/path.sock`, `unix:relative.sock`, a path ending in `.sock`, or
             `host:port`.
         timeout: seconds allowed for each unary call.
-        token: bearer token sent as `authorization` metadata on every call.
+        token: bearer token sent as `authorization: Bearer <token>` metadata on every call (unary,
+            streams, the Waits `generate` re-attaches, health checks); it must be one of the plane
+            of the methods called (inference, observe or operate) when the daemon checks tokens.
         max_reattach: Wait re-attaches `generate` may make in a row without progress.
+        tls: TLS to the daemon (`TlsConfig`: CA file, optional client cert/key for mutual TLS,
+            optional server-name override); its files are read once, here. None = plaintext.
 
     Raises:
-        InvalidArgument: bad target, token, timeout or max_reattach.
+        InvalidArgument: bad target, token, timeout, max_reattach or TLS settings; a TLS file that
+            cannot be read or is not PEM (the message names the path).
     """
 
     def __init__(
@@ -71,10 +76,11 @@ class DaemonClient:
         timeout: float = 30.0,
         token: str | None = None,
         max_reattach: int = DEFAULT_MAX_REATTACH,
+        tls: TlsConfig | None = None,
     ) -> None:
-        self._settings = ClientSettings.build(target, timeout=timeout, token=token, max_reattach=max_reattach)
+        self._settings = ClientSettings.build(target, timeout=timeout, token=token, max_reattach=max_reattach, tls=tls)
         self._life = ClientLife(f"DaemonClient({target})")
-        self._channel = open_channel(self._settings.target)
+        self._channel = open_channel(self._settings.target, self._settings.tls)
         self._stub: Any = daemon_pb2_grpc.DaemonStub(self._channel)
         self._health_stub: Any = health_pb2_grpc.HealthStub(self._channel)
 

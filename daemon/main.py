@@ -42,7 +42,8 @@ from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.registry import available_drivers, load_driver
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
-from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, serve
+from calculet.daemon.server.access import Plane, ServerSecurity, load_policy
+from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, normalize_target, serve, unix_path
 from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
 from calculet.daemon.server.sd_notify import Notifier
 
@@ -65,6 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", help="unix:PATH, PATH.sock or HOST:PORT (default unix:run/board<N>.sock)")
     p.add_argument("--models-root", type=Path, help="package paths must resolve inside this directory")
     p.add_argument("--model", action="append", default=[], metavar="ALIAS=PATH", help="startup model (repeatable)")
+    p.add_argument("--tls-cert", type=Path, help="PEM server certificate: TCP listeners use TLS")
+    p.add_argument("--tls-key", type=Path, help="PEM key of --tls-cert")
+    p.add_argument("--tls-client-ca", type=Path, help="PEM CA: clients must present a certificate it signed (mTLS)")
+    p.add_argument(
+        "--insecure", action="store_true", default=None, help="allow plain TCP without TLS (trusted networks only)"
+    )
+    for plane in ("inference", "observe", "operate"):
+        p.add_argument(
+            f"--token-file-{plane}",
+            type=Path,
+            help=f"bearer tokens of the {plane} plane, one per line (any token file turns token checks on)",
+        )
     p.add_argument(
         "--runtime-dir",
         type=Path,
@@ -138,7 +151,8 @@ FLAG_SETTINGS = (
     "board", "device", "listen", "models_root", "time_scale", "fault_plan", "fault_injection", "policy",
     "max_inflight", "job_timeout", "drain_timeout", "queue_depth", "admission_timeout", "decode_jobs_per_model",
     "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds", "runtime_dir",
-    "device_profile", "reset_limit", "reset_window",
+    "device_profile", "reset_limit", "reset_window", "tls_cert", "tls_key", "tls_client_ca", "insecure",
+    "token_file_inference", "token_file_observe", "token_file_operate",
 )  # fmt: skip
 TABLE_SETTINGS = ("models", "device_options")
 # Settings that are shorthands for one device option each: setting -> option.
@@ -320,6 +334,28 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
     )
 
 
+def security_from(settings: Mapping[str, Any], listen: str) -> ServerSecurity:
+    """TLS, `--insecure` and the access planes' token files.
+
+    Raises:
+        InvalidArgument: a half TLS configuration, plain TCP without `insecure`, or a token file that
+            cannot be read or is empty.
+    """
+
+    def path(key: str) -> Path | None:
+        return Path(_text(settings, key, "")) if settings.get(key) is not None else None
+
+    insecure = settings.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise InvalidArgument(f"insecure: must be true or false, got {insecure!r}")
+    policy = load_policy({plane: path(f"token_file_{plane.value}") for plane in Plane})
+    security = ServerSecurity(policy, path("tls_cert"), path("tls_key"), path("tls_client_ca"), insecure)
+    target = normalize_target(listen)
+    if unix_path(target) is None:
+        security.tcp_credentials(target)  # refuse plain TCP before the device is opened
+    return security
+
+
 def runtime_dir(settings: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> Path:
     """Where the board lock lives: `runtime_dir` (flag or config), else `$RUNTIME_DIRECTORY` (set by
     systemd's RuntimeDirectory=; the first of several), else `run/` in the working directory.
@@ -401,16 +437,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from(settings)
         listen = _text(settings, "listen", f"unix:run/board{config.board}.sock")
         max_message_bytes = _int(settings, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES, 1)
+        security = security_from(settings, listen)
         # Before the device is opened; held until the process ends (the kernel drops it if it dies).
         board_lock = BoardLock.acquire(runtime_dir(settings), config.board)
     except CalculetError as exc:
         return _fail(exc)
     with board_lock:
         log.info("board %d: lock %s held by pid %d", config.board, board_lock.path, os.getpid())
-        return _serve_board(config, listen, max_message_bytes, args)
+        return _serve_board(config, listen, max_message_bytes, args, security)
 
 
-def _serve_board(config: DaemonConfig, listen: str, max_message_bytes: int, args: argparse.Namespace) -> int:
+def _serve_board(
+    config: DaemonConfig, listen: str, max_message_bytes: int, args: argparse.Namespace, security: ServerSecurity
+) -> int:
     try:
         check_listen(listen)  # a live socket: refuse before opening the device and loading models
         device = open_device(config)
@@ -436,7 +475,7 @@ def _serve_board(config: DaemonConfig, listen: str, max_message_bytes: int, args
         asyncio.run(
             serve(
                 core, listen, max_message_bytes=max_message_bytes, grace_s=config.drain_timeout_s,
-                notifier=notifier, reload=lambda: reload_config(args, core),
+                notifier=notifier, reload=lambda: reload_config(args, core), security=security,
             )
         )  # fmt: skip
     except CalculetError as exc:

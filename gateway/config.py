@@ -8,24 +8,38 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     daemons = ["unix:/run/calculet/board0.sock", "unix:/run/calculet/board1.sock"]
     dns = ["calculet-boards.default.svc.cluster.local:50051"]
     dns-interval = 10                  # seconds between DNS re-resolutions
+    api-key-file = "/etc/calculet/gateway-api-keys"     # /v1/* needs `Authorization: Bearer <key>`
+    daemon-token-file = "/etc/calculet/inference-token" # sent to every daemon
+    daemon-ca = "/etc/calculet/daemon-ca.pem"           # TLS to host:port daemons
+    daemon-cert = "/etc/calculet/gateway.pem"           # with daemon-key: mutual TLS
+    daemon-key = "/etc/calculet/gateway.key"
+    daemon-server-name = "calculet-daemon"              # the name in the daemons' certificates
+
+The files are read here, once, at start-up: an unreadable or empty one is a bad setting (exit 2).
+Secrets never appear in `GatewayConfig`'s repr.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from calculet.client import TlsConfig
+from calculet.client.channel import call_metadata, check_server_name, read_pem_file
 from calculet.daemon.errors import InvalidArgument
+from calculet.gateway.api.auth import read_api_keys, read_secret_lines
 
 KEYS = frozenset(
     {
         "listen", "daemons", "dns", "dns-interval", "dns-hosts-file", "load-interval-ms", "max-attempts",
-        "failover-wait", "log-level",
+        "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
+        "daemon-server-name",
     }
 )  # fmt: skip
+TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,11 @@ class GatewayConfig:
     max_attempts: submits per choice across boards (first try, retries and failovers).
     failover_wait_s: mid-stream, how long to wait for a board to come (back) up.
     log_level: DEBUG, INFO, WARNING, ERROR.
+    api_key_file: the file of HTTP API keys ("" = the API is open); api_keys: its keys.
+    daemon_token_file: the file of the inference-plane token sent to every daemon ("" = none);
+        daemon_token: the token (the file's first).
+    daemon_tls: TLS to `host:port` daemons (None = plaintext); its files were checked here and are
+        read again by each new daemon connection.
     """
 
     listen: str = "127.0.0.1:8000"
@@ -50,6 +69,11 @@ class GatewayConfig:
     max_attempts: int = 6
     failover_wait_s: float = 15.0
     log_level: str = "INFO"
+    api_key_file: str = ""
+    api_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    daemon_token_file: str = ""
+    daemon_token: str | None = field(default=None, repr=False)
+    daemon_tls: TlsConfig | None = None
 
 
 def _check_listen(listen: str) -> None:
@@ -87,7 +111,8 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
     """Check every setting.
 
     Raises:
-        InvalidArgument: a wrong type or a value out of range, naming the key; no board at all.
+        InvalidArgument: a wrong type or a value out of range, naming the key; no board at all; a
+            key, token or TLS file that cannot be read or holds nothing usable.
     """
     cfg = GatewayConfig(
         listen=_text(settings, "listen", GatewayConfig.listen),
@@ -99,12 +124,19 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         max_attempts=_integer(settings, "max-attempts", GatewayConfig.max_attempts, 1, 100),
         failover_wait_s=_number(settings, "failover-wait", GatewayConfig.failover_wait_s, 0, 3600),
         log_level=_text(settings, "log-level", GatewayConfig.log_level).upper(),
+        api_key_file=_optional_text(settings, "api-key-file"),
+        daemon_token_file=_optional_text(settings, "daemon-token-file"),
+        daemon_tls=_daemon_tls(settings),
     )
     if cfg.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")
     _check_listen(cfg.listen)
     if not cfg.daemons and not cfg.dns:
         raise InvalidArgument("no boards: give --daemon TARGET or --dns NAME:PORT (or daemons/dns in the config)")
+    if cfg.api_key_file:
+        cfg = replace(cfg, api_keys=read_api_keys(Path(cfg.api_key_file)))
+    if cfg.daemon_token_file:
+        cfg = replace(cfg, daemon_token=_daemon_token(Path(cfg.daemon_token_file)))
     return cfg
 
 
@@ -142,3 +174,36 @@ def _integer(settings: dict[str, Any], key: str, default: int, low: int, high: i
     if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
         raise InvalidArgument(f"{key}: must be a whole number, got {value!r}")
     return int(_number(settings, key, default, low, high))
+
+
+def _daemon_token(path: Path) -> str:
+    """The first token of a daemon token file (the daemon's format: one a line, # comments).
+
+    Raises: InvalidArgument: unreadable, no token, or a token that cannot travel in metadata.
+    """
+    token = read_secret_lines(path, "daemon-token-file", "token")[0]
+    call_metadata(token)  # the client's own check, here so that a bad file stops the start-up
+    return token
+
+
+def _daemon_tls(settings: dict[str, Any]) -> TlsConfig | None:
+    """TLS to daemons when any daemon-* TLS key is given; each file checked (read) now.
+
+    Raises: InvalidArgument: a file unreadable or not PEM, daemon-cert without daemon-key (or the
+    reverse), a bad server name.
+    """
+    given = {key: _optional_text(settings, key) for key in TLS_KEYS}
+    if not any(given.values()):
+        return None
+    if bool(given["daemon-cert"]) != bool(given["daemon-key"]):
+        raise InvalidArgument("daemon-cert, daemon-key: give both (mutual TLS) or neither")
+    for key in ("daemon-ca", "daemon-cert", "daemon-key"):
+        read_pem_file(key, given[key] or None)
+    if given["daemon-server-name"]:
+        check_server_name("daemon-server-name", given["daemon-server-name"])
+    return TlsConfig(
+        ca_file=given["daemon-ca"] or None,
+        cert_file=given["daemon-cert"] or None,
+        key_file=given["daemon-key"] or None,
+        server_name=given["daemon-server-name"] or None,
+    )

@@ -2,9 +2,11 @@
 
 Every failure the gateway reports is a `CalculetError` (raised by the gateway itself or rebuilt by
 `calculet.client` from a daemon's gRPC status). `error_response` turns one into OpenAI's shape,
-`{"error": {"message", "type", "param", "code"}}`, with the status of the table below and a
-`Retry-After` header for 429. FastAPI's exception handlers (see `api/app.py`) call only this; any
-other exception is a bug and becomes a 500 with a generic message (the detail goes to the log).
+`{"error": {"message", "type", "param", "code"}}`, with the status of the table below, a
+`Retry-After` header for 429 and `WWW-Authenticate: Bearer` for 401. A few errors carry OpenAI's
+own type and code (`OPENAI_OF_CLASS`): an unknown model, a missing or wrong API key. FastAPI's
+exception handlers (see `api/app.py`) and the API-key middleware (`api/auth.py`) call only this;
+any other exception is a bug and becomes a 500 with a generic message (the detail goes to the log).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from calculet.daemon.errors import CalculetError, ErrorKind, NotFound, Overloaded
+from calculet.daemon.errors import CalculetError, ErrorKind, NotFound, Overloaded, Unauthenticated
 
 # kind -> (HTTP status, OpenAI error type)
 HTTP_OF_KIND: dict[ErrorKind, tuple[int, str]] = {
@@ -40,11 +42,26 @@ class ModelNotFound(NotFound):
     kind = ErrorKind.NOT_FOUND
 
 
+class InvalidApiKey(Unauthenticated):
+    """An HTTP request without a valid API key (401; OpenAI's `invalid_request_error`, code
+    `invalid_api_key`)."""
+
+    kind = ErrorKind.UNAUTHENTICATED
+
+
+# Errors that OpenAI reports with a type and code of their own: class -> (type, or None for the
+# kind's type of HTTP_OF_KIND; code). Any other error's code is its kind.
+OPENAI_OF_CLASS: dict[type[CalculetError], tuple[str | None, str]] = {
+    ModelNotFound: (None, "model_not_found"),
+    InvalidApiKey: ("invalid_request_error", "invalid_api_key"),
+}
+
+
 def error_body(err: CalculetError, *, param: str | None = None) -> dict[str, Any]:
     """OpenAI's error object for `err`."""
     _, kind_type = HTTP_OF_KIND[err.kind]
-    code = "model_not_found" if isinstance(err, ModelNotFound) else err.kind.value
-    return {"error": {"message": str(err), "type": kind_type, "param": param, "code": code}}
+    own_type, code = OPENAI_OF_CLASS.get(type(err), (None, err.kind.value))
+    return {"error": {"message": str(err), "type": own_type or kind_type, "param": param, "code": code}}
 
 
 def http_status(err: CalculetError) -> int:
@@ -60,13 +77,19 @@ def retry_after_header(err: CalculetError) -> dict[str, str]:
     return {"Retry-After": str(max(1, math.ceil(seconds)))}
 
 
+def authenticate_header(err: CalculetError) -> dict[str, str]:
+    """`WWW-Authenticate: Bearer` for an UNAUTHENTICATED error (RFC 9110: a 401 names its scheme)."""
+    return {"WWW-Authenticate": "Bearer"} if err.kind is ErrorKind.UNAUTHENTICATED else {}
+
+
 def error_response(err: CalculetError) -> Response:
-    """The HTTP response for `err` (JSON body, status, Retry-After when overloaded)."""
+    """The HTTP response for `err` (JSON body, status, Retry-After when overloaded,
+    WWW-Authenticate when unauthenticated)."""
     return Response(
         orjson.dumps(error_body(err)),
         status_code=http_status(err),
         media_type="application/json",
-        headers=retry_after_header(err),
+        headers=retry_after_header(err) | authenticate_header(err),
     )
 
 

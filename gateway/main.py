@@ -7,6 +7,11 @@ setting ends the process with one line on stderr and exit status 2. Under system
 `$NOTIFY_SOCKET`) it sends READY=1 once it listens and STOPPING=1 when a stop signal arrives.
 
     calculet-gateway --listen 127.0.0.1:8000 --daemon unix:run/board0.sock --daemon unix:run/board1.sock
+
+Access: `--api-key-file` makes every /v1/* request present `Authorization: Bearer <key>` (401
+otherwise); `--daemon-token-file` is the inference-plane token sent to every daemon;
+`--daemon-ca`, `--daemon-cert`/`--daemon-key` and `--daemon-server-name` give TLS (mutual TLS) to
+daemons dialled on `host:port` (Unix-socket daemons are dialled in plaintext).
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ import gc
 import logging
 import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from calculet.client import Transport, parse_target
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.server.sd_notify import Notifier
 from calculet.gateway.api.app import create_app
@@ -48,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int, help="submits per choice across boards, retries included (6)")
     p.add_argument("--failover-wait", type=float, help="mid-stream seconds to wait for a board to come back (15)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (INFO)")
+    p.add_argument(
+        "--api-key-file", metavar="FILE", help="API keys, one a line (# comments): /v1/* needs 'Bearer <key>'"
+    )
+    p.add_argument("--daemon-token-file", metavar="FILE", help="inference-plane token sent to every daemon")
+    p.add_argument("--daemon-ca", metavar="FILE", help="PEM CA of the daemons' certificates: TLS to host:port daemons")
+    p.add_argument("--daemon-cert", metavar="FILE", help="PEM client certificate for mutual TLS (with --daemon-key)")
+    p.add_argument("--daemon-key", metavar="FILE", help="PEM private key of --daemon-cert")
+    p.add_argument("--daemon-server-name", metavar="NAME", help="name to expect in the daemons' certificates")
     p.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="event loop (auto)")
     return p
 
@@ -63,6 +77,12 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "max-attempts",
         "failover-wait",
         "log-level",
+        "api-key-file",
+        "daemon-token-file",
+        "daemon-ca",
+        "daemon-cert",
+        "daemon-key",
+        "daemon-server-name",
     ):
         value = getattr(args, key.replace("-", "_"))
         if value is not None:
@@ -74,15 +94,28 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+def connection_factory(cfg: GatewayConfig) -> Callable[[str], ClientConnection]:
+    """Opens the connection to one daemon: the token for every daemon, TLS for `host:port` ones."""
+
+    def connect(target: str) -> ClientConnection:
+        tcp = parse_target(target).transport is Transport.TCP
+        return ClientConnection(
+            target,
+            load_interval_ms=cfg.load_interval_ms,
+            token=cfg.daemon_token,
+            tls=cfg.daemon_tls if tcp else None,
+        )
+
+    return connect
+
+
 def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
     """The app's service context: the fleet is built and closed inside the server's loop."""
 
     async def make_service() -> AsyncIterator[GatewayService]:
         resolver = HostsFileResolver(Path(cfg.dns_hosts_file)) if cfg.dns_hosts_file else None
         discovery = Discovery(cfg.daemons, cfg.dns, resolver)
-        fleet = Fleet(
-            discovery, lambda t: ClientConnection(t, load_interval_ms=cfg.load_interval_ms), cfg.dns_interval_s
-        )
+        fleet = Fleet(discovery, connection_factory(cfg), cfg.dns_interval_s)
         await fleet.start()
         gc.freeze()  # start-up objects out of the collector's way (DESIGN.md section 9: GC pauses)
         try:
@@ -94,7 +127,7 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
 
 
 def uvicorn_config(cfg: GatewayConfig, loop: str = "auto") -> uvicorn.Config:
-    app = create_app(service_factory(cfg))
+    app = create_app(service_factory(cfg), api_keys=cfg.api_keys)
     where: dict[str, Any]
     if cfg.listen.startswith("unix:"):
         where = {"uds": cfg.listen.removeprefix("unix:")}
@@ -147,6 +180,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("gateway on %s; daemons %s; dns %s", cfg.listen, list(cfg.daemons), list(cfg.dns))
+    log.info(
+        "access: API keys %s; daemon token %s; daemon TLS %s",
+        f"required ({len(cfg.api_keys)} from {cfg.api_key_file})" if cfg.api_keys else "off (the API is open)",
+        f"from {cfg.daemon_token_file}" if cfg.daemon_token else "none",
+        "mutual" if cfg.daemon_tls and cfg.daemon_tls.cert_file else "on" if cfg.daemon_tls else "off",
+    )
     notifier = Notifier.from_environ()
     try:
         NotifyingServer(config, notifier).run()

@@ -33,6 +33,7 @@ from grpc_reflection.v1alpha import reflection
 
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.server.access import BearerAuth, ServerSecurity
 from calculet.daemon.server.checks import REFERENCE_CONTEXT, request_bytes
 from calculet.daemon.server.errors import StrictDecoding
 from calculet.daemon.server.ownership import (
@@ -100,8 +101,12 @@ async def serve(
     announce: bool = True,
     notifier: Notifier | None = None,
     reload: Callable[[], None] | None = None,
+    security: ServerSecurity | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or `core` is closed by the caller).
+
+    `security`: bearer tokens per access plane, TLS for TCP (plain TCP only with `insecure`), the
+    Unix socket's mode (default: open planes, TLS required on TCP, socket 0660).
 
     `notifier` tells systemd (see the module docstring; None: nobody). `reload` (blocking, run in a
     worker thread) is what SIGHUP does; without it SIGHUP keeps its default action.
@@ -127,7 +132,12 @@ async def serve(
         ("grpc.max_send_message_length", MAX_SEND_BYTES),
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.aio.server(options=options, interceptors=[StrictDecoding()])
+    security = security or ServerSecurity()
+    interceptors: list[grpc.aio.ServerInterceptor] = [StrictDecoding()]
+    if security.policy.enabled:
+        interceptors.insert(0, BearerAuth(security.policy))  # refuse before anything is parsed
+    credentials = security.tcp_credentials(target) if sock is None else None
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     health_servicer = health_aio.HealthServicer()
     servicer = DaemonServicer(core, health_servicer)
     daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, server)
@@ -136,7 +146,10 @@ async def serve(
 
     def bind(address: str) -> None:
         try:
-            server.add_insecure_port(address)
+            if credentials is not None:
+                server.add_secure_port(address, credentials)
+            else:
+                server.add_insecure_port(address)
         except RuntimeError:  # grpc's only report of a failed bind
             raise InvalidArgument(
                 f"listen: cannot bind {target} (address in use, not resolvable or not permitted)"
@@ -146,9 +159,11 @@ async def serve(
     if sock is not None:
         with directory_lock(sock.parent):
             identity = bind_unix(sock, lambda private: bind(f"unix:{private}"))
+            sock.chmod(security.socket_mode)  # owner and group only: the socket is the access boundary
     else:
         bind(target)
-        log.warning("listening on TCP %s without TLS: use a Unix socket outside trusted networks", target)
+        if credentials is None:
+            log.warning("listening on TCP %s without TLS (--insecure): use it on trusted networks only", target)
     try:
         notices = notifier or Notifier(None)
         await _run(core, server, servicer, target, grace_s, max_message_bytes, ready, announce, notices, reload)

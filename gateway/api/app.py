@@ -2,7 +2,9 @@
 
 Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`, `GET /health`
 (the process answers), `GET /ready` (some board can serve: 200, else 503), `GET /metrics` (a
-minimal Prometheus text until the observability issue). Bodies are read raw and validated by
+minimal Prometheus text until the observability issue). With API keys (`--api-key-file`), every
+path but /health, /ready and /metrics needs `Authorization: Bearer <key>` (`auth.ApiKeyAuth`,
+answering 401 before any route runs). Bodies are read raw and validated by
 `schemas.parse_body` (strict types, unknown fields ignored); every `CalculetError` becomes its
 HTTP status through `errors.error_response`, the only place that decides statuses; any other
 exception is logged and answered 500 without details.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,6 +28,7 @@ from starlette.responses import Response, StreamingResponse
 
 from calculet.daemon.errors import CalculetError, ErrorKind
 from calculet.gateway.api import formats, streaming
+from calculet.gateway.api.auth import ApiKeyAuth
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
 from calculet.gateway.errors import error_response, internal_error_response
 from calculet.gateway.fleet.board import BoardState
@@ -69,8 +72,9 @@ async def respond(
     )
 
 
-def create_app(make_service: Callable[[], AsyncIterator[GatewayService]]) -> FastAPI:
-    """The app. `make_service` is an async context (generator) yielding the running service."""
+def create_app(make_service: Callable[[], AsyncIterator[GatewayService]], *, api_keys: Sequence[bytes] = ()) -> FastAPI:
+    """The app. `make_service` is an async context (generator) yielding the running service;
+    `api_keys`: the keys /v1/* requests must present (none: the API is open)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -79,6 +83,8 @@ def create_app(make_service: Callable[[], AsyncIterator[GatewayService]]) -> Fas
             yield
 
     app = FastAPI(title="Calculet gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    if api_keys:
+        app.add_middleware(ApiKeyAuth, keys=tuple(api_keys))
 
     @app.exception_handler(CalculetError)
     async def calculet_error(_: Request, err: CalculetError) -> Response:

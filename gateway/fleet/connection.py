@@ -8,6 +8,12 @@ failover logic with fakes implementing the same ABC, and `ClientConnection` adap
 
 Failover needs broken streams to surface at once: the adapter's client re-attaches a broken Wait
 stream zero times (`max_reattach=0`) and the gateway resubmits elsewhere with resume_tokens.
+
+Access planes: the adapter sends the gateway's inference-plane token (if any) on every call, and
+dials with TLS when given one. A daemon that refuses those credentials (UNAUTHENTICATED,
+PERMISSION_DENIED) on Submit or GetModel is a misconfigured board, not the HTTP client's fault: the
+adapter reports it as UNAVAILABLE, so the request tries another board and, failing all, gets a
+503 rather than a 401/403 that would blame the caller's API key.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from calculet.client import AsyncDaemonClient, AsyncGeneration, SamplingParams
+from calculet.client import AsyncDaemonClient, AsyncGeneration, SamplingParams, TlsConfig
 from calculet.client.types import FinalEvent, LoadReport, ModelInfo, ServingStatus, TokenChunk
+from calculet.daemon.errors import CalculetError, ErrorKind, Unavailable
 
 # How long a single call (Submit, GetModel, Cancel) may take before the board counts as unreachable.
 CALL_TIMEOUT_S = 10.0
+_CREDENTIAL_KINDS = frozenset({ErrorKind.UNAUTHENTICATED, ErrorKind.PERMISSION_DENIED})
 
 
 @dataclass(frozen=True)
@@ -131,29 +139,51 @@ class ClientConnection(DaemonConnection):
     Args:
         target: the daemon's address (`unix:PATH` or `host:port`).
         load_interval_ms: WatchLoad period (reports also come at once on state changes).
+        token: bearer token sent on every call (the gateway's inference-plane token), or None.
+        tls: TLS to the daemon (its files are read now), or None for plaintext.
+
+    Raises:
+        InvalidArgument: a bad target, token or TLS file.
     """
 
-    def __init__(self, target: str, *, load_interval_ms: int = 1000) -> None:
+    def __init__(
+        self, target: str, *, load_interval_ms: int = 1000, token: str | None = None, tls: TlsConfig | None = None
+    ) -> None:
         self.target = target
-        self._client = AsyncDaemonClient(target, timeout=CALL_TIMEOUT_S, max_reattach=0)
+        self._client = AsyncDaemonClient(target, timeout=CALL_TIMEOUT_S, max_reattach=0, token=token, tls=tls)
         self._interval_ms = load_interval_ms
 
     async def start(self, job: ChoiceSubmit, resume_tokens: Sequence[int]) -> DaemonStream:
-        gen = await self._client.generate(
-            job.model,
-            job.prompt_tokens,
-            max_tokens=job.max_tokens,
-            sampling=job.sampling,
-            stop_token_ids=job.stop_token_ids,
-            ignore_eos=job.ignore_eos,
-            priority=job.priority,
-            resume_tokens=tuple(resume_tokens),
-            session_id=job.session_id,
-        )
+        try:
+            gen = await self._client.generate(
+                job.model,
+                job.prompt_tokens,
+                max_tokens=job.max_tokens,
+                sampling=job.sampling,
+                stop_token_ids=job.stop_token_ids,
+                ignore_eos=job.ignore_eos,
+                priority=job.priority,
+                resume_tokens=tuple(resume_tokens),
+                session_id=job.session_id,
+            )
+        except CalculetError as err:
+            raise self._board_refusal(err) from err
         return ClientStream(gen)
 
     async def get_model(self, alias: str) -> ModelInfo:
-        return await self._client.get_model(alias)
+        try:
+            return await self._client.get_model(alias)
+        except CalculetError as err:
+            raise self._board_refusal(err) from err
+
+    def _board_refusal(self, err: CalculetError) -> CalculetError:
+        """`err`, or Unavailable when the daemon refused the gateway's own credentials."""
+        if err.kind not in _CREDENTIAL_KINDS:
+            return err
+        return Unavailable(
+            f"daemon {self.target} refused the gateway's credentials ({err}); "
+            "check --daemon-token-file (an inference-plane token of that daemon)"
+        )
 
     def watch_load(self) -> AsyncIterator[LoadReport]:
         return self._client.watch_load(self._interval_ms)

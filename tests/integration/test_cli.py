@@ -120,7 +120,7 @@ def test_a_listen_address_that_cannot_be_bound_exits_with_one_line(tmp_path: Pat
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         host, port = taken.getsockname()
-        proc = _run(tmp_path, models_root, listen=f"{host}:{port}")
+        proc = _run(tmp_path, models_root, "--insecure", listen=f"{host}:{port}")
     _one_clear_line(proc, "listen", str(port))
     assert proc.returncode == 2
 

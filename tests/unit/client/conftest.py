@@ -1,10 +1,13 @@
-"""Fixtures: a `FakeDaemon` served by a real in-process gRPC server on a Unix socket in tmp_path."""
+"""Fixtures: a `FakeDaemon` served by a real in-process gRPC server on a Unix socket in tmp_path
+(or on TCP with TLS), and a server interceptor recording the metadata of every call."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -23,12 +26,50 @@ def fake() -> FakeDaemon:
 def start_server(fake: FakeDaemon, sock: Path) -> grpc.Server:
     """Serve `fake` and its grpc.health.v1 servicer on the Unix socket `sock` (gRPC replaces a
     stale socket file)."""
-    server = grpc.server(ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-daemon"))
+    return serve(fake, f"unix://{sock}")[0]
+
+
+def serve(
+    fake: FakeDaemon,
+    address: str,
+    *,
+    credentials: grpc.ServerCredentials | None = None,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
+) -> tuple[grpc.Server, int]:
+    """Serve `fake` and its health servicer on `address` (TLS with `credentials`); the server and
+    the bound port (for `127.0.0.1:0`)."""
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-daemon"), interceptors=list(interceptors)
+    )
     daemon_pb2_grpc.add_DaemonServicer_to_server(fake, server)
     health_pb2_grpc.add_HealthServicer_to_server(fake.health, server)
-    server.add_insecure_port(f"unix://{sock}")
+    port = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
     server.start()
-    return server
+    return server, port
+
+
+class MetadataRecorder(grpc.ServerInterceptor):
+    """Records (full method name, `authorization` metadata or None) of every call the server gets,
+    health and Daemon alike, before its handler runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: list[tuple[str, str | None]] = []
+
+    def intercept_service(self, continuation: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        value = dict(handler_call_details.invocation_metadata or ()).get("authorization")
+        with self._lock:
+            self._calls.append((handler_call_details.method, value if isinstance(value, str) else None))
+        return continuation(handler_call_details)
+
+    @property
+    def calls(self) -> list[tuple[str, str | None]]:
+        with self._lock:
+            return list(self._calls)
+
+    def methods(self) -> list[str]:
+        """The short method names called, in order (`Submit`, `Check`, ...)."""
+        return [method.rsplit("/", 1)[-1] for method, _ in self.calls]
 
 
 @pytest.fixture
