@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, help="PEM key of --tls-cert")
     p.add_argument("--tls-client-ca", type=Path, help="PEM CA: clients must present a certificate it signed (mTLS)")
     p.add_argument(
+        "--health-listen",
+        help="HOST:PORT of a plaintext listener serving only grpc.health.v1, for probes that cannot use TLS",
+    )
+    p.add_argument(
         "--insecure", action="store_true", default=None, help="allow plain TCP without TLS (trusted networks only)"
     )
     for plane in ("inference", "observe", "operate"):
@@ -152,7 +156,7 @@ FLAG_SETTINGS = (
     "max_inflight", "job_timeout", "drain_timeout", "queue_depth", "admission_timeout", "decode_jobs_per_model",
     "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds", "runtime_dir",
     "device_profile", "reset_limit", "reset_window", "tls_cert", "tls_key", "tls_client_ca", "insecure",
-    "token_file_inference", "token_file_observe", "token_file_operate",
+    "token_file_inference", "token_file_observe", "token_file_operate", "health_listen",
 )  # fmt: skip
 TABLE_SETTINGS = ("models", "device_options")
 # Settings that are shorthands for one device option each: setting -> option.
@@ -438,17 +442,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         listen = _text(settings, "listen", f"unix:run/board{config.board}.sock")
         max_message_bytes = _int(settings, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES, 1)
         security = security_from(settings, listen)
+        health_listen = _text(settings, "health_listen", "") if settings.get("health_listen") is not None else None
         # Before the device is opened; held until the process ends (the kernel drops it if it dies).
         board_lock = BoardLock.acquire(runtime_dir(settings), config.board)
     except CalculetError as exc:
         return _fail(exc)
     with board_lock:
         log.info("board %d: lock %s held by pid %d", config.board, board_lock.path, os.getpid())
-        return _serve_board(config, listen, max_message_bytes, args, security)
+        return _serve_board(config, listen, max_message_bytes, args, security, health_listen)
 
 
 def _serve_board(
-    config: DaemonConfig, listen: str, max_message_bytes: int, args: argparse.Namespace, security: ServerSecurity
+    config: DaemonConfig,
+    listen: str,
+    max_message_bytes: int,
+    args: argparse.Namespace,
+    security: ServerSecurity,
+    health_listen: str | None = None,
 ) -> int:
     try:
         check_listen(listen)  # a live socket: refuse before opening the device and loading models
@@ -476,6 +486,7 @@ def _serve_board(
             serve(
                 core, listen, max_message_bytes=max_message_bytes, grace_s=config.drain_timeout_s,
                 notifier=notifier, reload=lambda: reload_config(args, core), security=security,
+                health_listen=health_listen,
             )
         )  # fmt: skip
     except CalculetError as exc:

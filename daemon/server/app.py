@@ -102,8 +102,12 @@ async def serve(
     notifier: Notifier | None = None,
     reload: Callable[[], None] | None = None,
     security: ServerSecurity | None = None,
+    health_listen: str | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or `core` is closed by the caller).
+
+    `health_listen` (HOST:PORT): a second, plaintext listener serving only grpc.health.v1, for
+    probes that cannot speak TLS (Kubernetes' gRPC probes).
 
     `security`: bearer tokens per access plane, TLS for TCP (plain TCP only with `insecure`), the
     Unix socket's mode (default: open planes, TLS required on TCP, socket 0660).
@@ -142,6 +146,7 @@ async def serve(
     servicer = DaemonServicer(core, health_servicer)
     daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    probes = _probe_server(health_servicer, health_listen) if health_listen else None
     reflection.enable_server_reflection([SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
 
     def bind(address: str) -> None:
@@ -165,12 +170,31 @@ async def serve(
         if credentials is None:
             log.warning("listening on TCP %s without TLS (--insecure): use it on trusted networks only", target)
     try:
+        if probes is not None:
+            await probes.start()
         notices = notifier or Notifier(None)
         await _run(core, server, servicer, target, grace_s, max_message_bytes, ready, announce, notices, reload)
     finally:
+        if probes is not None:
+            await probes.stop(grace=None)
         if sock is not None and identity is not None:
             with directory_lock(sock.parent):
                 remove_own_socket(sock, identity)
+
+
+def _probe_server(health_servicer: health_aio.HealthServicer, listen: str) -> grpc.aio.Server:
+    """A plaintext server with grpc.health.v1 only (the same statuses as the main listener).
+
+    Raises:
+        InvalidArgument: the address cannot be bound.
+    """
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        server.add_insecure_port(listen)
+    except RuntimeError:
+        raise InvalidArgument(f"health_listen: cannot bind {listen}") from None
+    return server
 
 
 async def _run(

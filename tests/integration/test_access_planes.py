@@ -3,6 +3,7 @@ in one interceptor; the Unix socket is owner and group only (0660)."""
 
 from __future__ import annotations
 
+import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -95,3 +96,21 @@ def test_tcp_without_tls_is_refused_at_start(tmp_path: Path) -> None:
     refused = DaemonProcess(tmp_path, tmp_path, ["--model", "tiny=tiny"], "127.0.0.1:0")
     assert refused.proc.wait(CALL_S) == 2
     assert "needs TLS" in refused.log()
+
+
+def test_a_plaintext_health_listener_serves_only_grpc_health(
+    start_daemon: Callable[..., DaemonProcess], tmp_path: Path
+) -> None:
+    """Kubernetes' gRPC probes cannot speak TLS or send tokens: --health-listen answers grpc.health.v1
+    in plaintext and nothing else."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = tmp_path / "operate.tokens"
+    token.write_text("secret\n", encoding="utf-8")
+    start_daemon("--model", "tiny=tiny", "--token-file-operate", str(token), "--health-listen", f"127.0.0.1:{port}")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=CALL_S)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        stub = daemon_pb2_grpc.DaemonStub(channel)
+        assert _code(lambda: stub.Status(observe_pb2.StatusRequest(), timeout=CALL_S)) is grpc.StatusCode.UNIMPLEMENTED
