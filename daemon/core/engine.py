@@ -8,11 +8,11 @@ State and its owner (all private; other modules call methods that return copies 
     waiting/ready sets, lane use    `Scheduler` (+ each generation's `KVManager`)   engine lock
     device jobs, banks, limit       `Executor`          engine lock (its `submit` runs without it)
     counters, admitting, halt,      the engine          engine lock
-    reset budget and gate
+    reset budget, gate, audit trail
 
-The lock is `_cond`'s. It is held only for bookkeeping: no device call runs under it, so Health,
-Status and Submit never wait behind the device. The exceptions are queries that cannot block
-(`Submission.status` in a reset's accounting is taken outside it too).
+The lock is `_cond`'s. It is held only for bookkeeping: no device call runs under it (submits, lane
+opens and closes, resets, status queries and buffer-pool rebuilds all run outside it), so Health,
+Status and Submit never wait behind the device.
 
 Threads:
 - callers (gRPC handlers, the ModelManager) call the public methods; each takes the lock briefly;
