@@ -208,8 +208,11 @@ def test_dns_names_add_and_remove_boards(
     # A name with several addresses on one port, like a Kubernetes headless service; the names
     # come from a hosts-format file the test rewrites, re-read every 0.2 s.
     port = _free_port("127.0.0.2", "127.0.0.3")
-    a = start_daemon("--model", "tiny=tiny", "--time-scale", "5", listen=f"127.0.0.2:{port}")
-    b = start_daemon("--board", "1", "--model", "tiny=tiny", "--time-scale", "5", listen=f"127.0.0.3:{port}")
+    # Plain TCP on loopback: --insecure says so explicitly (the daemon refuses TCP without TLS otherwise).
+    a = start_daemon("--model", "tiny=tiny", "--time-scale", "5", "--insecure", listen=f"127.0.0.2:{port}")
+    b = start_daemon(
+        "--board", "1", "--model", "tiny=tiny", "--time-scale", "5", "--insecure", listen=f"127.0.0.3:{port}"
+    )  # fmt: skip
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.2 boards.test\n")
     gateway = start_gateway("--dns", f"boards.test:{port}", "--dns-hosts-file", str(hosts), "--dns-interval", "0.2")

@@ -120,11 +120,14 @@ def test_a_mutated_manifest_gets_a_report_never_an_exception(package: tuple[Path
     report = _validate(root, json.dumps(doc))
     if report.ok:
         assert report.manifest is not None
-        for how, old, new in changes:
-            # A value of another JSON type (a string for a number, a list for a table) changes the
-            # meaning: a validator that says ok for it read something the writer never meant.
+        # A value of another JSON type (a string for a number, a list for a table) changes the meaning:
+        # a validator that says ok for it read something the writer never meant. Checked for a single
+        # change only: a later change may delete or replace the same key (or its parent) again, and an
+        # optional key that is gone is fine.
+        if len(changes) == 1:
+            how, old, new = changes[0]
             if how == "replace" and old is not None and new is not None:
-                assert _kind(old) == _kind(new), f"ok for {old!r} replaced by {new!r}: {changes}"
+                assert _kind(old) == _kind(new), f"ok for {old!r} replaced by {new!r}"
 
 
 @FUZZ
