@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 from calculet.client import DaemonClient
@@ -31,3 +32,13 @@ def assert_idle_soon(client: DaemonClient, timeout: float = 10.0) -> None:
     while (problems := idle_problems(client)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not problems, problems
+
+
+def one_clear_line(proc: subprocess.CompletedProcess[str], *words: str) -> str:
+    """A refused start: exactly one `calculet-daemon:` line on stderr, no traceback, naming `words`."""
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("calculet-daemon:")]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]

@@ -32,6 +32,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from calculet.daemon.main import EXIT_BOARD_BUSY, EXIT_OK, EXIT_SOCKET_IN_USE, EXIT_USAGE
 from calculet.daemon.server.ownership import BoardLock, SocketState, lock_path, probe_socket
 
+from .helpers import one_clear_line
+
 pytestmark = pytest.mark.integration
 
 EXIT_DEADLINE_S = 60.0
@@ -61,15 +63,6 @@ def _run(
         pytest.fail(f"{args} did not exit: the daemon started serving\n{exc.stderr!r}")
 
 
-def _one_clear_line(proc: subprocess.CompletedProcess[str], *words: str) -> str:
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("calculet-daemon:")]
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert len(lines) == 1, proc.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
-
-
 def _serving(target: str) -> bool:
     with grpc.insecure_channel(target) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=CALL_S)
@@ -91,11 +84,11 @@ def test_a_second_daemon_for_the_same_board_exits_busy_and_the_first_keeps_servi
 
     by_flag = _run(tmp_path, models_root, "--runtime-dir", str(runtime), listen=other)
     assert by_flag.returncode == EXIT_BOARD_BUSY, by_flag.stderr
-    _one_clear_line(by_flag, busy)
+    one_clear_line(by_flag, busy)
     # systemd's RuntimeDirectory= sets $RUNTIME_DIRECTORY: the same lock without the flag.
     by_env = _run(tmp_path, models_root, listen=other, env=_env(RUNTIME_DIRECTORY=str(runtime)))
     assert by_env.returncode == EXIT_BOARD_BUSY, by_env.stderr
-    _one_clear_line(by_env, busy)
+    one_clear_line(by_env, busy)
 
     assert not (tmp_path / "other.sock").exists()
     assert first.alive() and _serving(first.target)
@@ -112,7 +105,7 @@ def test_the_lock_defaults_to_run_in_the_working_directory(
     assert _holder(runtime, 0) == str(first.proc.pid)
     second = _run(first.workdir, models_root, listen=f"unix:{tmp_path / 'other.sock'}")
     assert second.returncode == EXIT_BOARD_BUSY
-    _one_clear_line(second, f"pid {first.proc.pid}")
+    one_clear_line(second, f"pid {first.proc.pid}")
     assert _serving(first.target)
 
 
@@ -124,7 +117,7 @@ def test_a_daemon_for_another_board_on_a_live_socket_exits_and_leaves_it(
     inode = first.socket.lstat().st_ino
     second = _run(tmp_path, models_root, "--board", "1", "--runtime-dir", str(runtime), listen=first.target)
     assert second.returncode == EXIT_SOCKET_IN_USE, second.stderr
-    _one_clear_line(second, str(first.socket), "in use")
+    one_clear_line(second, str(first.socket), "in use")
     assert first.socket.lstat().st_ino == inode
     assert first.alive() and _serving(first.target)
     BoardLock.acquire(runtime, 1).release()  # the refused daemon holds nothing
@@ -180,5 +173,5 @@ def test_a_refused_device_option_exits_2_with_one_line(
 ) -> None:
     proc = _run(tmp_path, models_root, "--runtime-dir", str(tmp_path / "rt"), *args, listen=f"unix:{tmp_path}/d.sock")
     assert proc.returncode == EXIT_USAGE, proc.stderr
-    _one_clear_line(proc, *words)
+    one_clear_line(proc, *words)
     assert not (tmp_path / "d.sock").exists()

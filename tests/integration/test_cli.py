@@ -19,6 +19,8 @@ import pytest
 
 from calculet.client import DaemonClient
 
+from .helpers import one_clear_line
+
 pytestmark = pytest.mark.integration
 
 EXIT_DEADLINE_S = 60.0
@@ -36,15 +38,6 @@ def _run(tmp_path: Path, models_root: Path, *args: str, listen: str | None = Non
         return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=EXIT_DEADLINE_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{args} did not exit: the daemon accepted it and started serving\n{exc.stderr!r}")
-
-
-def _one_clear_line(proc: subprocess.CompletedProcess[str], *words: str) -> str:
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("calculet-daemon:")]
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert len(lines) == 1, proc.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -76,7 +69,7 @@ def test_a_bad_flag_value_exits_2_with_one_line(
     tmp_path: Path, models_root: Path, args: list[str], names: list[str]
 ) -> None:
     proc = _run(tmp_path, models_root, *args)
-    _one_clear_line(proc, *names)
+    one_clear_line(proc, *names)
     assert proc.returncode == 2
 
 
@@ -111,7 +104,7 @@ def test_a_bad_config_file_exits_2_with_one_line(
     config = tmp_path / "daemon.toml"
     config.write_text(text)
     proc = _run(tmp_path, models_root, "--config", str(config))
-    _one_clear_line(proc, *names)
+    one_clear_line(proc, *names)
     assert proc.returncode == 2
 
 
@@ -121,7 +114,7 @@ def test_a_listen_address_that_cannot_be_bound_exits_with_one_line(tmp_path: Pat
         taken.listen()
         host, port = taken.getsockname()
         proc = _run(tmp_path, models_root, "--insecure", listen=f"{host}:{port}")
-    _one_clear_line(proc, "listen", str(port))
+    one_clear_line(proc, "listen", str(port))
     assert proc.returncode == 2
 
 

@@ -45,6 +45,8 @@ from calculet.daemon.sampling.params import SamplingParams
 from calculet.daemon.server.sd_notify import Notifier, watchdog_interval
 from calculet.ops.sim_packages.build import build_sim_package
 
+from .held_device import HeldSubmitDevice
+
 CALL_S = 20.0  # the longest any expected event may take (only a defect reaches it)
 BEAT_S = 0.05  # heartbeat interval of the wedge test
 QUIET_BEATS = 20  # intervals to watch a wedged engine for a beat that must not come
@@ -170,31 +172,6 @@ def test_the_watchdog_interval_is_half_of_watchdog_usec(environ: dict[str, str],
 # ---- the engine heartbeat ----------------------------------------------------------------------
 
 
-class WedgingDevice(CalsimDevice):
-    """calsim, except that once `hold()` is called, the next `submit` blocks until `let_go()`."""
-
-    def __init__(self) -> None:
-        super().__init__(0, parse_options({"time_scale": 0.0}))
-        self._armed = False
-        self.entered = threading.Event()
-        self._go = threading.Event()
-
-    def hold(self) -> None:
-        self._armed = True
-
-    def let_go(self) -> None:
-        self._go.set()
-
-    def submit(
-        self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO
-    ) -> CalsimSubmission:
-        if self._armed:
-            self._armed = False
-            self.entered.set()
-            assert self._go.wait(60.0), "the test never released the held submit"
-        return super().submit(model, job, engine_slot)
-
-
 class Beats:
     """A heartbeat listener that counts its calls; `wait_for(n)` waits until it was called n times."""
 
@@ -214,7 +191,7 @@ class Beats:
 
 def test_a_wedged_engine_thread_stops_the_heartbeat_and_a_released_one_resumes_it(tmp_path: Path) -> None:
     build_sim_package("tiny", tmp_path / "models" / "tiny")
-    device = WedgingDevice()
+    device = HeldSubmitDevice()
     core = DeviceCore(DaemonConfig(models_root=tmp_path / "models", models=(("tiny", "tiny"),)), device=device)
     core.start()
     beats = Beats()

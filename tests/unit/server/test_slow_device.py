@@ -9,55 +9,27 @@ wait for the release and fail with DEADLINE_EXCEEDED instead.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2
 
-from calculet.daemon.calsim.device import CalsimDevice
-from calculet.daemon.calsim.options import parse_options
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.device.api import ConfiguredModel, Submission
-from calculet.daemon.device.types import EngineSlot, JobSpec
 from calculet.ops.sim_packages.build import build_sim_package
 from calculet.v1 import common_pb2, inference_pb2, observe_pb2
 
+from .held_device import HeldSubmitDevice
 from .served_core import CALL_S, ServedCore
 
-HELD_S = 60.0  # the longest the device holds a submit: far beyond every call's deadline below
 ANSWER_S = 10.0  # deadline of the calls that must answer while the submit is held
 
 
-class SlowSubmitDevice(CalsimDevice):
-    """calsim, except that once `hold()` is called, the next `submit` blocks until `let_go()`."""
-
-    def __init__(self) -> None:
-        super().__init__(0, parse_options({"time_scale": 0.0}))
-        self._armed = False
-        self.entered = threading.Event()
-        self._go = threading.Event()
-
-    def hold(self) -> None:
-        self._armed = True
-
-    def let_go(self) -> None:
-        self._go.set()
-
-    def submit(self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO) -> Submission:
-        if self._armed:
-            self._armed = False
-            self.entered.set()
-            assert self._go.wait(HELD_S), "the test never released the held submit"
-        return super().submit(model, job, engine_slot)
-
-
 @pytest.fixture
-def board(tmp_path: Path) -> Iterator[tuple[ServedCore, SlowSubmitDevice]]:
+def board(tmp_path: Path) -> Iterator[tuple[ServedCore, HeldSubmitDevice]]:
     build_sim_package("tiny", tmp_path / "models" / "tiny")
-    device = SlowSubmitDevice()
+    device = HeldSubmitDevice()
     core = DeviceCore(DaemonConfig(models_root=tmp_path / "models", models=(("tiny", "tiny"),)), device=device)
     core.start()
     served = ServedCore(core, tmp_path / "d.sock")
@@ -83,7 +55,7 @@ def _tokens(served: ServedCore, job_id: str) -> list[int]:
     return [t for e in events for t in e.tokens.tokens]
 
 
-def test_a_slow_device_submit_delays_no_other_rpc(board: tuple[ServedCore, SlowSubmitDevice]) -> None:
+def test_a_slow_device_submit_delays_no_other_rpc(board: tuple[ServedCore, HeldSubmitDevice]) -> None:
     served, device = board
     reference = _tokens(served, _submit(served, [5, 6, 7]))  # undisturbed, before the hold
 
@@ -104,7 +76,7 @@ def test_a_slow_device_submit_delays_no_other_rpc(board: tuple[ServedCore, SlowS
     third = _submit(served, [8, 9])
     cancel = served.stub.Cancel(inference_pb2.CancelRequest(job_id=third), timeout=ANSWER_S)
     assert not cancel.already_finished
-    assert not device._go.is_set(), "every call above answered while the submit was still held"
+    assert not device.released.is_set(), "every call above answered while the submit was still held"
 
     device.let_go()
     assert _tokens(served, first) == reference, "the held job's tokens are those of an undisturbed run"
