@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RUN_DIR ?= run
 
-.PHONY: run test lint unit integration protos clean install-units
+.PHONY: run test lint unit integration soak protos clean install-units
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,6 +24,11 @@ unit: $(STAMP)
 
 integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration
+
+# The fault soak at full size (issue 10): 300 requests at concurrency 16 (`make test` runs 48).
+SOAK_REQUESTS ?= 300
+soak: $(STAMP)
+	CALCULET_SOAK_REQUESTS=$(SOAK_REQUESTS) $(PY) -m pytest -q -s -m soak tests/integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
