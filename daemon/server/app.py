@@ -1,8 +1,9 @@
 """Assemble and run the gRPC server: Daemon service, grpc.health.v1, reflection, listen target.
 
 `serve` owns the asyncio side of the process: it starts the server on a Unix socket or TCP
-address, publishes health, waits for a stop signal, then drains gracefully: admission stops
-(health NOT_SERVING), running jobs get `grace_s` to finish, every job still unfinished then ends with
+address, publishes health (readiness; liveness from the engine heartbeat: `liveness.py`), waits for
+a stop signal, then drains gracefully: admission stops (readiness NOT_SERVING, liveness stays
+SERVING), running jobs get `grace_s` to finish, every job still unfinished then ends with
 an in-band Final ERROR / UNAVAILABLE (a gateway resumes it on another board with resume_tokens),
 the server stops once the Wait streams have sent those, and the core closes without waiting for a
 device job that hangs. Under systemd (`sd_notify`) it sends READY=1 once it listens, STATUS= lines as
@@ -107,7 +108,8 @@ async def serve(
     """Run until SIGTERM/SIGINT (or `core` is closed by the caller).
 
     `health_listen` (HOST:PORT): a second, plaintext listener serving only grpc.health.v1, for
-    probes that cannot speak TLS (Kubernetes' gRPC probes).
+    probes that cannot speak TLS (Kubernetes' gRPC probes): readiness (`""`, per alias) and liveness
+    (`calculet.liveness`), both published by the servicer on the one health servicer.
 
     `security`: bearer tokens per access plane, TLS for TCP (plain TCP only with `insecure`), the
     Unix socket's mode (default: open planes, TLS required on TCP, socket 0660).
@@ -183,7 +185,8 @@ async def serve(
 
 
 def _probe_server(health_servicer: health_aio.HealthServicer, listen: str) -> grpc.aio.Server:
-    """A plaintext server with grpc.health.v1 only (the same statuses as the main listener).
+    """A plaintext server with grpc.health.v1 only (the same statuses as the main listener, liveness
+    included).
 
     Raises:
         InvalidArgument: the address cannot be bound.

@@ -8,14 +8,17 @@ starve it (smaller ones cost less than the thread hop and stay inline). Blocking
 (load, unload, drain, reset, GetModel's file reads) run in the default thread pool. Wait streams
 follow a job's event log through a listener that wakes the loop with `call_soon_threadsafe`;
 WatchLoad streams sleep until their interval or a board-state change (`changes.StateChanges`, fed by
-`sync_health`); nothing polls. Request checks that only the wire defines (drain windows, WatchLoad
-interval, Reset fields, job id lengths: `checks.py`; the Wait index here) come before any core call,
-so a refused request changes nothing.
+`sync_health`); nothing polls. `sync_health` publishes readiness (`""`, `SERVICE_NAME`, each alias)
+and liveness (`liveness.LIVENESS_SERVICE`: the engine heartbeat, checked again by a loop timer set
+for the moment the last beat would grow too old). Request checks that only the wire defines (drain
+windows, WatchLoad interval, Reset fields, job id lengths: `checks.py`; the Wait index here) come
+before any core call, so a refused request changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -33,6 +36,7 @@ from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, prevalidate
+from calculet.daemon.core.status import HealthView
 from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.daemon.server.changes import StateChanges, signature
 from calculet.daemon.server.checks import (
@@ -45,6 +49,7 @@ from calculet.daemon.server.checks import (
     watch_interval_s,
 )
 from calculet.daemon.server.errors import map_errors
+from calculet.daemon.server.liveness import LIVENESS_SERVICE, EngineBeats, LivenessPolicy, needs_restart
 from calculet.daemon.wire import check_submit_sizes, event_to_pb, request_from_pb
 from calculet.daemon.wire_views import (
     fault_from_pb,
@@ -60,6 +65,7 @@ from calculet.v1 import daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "calculet.v1.Daemon"
+RESERVED_SERVICES = frozenset({"", SERVICE_NAME, LIVENESS_SERVICE})  # never published as model aliases
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 _SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -88,12 +94,15 @@ def _counts_refusals(submit: F) -> F:
 class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     """Thin translation layer; every RPC maps to one `DeviceCore` method."""
 
-    def __init__(self, core: DeviceCore, health_servicer: health_aio.HealthServicer) -> None:
+    def __init__(
+        self, core: DeviceCore, health_servicer: health_aio.HealthServicer, liveness: LivenessPolicy | None = None
+    ) -> None:
         self.core = core
         self.health = health_servicer
         self.changes = StateChanges()
         self._background: set[asyncio.Task[None]] = set()  # sync_health after loads whose caller left
         self._published: set[str] = set()  # aliases sync_health last published on grpc.health.v1
+        self._clashing: set[str] = set()  # aliases spelled like RESERVED_SERVICES (never published)
         self._sync_lock = asyncio.Lock()
         # Owned here, shut down by `close`: Submit's conversion and core call.
         self._submit_pool = ThreadPoolExecutor(SUBMIT_WORKERS, thread_name_prefix="calculet-submit")
@@ -104,32 +113,78 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             loop.call_soon_threadsafe(self._sync_in_background)
 
         core.on_health_change(board_changed)
+        self._start_liveness(loop, liveness or LivenessPolicy.for_job_timeout(core.config.job_timeout_s))
+
+    def _start_liveness(self, loop: asyncio.AbstractEventLoop, policy: LivenessPolicy) -> None:
+        """Follow the engine heartbeat for `LIVENESS_SERVICE` (see `liveness.py`): the first beat after
+        a silence wakes the loop; `_arm_liveness` sets the timer for the next possible silence."""
+        self._beats = EngineBeats(policy.timeout_s)
+        self._liveness_timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+        def engine_beat() -> None:  # on the engine thread, under its lock: never blocks
+            if self._beats.beat() and not self._closed:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: the process is exiting
+                    loop.call_soon_threadsafe(self._sync_in_background)
+
+        self.core.on_heartbeat(engine_beat, policy.beat_s)
+
+    def _arm_liveness(self) -> None:
+        """Sync again when the last engine beat grows too old (no timer while it already is: the
+        next beat wakes the loop)."""
+        if self._liveness_timer is not None:
+            self._liveness_timer.cancel()
+            self._liveness_timer = None
+        left = self._beats.expires_in()
+        if left > 0 and not self._closed:
+            self._liveness_timer = asyncio.get_running_loop().call_later(left, self._sync_in_background)
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     def close(self) -> None:
-        """Stop Submit's worker threads (after the server stopped; a running conversion finishes)."""
+        """Stop Submit's worker threads (after the server stopped; a running conversion finishes) and
+        the liveness timer."""
+        self._closed = True
+        if self._liveness_timer is not None:
+            self._liveness_timer.cancel()
         self._submit_pool.shutdown(wait=False, cancel_futures=True)
 
     async def sync_health(self) -> None:
-        """Publish overall and per-alias status on grpc.health.v1; wake WatchLoad streams on a change.
+        """Publish readiness (overall and per alias) and liveness on grpc.health.v1; wake WatchLoad
+        streams on a change.
 
-        An alias that was published before and is gone now (unloaded) reads NOT_SERVING. Serialised,
-        so an older view never overwrites a newer one.
+        An alias that was published before and is gone now (unloaded) reads NOT_SERVING. An alias
+        spelled like one of the board's own service names is not published (it would overwrite it).
+        Liveness (`LIVENESS_SERVICE`) reads SERVING unless the engine thread is silent too long or
+        the board needs a restart (`liveness.py`). Serialised, so an older view never overwrites a
+        newer one.
         """
         async with self._sync_lock:
             view = self.core.health()
             self.changes.observe(signature(view))
+            alive = self._beats.expires_in() > 0 and not needs_restart(self.core, view)
+            await self.health.set(LIVENESS_SERVICE, _SERVING if alive else _NOT_SERVING)
+            self._arm_liveness()
             overall = _SERVING if view.serving else _NOT_SERVING
             await self.health.set("", overall)
             await self.health.set(SERVICE_NAME, overall)
-            current = {m.alias for m in view.models}
+            current = self._aliases_to_publish(view)
             for m in view.models:
-                await self.health.set(m.alias, _SERVING if view.serving and m.state.serving else _NOT_SERVING)
+                if m.alias in current:
+                    await self.health.set(m.alias, _SERVING if view.serving and m.state.serving else _NOT_SERVING)
             for alias in self._published - current:
                 await self.health.set(alias, _NOT_SERVING)
             self._published = current
+
+    def _aliases_to_publish(self, view: HealthView) -> set[str]:
+        """The view's aliases but those spelled like a service name of the board (warned once each)."""
+        aliases = {m.alias for m in view.models}
+        clashing = aliases & RESERVED_SERVICES
+        for alias in sorted(clashing - self._clashing):
+            log.warning("model alias %r is also a grpc.health.v1 service name of the board: not published", alias)
+        self._clashing = clashing
+        return aliases - clashing
 
     # ---- inference plane ----------------------------------------------------------------
 
@@ -347,4 +402,4 @@ def _checked_request(request: inference_pb2.SubmitRequest, limits: ModelLimits |
     return prevalidate(req, limits) if limits is not None else req
 
 
-__all__ = ["SERVICE_NAME", "CalculetError", "DaemonServicer"]
+__all__ = ["LIVENESS_SERVICE", "SERVICE_NAME", "CalculetError", "DaemonServicer"]

@@ -112,5 +112,7 @@ def test_a_plaintext_health_listener_serves_only_grpc_health(
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=CALL_S)
         assert health.status == health_pb2.HealthCheckResponse.SERVING
+        live = health_pb2.HealthCheckRequest(service="calculet.liveness")  # the livenessProbe's service
+        assert health_pb2_grpc.HealthStub(channel).Check(live, timeout=CALL_S).status == health.status
         stub = daemon_pb2_grpc.DaemonStub(channel)
         assert _code(lambda: stub.Status(observe_pb2.StatusRequest(), timeout=CALL_S)) is grpc.StatusCode.UNIMPLEMENTED

@@ -1,11 +1,12 @@
 """deploy/kubernetes: every manifest validates offline against the Kubernetes API schemas
 (kubernetes-validate, strict: unknown fields refused) of the oldest and the newest version the
 manifests support, and the pieces hold together: each daemon container's flags parse with the
-daemon's own parser and config reader, its probes are gRPC on its own health port, it mounts its
-runtime directory, device, models and TLS files; the gateway's `--dns` names are the headless
-Service's name and ports; pods outlast their preStop sleep plus the drain; the PDB selects the
-gateway. Last, the gateway's discovery turns one headless name given once per board port into one
-board per pod address and port, as it would in a cluster (a hosts file stands in for DNS).
+daemon's own parser and config reader, its probes are gRPC on its own health port (startup and
+readiness on the board's service "", liveness on `calculet.liveness`), it mounts its runtime
+directory, device, models and TLS files; the gateway's `--dns` names are the headless Service's name
+and ports; pods outlast their preStop sleep plus the drain; the PDB selects the gateway. Last, the
+gateway's discovery turns one headless name given once per board port into one board per pod
+address and port, as it would in a cluster (a hosts file stands in for DNS).
 
 No kustomize binary here: `manifests()` reads the kustomization's resources and builds its
 ConfigMap generator's output itself (namespace set, no hash suffix).
@@ -25,6 +26,7 @@ import pytest
 import yaml
 
 from calculet.daemon import main as daemon_main
+from calculet.daemon.server.liveness import LIVENESS_SERVICE
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import config_from as gateway_config_from
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver, split_host_port
@@ -196,16 +198,17 @@ def test_daemon_probes_are_grpc_on_the_containers_own_health_port() -> None:
         (listen,) = flag_values(container["args"], "--listen")["--listen"]
         ports = {p["containerPort"] for p in container["ports"]}
         assert {port_of(health), port_of(listen)} == ports
-        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        # Service "" is the board's readiness (NOT_SERVING when drained, past its reset budget or
+        # without a Ready model); liveness asks for the daemon's liveness service, which stays
+        # SERVING through all of those, so a drained board is never restarted.
+        services = {"startupProbe": None, "readinessProbe": None, "livenessProbe": LIVENESS_SERVICE}
+        for kind, service in services.items():
             probe = container[kind]
             assert set(probe) - {"periodSeconds", "timeoutSeconds", "failureThreshold", "initialDelaySeconds"} == {
                 "grpc"
             }, (container["name"], kind)
-            assert probe["grpc"] == {"port": port_of(health)}, (container["name"], kind)  # service "" = the board
-    # NOT_SERVING is also a drained board or one waiting for an operator after its reset budget:
-    # liveness restarts it only after minutes of that.
-    live = daemon_containers()[0]["livenessProbe"]
-    assert live["periodSeconds"] * live["failureThreshold"] >= 300
+            expected = {"port": port_of(health)} | ({"service": service} if service else {})
+            assert probe["grpc"] == expected, (container["name"], kind)
 
 
 def test_daemons_mount_config_runtime_dir_device_models_and_tls() -> None:

@@ -14,6 +14,7 @@ from grpc_health.v1 import health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 
 from calculet.daemon.core.device_core import DeviceCore
+from calculet.daemon.server.liveness import LivenessPolicy
 from calculet.daemon.server.servicer import DaemonServicer
 from calculet.v1 import daemon_pb2_grpc
 
@@ -26,10 +27,12 @@ class ServedCore:
     Args:
         core: a started core; owned (and closed) by this object from now on.
         sock: the Unix socket path to serve on.
+        liveness: the servicer's liveness policy (None: the daemon's, from the core's job timeout).
     """
 
-    def __init__(self, core: DeviceCore, sock: Path) -> None:
+    def __init__(self, core: DeviceCore, sock: Path, liveness: LivenessPolicy | None = None) -> None:
         self.core = core
+        self._liveness = liveness
         self.target = f"unix:{sock}"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="review-server", daemon=True)
@@ -46,7 +49,7 @@ class ServedCore:
     async def _start(self) -> None:
         self._server = grpc.aio.server()
         health = health_aio.HealthServicer()
-        servicer = DaemonServicer(self.core, health)
+        servicer = DaemonServicer(self.core, health, self._liveness)
         daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, self._server)
         health_pb2_grpc.add_HealthServicer_to_server(health, self._server)
         self._server.add_insecure_port(self.target)
