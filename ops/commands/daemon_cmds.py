@@ -1,33 +1,44 @@
-"""Shared pieces of the calctl commands that talk to a daemon (status, health, load, unload,
-drain, resume); not a command itself (no COMMAND).
+"""Shared pieces of the calctl commands that talk to daemons (status, top, health, resets, load,
+unload, drain, resume, rollout); not a command itself (no COMMAND).
 
-Owns: the `--daemon TARGET` / `--json` arguments, where the target comes from (flag, then
-`CALCULET_DAEMON`, then `unix:run/board0.sock`), the bearer token from `CALCULET_TOKEN` (never a
-flag: command lines are visible in `ps`), argparse types for targets and durations, and printing
-protobuf answers as JSON. Data flow: argparse namespace -> `connect(args)` -> `DaemonClient`;
-its typed errors propagate to `calctl.main`, which prints `calctl: <kind>: <message>` and exits 1.
+Owns: the `--daemon TARGET` / `--json` arguments (plus the TLS and token ones of `access.py`), where
+the target comes from (flag, then `CALCULET_DAEMON`, then `unix:run/board0.sock`), argparse types for
+targets and durations, and printing protobuf answers as JSON. `--daemon` is given once to the
+commands of one board (twice is a usage error) and is repeatable for the fleet commands
+(`add_daemon_arguments(many=True)`). Data flow: argparse namespace -> `connect(args)` ->
+`DaemonClient` (TLS and token from `access.access_from`); its typed errors propagate to
+`calctl.main`, which prints `calctl: <kind>: <message>` and exits 1. `connection_hint` adds the
+likely cause to an UNAVAILABLE (plaintext to a TCP daemon, a certificate for another name).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import sys
+from collections.abc import Iterator
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from rich.console import Console
 
-from calculet.client import DaemonClient, parse_target
-from calculet.daemon.errors import InvalidArgument
+from calculet.client import DaemonClient, Transport, parse_target
+from calculet.daemon.errors import InvalidArgument, Unavailable
+from calculet.ops.commands.access import ENV_TOKEN, DaemonAccess, StoreOnce, access_from, add_access_arguments
+
+__all__ = ["ENV_TOKEN"]  # re-exported: tests and scripts import it from here
 
 ENV_DAEMON = "CALCULET_DAEMON"
-ENV_TOKEN = "CALCULET_TOKEN"
 DEFAULT_DAEMON = "unix:run/board0.sock"
 MAX_WINDOW_S = 3600.0  # operate.proto: drain windows are at most 3,600,000 ms
 EXIT_OK, EXIT_PROBLEM = 0, 1
+
+
+class UsageError(Exception):
+    """A combination of flags a command refuses; calctl prints it with the command's usage, exit 2."""
 
 
 def target_type(text: str) -> str:
@@ -58,15 +69,22 @@ def window_seconds(text: str) -> float:
     return value
 
 
-def add_daemon_arguments(parser: argparse.ArgumentParser, *, json_output: bool = True) -> None:
+def add_daemon_arguments(parser: argparse.ArgumentParser, *, json_output: bool = True, many: bool = False) -> None:
+    """`--daemon` (once, or repeatable with `many`), `--json`, and the TLS/token arguments."""
+    where = "unix:PATH, PATH.sock or host:port"
+    default = f"default: ${ENV_DAEMON} or {DEFAULT_DAEMON}"
     parser.add_argument(
         "--daemon",
         type=target_type,
+        action="append" if many else StoreOnce,
         metavar="TARGET",
-        help=f"daemon address: unix:PATH, PATH.sock or host:port (default: ${ENV_DAEMON} or {DEFAULT_DAEMON})",
+        help=f"daemon address: {where}; repeatable, one per board ({default})"
+        if many
+        else f"daemon address: {where}, given once ({default})",
     )
     if json_output:
-        parser.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
+        parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_access_arguments(parser)
 
 
 def daemon_target(args: argparse.Namespace) -> str:
@@ -74,13 +92,49 @@ def daemon_target(args: argparse.Namespace) -> str:
     return args.daemon or os.environ.get(ENV_DAEMON) or DEFAULT_DAEMON
 
 
-def connect(args: argparse.Namespace) -> DaemonClient:
-    """A client of the chosen daemon; the caller closes it.
+def daemon_targets(args: argparse.Namespace) -> list[str]:
+    """The targets of a fleet command (`many=True`): the flags, else the environment's one, else
+    the default. Raises: InvalidArgument: a bad `CALCULET_DAEMON`."""
+    return list(args.daemon or [_env_target()])
+
+
+def _env_target() -> str:
+    target = os.environ.get(ENV_DAEMON) or DEFAULT_DAEMON
+    parse_target(target)
+    return target
+
+
+@contextlib.contextmanager
+def connect(args: argparse.Namespace, target: str | None = None) -> Iterator[DaemonClient]:
+    """`with connect(args) as client:` a client of `target` (default: `daemon_target(args)`; TLS
+    and token from `access.access_from`), closed at the end; an UNAVAILABLE raised inside gets
+    `connection_hint`.
 
     Raises:
-        InvalidArgument: a bad `CALCULET_DAEMON` or `CALCULET_TOKEN` value.
+        InvalidArgument: a bad `CALCULET_DAEMON` or `CALCULET_TOKEN` value, an unreadable token
+            file, inconsistent TLS settings or unreadable TLS files.
     """
-    return DaemonClient(daemon_target(args), token=os.environ.get(ENV_TOKEN) or None)
+    access, target = access_from(args), target or daemon_target(args)
+    with access.client(target) as client:
+        try:
+            yield client
+        except Unavailable as err:
+            hinted = connection_hint(err, target, access)
+            if hinted is err:
+                raise
+            raise hinted from err
+
+
+def connection_hint(err: Unavailable, target: str, access: DaemonAccess) -> Unavailable:
+    """`err`, with the likely cause added when it has a usual one: a TCP daemon dialled without TLS
+    (a daemon on TCP requires TLS unless started with --insecure), or a certificate that does not
+    name the host dialled. Otherwise `err` itself."""
+    text = str(err)
+    if access.plaintext and parse_target(target).transport is Transport.TCP:
+        return Unavailable(f"{text} (dialled in plaintext: give --tls-ca if the daemon serves TLS)")
+    if not access.plaintext and "Hostname Verification" in text:
+        return Unavailable(f"{text} (the daemon's certificate does not name this host: give --tls-server-name)")
+    return err
 
 
 def to_ms(seconds: float | None) -> int | None:

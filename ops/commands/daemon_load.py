@@ -1,8 +1,9 @@
 """`calctl load ALIAS PACKAGE [--replace]`: load a package under an alias (Load RPC, operations plane).
 
 Prints one line per progress message as the daemon streams them (elapsed time, state,
-generation, message), or one JSON object per line with --json. Exit 0 when the alias is READY;
-1 when the load FAILED (its typed error, e.g. failed_precondition for an invalid package, is
+generation, message); on a terminal also a progress bar over the load's phases
+(`load_progress.LoadBar`); with --json one JSON object per line (no bar, unchanged). Exit 0 when
+the alias is READY; 1 when the load FAILED (its typed error, e.g. failed_precondition for an invalid package, is
 printed by calctl on stderr) or was refused (bad alias/path, unknown package, alias loaded without
 --replace, concurrent load) or the daemon is unreachable. PACKAGE is relative to the daemon's
 models root.
@@ -11,17 +12,19 @@ models root.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from calculet.client.messages import load_outcome
 from calculet.ops.commands.daemon_cmds import (
     EXIT_OK,
     add_daemon_arguments,
     connect,
+    console,
     print_json,
     to_ms,
     window_seconds,
 )
-from calculet.ops.commands.status_view import model_state
+from calculet.ops.commands.load_progress import LoadBar, progress_line
 from calculet.v1 import operate_pb2
 
 COMMAND = ("load",)
@@ -50,20 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_daemon_arguments(parser)
 
 
-def progress_line(p: operate_pb2.LoadProgress) -> str:
-    line = f"{p.elapsed_s:7.2f}s  {model_state(p.state):<11} generation {p.generation}  {p.message}"
-    return line + (f"  [{p.error.message}]" if p.HasField("error") else "")
-
-
 def run(args: argparse.Namespace) -> int:
     last: operate_pb2.LoadProgress | None = None
-    with connect(args) as client:
+    out = console()
+    bar = LoadBar(out, args.alias) if out.is_terminal and not args.json else None
+    with connect(args) as client, bar or contextlib.nullcontext():
         stream = client.load(
             args.alias, args.package, replace=args.replace, drain_timeout_ms=to_ms(args.drain_timeout), lanes=args.lanes
         )
         for last in stream:
             if args.json:
                 print_json(last, one_line=True)
+            elif bar is not None:
+                bar.update(last)
             else:
                 print(progress_line(last), flush=True)
             if last.done:

@@ -3,13 +3,16 @@
 Pure functions from protobuf messages to rich renderables or text lines; no I/O, no gRPC. Sections
 of `render_status`: board and overall state, device and memory per chip, models (state,
 generation, package, queues, lane summary) with one lane table per model (state, job, KV length),
-unfinished jobs, counters (device, jobs, buffer pool), resets and the reset budget.
+unfinished jobs, counters (device, jobs, buffer pool) and the device utilisation (busy ratio and
+tokens/s from StatusResponse.utilization; read defensively: a daemon without it says so), resets and
+the reset budget.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC
+from typing import Any
 
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -135,8 +138,30 @@ def _counters(s: observe_pb2.StatusResponse) -> Text:
             f"jobs: accepted {j.accepted}, rejected {j.rejected}, completed {j.completed}, cancelled {j.cancelled}, "
             f"failed {j.failed}, recoveries {j.recoveries}",
             f"buffer pool: in use {p.in_use}, free {p.free}, quarantined {p.quarantined}, waits {p.waits}",
+            utilization_line(s),
         ])
     )  # fmt: skip
+
+
+_UTILIZATION = "utilization"  # StatusResponse field 14 (DeviceUtilization); absent from older builds
+
+
+def device_utilization(s: observe_pb2.StatusResponse) -> Any | None:
+    """The StatusResponse's DeviceUtilization, or None when the daemon (or this build) has none."""
+    if _UTILIZATION not in s.DESCRIPTOR.fields_by_name or not s.HasField(_UTILIZATION):
+        return None
+    return getattr(s, _UTILIZATION)
+
+
+def utilization_line(s: observe_pb2.StatusResponse) -> str:
+    u = device_utilization(s)
+    if u is None:
+        return "utilisation: not reported by this daemon"
+    return (
+        f"utilisation: device busy {u.recent_busy_ratio:.0%} over the last {u.recent_window_seconds:.0f} s "
+        f"({u.busy_ratio:.0%} since start), {u.tokens_per_second:.1f} tokens/s, "
+        f"{u.generated_tokens} tokens generated"
+    )
 
 
 def _resets(r: observe_pb2.ResetSummary) -> Text:

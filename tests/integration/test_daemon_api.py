@@ -134,7 +134,7 @@ def test_config_file_with_flag_override_and_calctl(start_daemon, tmp_path: Path,
     capsys.readouterr()
     assert calctl.main(["status", "--json", *target]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["models"][0]["alias"] == "tiny"
+    assert [m["alias"] for m in shown["boards"][0]["models"]] == ["tiny"]
     assert calctl.main(["load", "tiny2", "tiny", *target]) == 0
     assert calctl.main(["load", "tiny2", "tiny", *target]) == 1, "already loaded without --replace"
     assert calctl.main(["unload", "tiny2", *target]) == 0

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import openai
 import pytest
 
-from calculet.client import DaemonClient, ServingStatus, TlsConfig
+from calculet.client import DaemonClient, TlsConfig
 from calculet.daemon.errors import Unavailable
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import BASE_URL, GatewayProcess
+from tests.integration.tls_helpers import free_port, wait_tls_serving
 from tests.unit.client.pki import SERVER_NAME, make_pki
 
 pytestmark = pytest.mark.integration
@@ -108,29 +107,6 @@ def test_the_gateway_needs_its_inference_token_for_a_daemon_that_checks_tokens(
     assert down and "Bearer" in down[0], without.log()  # the operator sees why: the daemon's refusal
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_tls_serving(daemon: DaemonProcess, tls: TlsConfig, timeout: float = 60.0) -> None:
-    """Poll the (open) grpc.health.v1 Watch over TLS until the board is SERVING."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not daemon.alive():
-            pytest.fail(f"daemon exited during startup:\n{daemon.log()}")
-        with (
-            contextlib.suppress(Unavailable),
-            DaemonClient(daemon.target, timeout=2.0, tls=tls) as client,
-            contextlib.closing(client.watch_health()) as statuses,  # type: ignore[type-var]
-        ):
-            if next(statuses) is ServingStatus.SERVING:
-                return
-        time.sleep(0.1)
-    pytest.fail(f"daemon not SERVING over TLS after {timeout}s:\n{daemon.log()}")
-
-
 def test_the_gateway_dials_a_tcp_daemon_with_mutual_tls(
     models_root: Path, start_gateway: Callable[..., GatewayProcess], tmp_path: Path
 ) -> None:
@@ -142,11 +118,11 @@ def test_the_gateway_dials_a_tcp_daemon_with_mutual_tls(
         tmp_path / "tls-daemon",
         models_root,
         ["--model", "tiny=tiny", *tls_args, "--token-file-inference", str(inference)],
-        listen=f"127.0.0.1:{_free_port()}",
+        listen=f"127.0.0.1:{free_port()}",
     )
     try:
         mutual = TlsConfig(pki.ca, pki.client_cert, pki.client_key, server_name=SERVER_NAME)
-        _wait_tls_serving(daemon, mutual)
+        wait_tls_serving(daemon, mutual)
         gateway = start_gateway(
             "--daemon", daemon.target, "--daemon-token-file", str(inference), "--daemon-ca", str(pki.ca),
             "--daemon-cert", str(pki.client_cert), "--daemon-key", str(pki.client_key),

@@ -59,7 +59,7 @@ def test_status_shows_draining_and_json(capsys: pytest.CaptureFixture[str], daem
     fake.draining = True
     code, out, _ = calctl(capsys, "status", "--daemon", daemon)
     assert code == 0 and "DRAINING" in out
-    code, out, _ = calctl(capsys, "status", "--daemon", daemon, "--json")
+    code, out, _ = calctl(capsys, "status", "--daemon", daemon, "--json", "--full")
     data = json.loads(out)
     assert code == 0 and data["draining"] is True and data["health"] == "SERVING_STATUS_DRAINING"
     assert [lane["kv_length"] for lane in data["models"][0]["lanes"]] == [37, 0, 0, 0]

@@ -1,0 +1,76 @@
+"""The machine-readable report of a run (`--json OUT`): a stable schema, documented in
+docs/benchmarking.md ("JSON schema"). Version `SCHEMA`; a change that renames or removes a key
+bumps it, adding keys does not.
+
+Top-level keys: `schema`, `config` (what was asked: target, model, schedule, workload, SLO),
+`counts`, `duration_s`, `throughput`, `goodput`, `latency_ms` (ttft, tpot, itl, e2e: count, mean,
+p50, p90, p99 in milliseconds, null without values), `device` (fleet busy ratio and each board's
+figures over the run) and `errors` (the first failures). Numbers are plain JSON numbers; a figure
+that cannot be computed is null, never 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from calculet.ops.bench.device_stats import BoardUtilization
+from calculet.ops.bench.runner import BenchResult
+from calculet.ops.bench.summary import LatencyStats
+
+SCHEMA = "calculet.bench/1"
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def latency_ms(stats: LatencyStats) -> dict[str, Any]:
+    return {
+        "count": stats.count,
+        "mean": _ms(stats.mean),
+        "p50": _ms(stats.p50),
+        "p90": _ms(stats.p90),
+        "p99": _ms(stats.p99),
+    }
+
+
+def board_json(board: BoardUtilization) -> dict[str, Any]:
+    return {
+        "target": board.target,
+        "error": board.error,
+        "device_s": board.device_s,
+        "busy_s": board.busy_s,
+        "busy_ratio": board.busy_ratio,
+        "banks": [{"bank": bank, "busy_s": busy, "busy_ratio": ratio} for bank, busy, ratio in board.banks],
+        "phases_s": {"h2d": board.h2d_s, "compute": board.compute_s, "d2h": board.d2h_s, "sampling": board.sampling_s},
+        "generated_tokens": board.generated_tokens,
+    }
+
+
+def report_json(result: BenchResult, config: dict[str, Any]) -> dict[str, Any]:
+    """The report of `result`; `config` is the command's description of the run."""
+    s = result.summary
+    return {
+        "schema": SCHEMA,
+        "config": config,
+        "counts": {
+            "requests": s.requests,
+            "completed": s.completed,
+            "failed": s.failed,
+            "warmup_failed": result.warmup_failed,
+            "prompt_tokens": s.prompt_tokens,
+            "output_tokens": s.output_tokens,
+            "requested_output_tokens": s.requested_output_tokens,
+            "itl_by_chunk_requests": s.itl_by_chunk_requests,
+        },
+        "duration_s": s.duration_s,
+        "throughput": {
+            "requests_per_s": s.request_throughput,
+            "output_tokens_per_s": s.output_throughput,
+            "total_tokens_per_s": s.total_token_throughput,
+        },
+        "goodput": None if s.good_requests is None else {"good_requests": s.good_requests, "requests_per_s": s.goodput},
+        "latency_ms": {name: latency_ms(getattr(s, name)) for name in ("ttft", "tpot", "itl", "e2e")},
+        "device": {"busy_ratio": result.busy_ratio, "boards": [board_json(b) for b in result.boards]},
+        "errors": list(s.errors),
+    }

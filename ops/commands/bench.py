@@ -1,0 +1,269 @@
+"""`calctl bench`: a serving benchmark against a gateway (OpenAI API, streamed) or daemons directly.
+
+Definitions, flags and the JSON schema: docs/benchmarking.md. The harness lives in
+`calculet.ops.bench`; this module turns flags into its objects, runs it on one asyncio loop and
+writes the outputs: a rich table on stdout, `--json OUT` (or `--json` alone: the JSON on stdout
+instead of the table), `--plot OUT.png`. Exit 0 when every measured request succeeded, 1 when one
+failed (the outputs are written all the same) or the target could not be used, 2 on bad flags.
+
+Data flow: flags -> `_Settings` (checked) -> backend (`GatewayBackend` over httpx, or
+`DaemonBackend` over `AsyncDaemonClient`s with the TLS/token settings of `access.py`) + the board
+targets whose Status is read (the `--daemon`s, or the gateway's `/ready` boards) -> workload ->
+`runner.run_bench` -> `report.report_json` -> table / JSON / plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from calculet.client import AsyncDaemonClient
+from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.gateway.api.auth import read_secret_lines
+from calculet.ops.bench.backend import BenchBackend
+from calculet.ops.bench.daemon_backend import DaemonBackend
+from calculet.ops.bench.discovery import gateway_boards, model_vocab
+from calculet.ops.bench.gateway_backend import GatewayAddress, GatewayBackend, open_http
+from calculet.ops.bench.plot import require_matplotlib, write_plot
+from calculet.ops.bench.progress import progress_bar
+from calculet.ops.bench.report import report_json
+from calculet.ops.bench.runner import BenchPlan, BenchResult, run_bench, warmup_concurrency
+from calculet.ops.bench.schedule import ArrivalSchedule, ClosedLoop, OpenLoop
+from calculet.ops.bench.slo import Slo
+from calculet.ops.bench.table import render_report
+from calculet.ops.bench.wire_views import status_reader
+from calculet.ops.bench.workload import BenchRequest, LengthSpec, cycle_to, load_jsonl, synthetic_requests
+from calculet.ops.commands.access import DaemonAccess, access_from
+from calculet.ops.commands.daemon_cmds import EXIT_OK, add_daemon_arguments, console, daemon_targets, problem
+
+COMMAND = ("bench",)
+HELP = "Benchmark serving: TTFT, TPOT, ITL, E2E percentiles, throughput, goodput and device busy ratio."
+DEFAULT_REQUESTS = 100
+DEFAULT_LENGTH = 128
+OBSERVE_TIMEOUT_S = 10.0  # a board that does not answer Status or GetModel in this long is reported n/a
+STDOUT = "-"
+
+
+def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a parser that raises InvalidArgument (a usage error, exit 2)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except InvalidArgument as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return convert
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    """argparse type: a whole number >= `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise InvalidArgument(f"{text!r}: expected a whole number") from None
+        if value < minimum:
+            raise InvalidArgument(f"{text!r}: must be at least {minimum}")
+        return value
+
+    return _typed(parse)
+
+
+def _positive(*, allow_inf: bool) -> Callable[[str], float]:
+    """argparse type: a number > 0 (and `inf` when allowed)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidArgument(f"{text!r}: expected a number") from None
+        if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
+            raise InvalidArgument(f"{text!r}: must be a number > 0{' (or inf)' if allow_inf else ''}")
+        return value
+
+    return _typed(parse)
+
+
+def _length(flag: str) -> Callable[[str], LengthSpec]:
+    return _typed(lambda text: LengthSpec.parse(text, flag))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_argument_group("target (one gateway, or daemons directly)")
+    gateway_help = "gateway: http(s)://HOST:PORT or unix:PATH"
+    target.add_argument("--gateway", type=_typed(GatewayAddress.parse), metavar="URL", help=gateway_help)
+    target.add_argument("--api-key-file", metavar="FILE", help="gateway API key, first usable line of FILE")
+    target.add_argument("--model", required=True, metavar="ALIAS", help="model alias to benchmark")
+    add_daemon_arguments(parser, json_output=False, many=True)
+    load = parser.add_argument_group("load")
+    shape = load.add_mutually_exclusive_group()
+    shape.add_argument("--concurrency", type=_count(1), metavar="N", help="closed loop: N in flight (1)")
+    shape.add_argument("--rate", type=_positive(allow_inf=True), metavar="R", help="open loop: R requests/s")
+    load.add_argument("--burstiness", type=_positive(allow_inf=True), metavar="B", help="with --rate (1 = Poisson)")
+    requests_help = f"measured requests ({DEFAULT_REQUESTS}; with --prompts, one per prompt)"
+    load.add_argument("--requests", type=_count(1), metavar="N", help=requests_help)
+    load.add_argument("--warmup", type=_count(0), default=0, metavar="N", help="warm-up requests, not counted (0)")
+    work = parser.add_argument_group("workload")
+    fixed = LengthSpec(DEFAULT_LENGTH, DEFAULT_LENGTH)
+    for flag, what in (("--prompt-len", "random prompt tokens"), ("--output-len", "max_tokens")):
+        length_help = f"{what}, fixed or uniform in LO..HI ({DEFAULT_LENGTH})"
+        work.add_argument(flag, type=_length(flag), default=fixed, metavar="N|LO:HI", help=length_help)
+    prompts_help = 'JSONL, one a line: {"prompt": str} or {"prompt_tokens": [int]}, optional "max_tokens"'
+    work.add_argument("--prompts", type=Path, metavar="FILE", help=prompts_help)
+    vocab_help = "random prompt token ids are < N (default: the model's vocabulary, from GetModel)"
+    work.add_argument("--vocab", type=_count(1), metavar="N", help=vocab_help)
+    work.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens tokens")
+    work.add_argument("--seed", type=_count(0), default=0, help="seed of workload, arrivals and sampling (0)")
+    out = parser.add_argument_group("report")
+    out.add_argument("--slo", type=_typed(Slo.parse), metavar="ttft:MS,tpot:MS", help="goodput objectives")
+    timeout_help = "seconds per call and between streamed bytes (600)"
+    out.add_argument("--timeout", type=_positive(allow_inf=False), default=600.0, metavar="S", help=timeout_help)
+    json_help = "write the JSON report to OUT; alone: print it instead of the table"
+    out.add_argument("--json", nargs="?", const=STDOUT, metavar="OUT", help=json_help)
+    out.add_argument("--plot", type=Path, metavar="OUT.png", help="plot latency percentiles and throughput")
+    progress_help = "progress bar on stderr (default: when stdout is a terminal)"
+    out.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help=progress_help)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The checked flags."""
+
+    args: argparse.Namespace
+    access: DaemonAccess
+    gateway: GatewayAddress | None
+    api_key: str | None
+    schedule: ArrivalSchedule
+    slo: Slo
+
+
+def _settings(args: argparse.Namespace) -> _Settings:
+    """Raises: InvalidArgument: flags that do not go together, an unreadable key file, bad TLS."""
+    if args.burstiness is not None and args.rate is None:
+        raise InvalidArgument("--burstiness shapes the arrivals of --rate: give --rate too")
+    if args.api_key_file is not None and args.gateway is None:
+        raise InvalidArgument("--api-key-file is for --gateway")
+    gateway: GatewayAddress | None = args.gateway
+    api_key = read_secret_lines(Path(args.api_key_file), "api-key-file")[0] if args.api_key_file else None
+    if args.rate is not None:
+        schedule: ArrivalSchedule = OpenLoop(args.rate, args.burstiness or 1.0, args.seed)
+    else:
+        schedule = ClosedLoop(args.concurrency or 1)
+    return _Settings(args, access_from(args), gateway, api_key, schedule, args.slo or Slo())
+
+
+def _open_client(settings: _Settings, *, observe: bool = False) -> Callable[[str], AsyncDaemonClient]:
+    """Clients of the daemons; `observe`: for Status and GetModel, with at most `OBSERVE_TIMEOUT_S`."""
+    access, timeout = settings.access, settings.args.timeout
+    if observe:
+        timeout = min(timeout, OBSERVE_TIMEOUT_S)
+    return lambda target: AsyncDaemonClient(target, timeout=timeout, token=access.token, tls=access.tls)
+
+
+async def _backend(settings: _Settings) -> tuple[BenchBackend, list[str]]:
+    """The backend and the daemons whose device figures are read (deduplicated, in order)."""
+    args = settings.args
+    if settings.gateway is None:
+        targets = list(dict.fromkeys(daemon_targets(args)))
+        clients = [_open_client(settings)(t) for t in targets]
+        return DaemonBackend(clients, args.model, ignore_eos=args.ignore_eos, seed=args.seed), targets
+    http = open_http(settings.gateway, timeout_s=args.timeout, api_key=settings.api_key)
+    backend = GatewayBackend(http, settings.gateway, args.model, ignore_eos=args.ignore_eos, seed=args.seed)
+    try:
+        targets = list(dict.fromkeys(args.daemon or await gateway_boards(http, settings.gateway.text)))
+    except CalculetError:
+        await backend.close()
+        raise
+    return backend, targets
+
+
+async def _workload(settings: _Settings, targets: list[str]) -> tuple[list[BenchRequest], dict[str, Any]]:
+    """warm-up + measured requests, and their description for the report."""
+    args = settings.args
+    rng = random.Random(f"calctl-bench:{args.seed}:workload")
+    if args.prompts is not None:
+        loaded = load_jsonl(args.prompts, args.output_len, rng)
+        total = args.warmup + (args.requests or len(loaded))
+        described = {"source": "file", "path": str(args.prompts), "prompts": len(loaded)}
+        return cycle_to(loaded, total), described | {"output_len": args.output_len.as_list()}
+    vocab = args.vocab
+    if vocab is None:
+        open_client = _open_client(settings, observe=True)
+
+        async def vocab_of(target: str) -> int:
+            async with open_client(target) as client:
+                return (await client.get_model(args.model)).vocab_size
+
+        vocab = await model_vocab(targets, vocab_of)
+    total = args.warmup + (args.requests or DEFAULT_REQUESTS)
+    requests = synthetic_requests(total, args.prompt_len, args.output_len, vocab, rng)
+    described = {"source": "random", "prompt_len": args.prompt_len.as_list(), "vocab": vocab}
+    return requests, described | {"output_len": args.output_len.as_list()}
+
+
+def _config(settings: _Settings, backend: BenchBackend, targets: list[str], workload: dict[str, Any]) -> dict[str, Any]:
+    args = settings.args
+    return {
+        "target": backend.describe() | {"status_daemons": targets},
+        "model": args.model,
+        "warmup": args.warmup,
+        "schedule": settings.schedule.describe(),
+        "workload": workload,
+        "ignore_eos": args.ignore_eos,
+        "seed": args.seed,
+        "slo_ms": settings.slo.as_ms(),
+        "timeout_s": args.timeout,
+    }
+
+
+async def _bench(settings: _Settings) -> tuple[BenchResult, dict[str, Any]]:
+    args = settings.args
+    backend, targets = await _backend(settings)
+    try:
+        requests, workload = await _workload(settings, targets)
+        requests = await backend.prepare(requests)
+        plan = BenchPlan(
+            warmup=requests[: args.warmup],
+            measured=requests[args.warmup :],
+            slo=settings.slo,
+            board_targets=targets,
+            warmup_concurrency=warmup_concurrency(settings.schedule),
+        )
+        progress = sys.stdout.isatty() if args.progress is None else args.progress
+        with progress_bar(len(plan.measured), enabled=progress) as on_done:
+            status_of = status_reader(_open_client(settings, observe=True))
+            result = await run_bench(backend, settings.schedule, plan, status_of, on_done)
+    finally:
+        await backend.close()
+    return result, report_json(result, _config(settings, backend, targets, workload))
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    if args.plot is not None:
+        require_matplotlib()
+    result, report = asyncio.run(_bench(settings))
+    text = json.dumps(report, indent=2)
+    if args.json == STDOUT:
+        print(text)
+    else:
+        console().print(render_report(report))
+        if args.json is not None:
+            Path(args.json).write_text(text + "\n", encoding="utf-8")
+    if args.plot is not None:
+        write_plot(args.plot, report, result.records, result.window_start)
+    summary = result.summary
+    if summary.failed:
+        first = summary.errors[0] if summary.errors else ""
+        return problem(f"bench: {summary.failed} of {summary.requests} requests failed; first: {first}")
+    return EXIT_OK
