@@ -103,6 +103,7 @@ class AsyncDaemonClient:
         sampling: SamplingParams | None = None,
         deadline_s: float | None = None,
         session_id: str = "",
+        call_metadata: Sequence[tuple[str, str]] = (),
     ) -> SubmitResult:
         """See `DaemonClient.submit`."""
         pb = submit_request(
@@ -111,7 +112,7 @@ class AsyncDaemonClient:
             client_request_id=client_request_id, resume_tokens=resume_tokens, sampling=sampling,
             deadline_s=deadline_s, session_id=session_id,
         )  # fmt: skip
-        return SubmitResult.from_pb(await self._unary("Submit", pb))
+        return SubmitResult.from_pb(await self._unary("Submit", pb, extra_metadata=call_metadata))
 
     def wait(self, job_id: str, from_index: int = 0) -> AsyncIterator[Event]:
         """See `DaemonClient.wait` (an async iterator)."""
@@ -141,6 +142,7 @@ class AsyncDaemonClient:
         sampling: SamplingParams | None = None,
         deadline_s: float | None = None,
         session_id: str = "",
+        call_metadata: Sequence[tuple[str, str]] = (),
     ) -> AsyncGeneration:
         """See `DaemonClient.generate`; returns an `AsyncGeneration` (`async for token in gen`,
         or `async for chunk in gen.chunks()`)."""
@@ -150,7 +152,7 @@ class AsyncDaemonClient:
             client_request_id=client_request_id, resume_tokens=resume_tokens, sampling=sampling,
             deadline_s=deadline_s, session_id=session_id,
         )  # fmt: skip
-        submitted = SubmitResult.from_pb(await self._unary("Submit", pb))
+        submitted = SubmitResult.from_pb(await self._unary("Submit", pb, extra_metadata=call_metadata))
         cursor = WaitCursor(submitted, len(pb.resume_tokens), self._settings.max_reattach)
 
         def open_stream(from_index: int) -> AsyncIterator[inference_pb2.WaitEvent]:
@@ -256,13 +258,14 @@ class AsyncDaemonClient:
 
     # ---- plumbing ----------------------------------------------------------------------
 
-    async def _unary(self, method: str, request: Any, timeout: float | None = None) -> Any:
+    async def _unary(
+        self, method: str, request: Any, timeout: float | None = None, extra_metadata: Sequence[tuple[str, str]] = ()
+    ) -> Any:
         self._life.check_open()
         rpc = getattr(self._stub, method)
+        metadata = (*self._settings.metadata, *extra_metadata) if extra_metadata else self._settings.metadata
         try:
-            return await rpc(
-                request, timeout=self.timeout if timeout is None else timeout, metadata=self._settings.metadata
-            )
+            return await rpc(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
         except grpc.RpcError as err:
             raise error_from_rpc(err, method) from err
 

@@ -124,6 +124,7 @@ class DaemonClient:
         sampling: SamplingParams | None = None,
         deadline_s: float | None = None,
         session_id: str = "",
+        call_metadata: Sequence[tuple[str, str]] = (),
     ) -> SubmitResult:
         """Enqueue a job without reading it (arguments as `generate`); read it with `wait`.
 
@@ -142,7 +143,7 @@ class DaemonClient:
             client_request_id=client_request_id, resume_tokens=resume_tokens, sampling=sampling,
             deadline_s=deadline_s, session_id=session_id,
         )  # fmt: skip
-        return SubmitResult.from_pb(self._unary("Submit", pb))
+        return SubmitResult.from_pb(self._unary("Submit", pb, extra_metadata=call_metadata))
 
     def wait(self, job_id: str, from_index: int = 0) -> Iterator[Event]:
         """Stream a job's events (`TokenChunk`s, then one `FinalEvent`) from `from_index`.
@@ -180,6 +181,7 @@ class DaemonClient:
         sampling: SamplingParams | None = None,
         deadline_s: float | None = None,
         session_id: str = "",
+        call_metadata: Sequence[tuple[str, str]] = (),
     ) -> Generation:
         """Submit a job and return its streaming result (iterate for token ids, or `chunks()`).
 
@@ -198,6 +200,8 @@ class DaemonClient:
                 individual fields; its None fields, seed included, are left to the daemon.
             deadline_s: seconds from Submit to the Final; None = none.
             session_id: affinity / prefix-reuse key.
+            call_metadata: extra gRPC metadata for the Submit call: `x-request-id` (the id the
+                daemon logs the job under) and W3C `traceparent`/`tracestate` (its spans' parent).
 
         Raises:
             InvalidArgument: bad arguments (here or at the daemon). NotFound / Unavailable /
@@ -209,7 +213,7 @@ class DaemonClient:
             client_request_id=client_request_id, resume_tokens=resume_tokens, sampling=sampling,
             deadline_s=deadline_s, session_id=session_id,
         )  # fmt: skip
-        submitted = SubmitResult.from_pb(self._unary("Submit", pb))
+        submitted = SubmitResult.from_pb(self._unary("Submit", pb, extra_metadata=call_metadata))
         cursor = WaitCursor(submitted, len(pb.resume_tokens), self._settings.max_reattach)
 
         def open_stream(from_index: int) -> Iterator[inference_pb2.WaitEvent]:
@@ -346,11 +350,14 @@ class DaemonClient:
 
     # ---- plumbing ----------------------------------------------------------------------
 
-    def _unary(self, method: str, request: Any, timeout: float | None = None) -> Any:
+    def _unary(
+        self, method: str, request: Any, timeout: float | None = None, extra_metadata: Sequence[tuple[str, str]] = ()
+    ) -> Any:
         self._life.check_open()
         rpc = getattr(self._stub, method)
+        metadata = (*self._settings.metadata, *extra_metadata) if extra_metadata else self._settings.metadata
         try:
-            return rpc(request, timeout=self.timeout if timeout is None else timeout, metadata=self._settings.metadata)
+            return rpc(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
         except grpc.RpcError as err:
             raise error_from_rpc(err, method) from err
 

@@ -34,7 +34,7 @@ import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
@@ -46,6 +46,15 @@ from calculet.daemon.server.access import Plane, ServerSecurity, load_policy
 from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, normalize_target, serve, unix_path
 from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
 from calculet.daemon.server.sd_notify import Notifier
+from calculet.daemon.telemetry.http import parse_listen
+from calculet.daemon.telemetry.job_log import JobLog
+from calculet.daemon.telemetry.logs import LOG_FORMATS, setup_logging
+from calculet.daemon.telemetry.tracing_env import tracing_requested
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from calculet.daemon.telemetry.daemon_metrics import MetricsEndpoint
 
 log = logging.getLogger("calculet.daemon")
 
@@ -72,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--health-listen",
         help="HOST:PORT of a plaintext listener serving only grpc.health.v1, for probes that cannot use TLS",
+    )
+    p.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics over plain HTTP at http://HOST:PORT/metrics (off; port 0 picks a free one)",
     )
     p.add_argument(
         "--insecure", action="store_true", default=None, help="allow plain TCP without TLS (trusted networks only)"
@@ -146,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         "context; raise it for larger models)",
     )
     p.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING")
+    p.add_argument("--log-format", default=None, choices=LOG_FORMATS, help="text (default) or json: one object a line")
     return p
 
 
@@ -156,7 +171,8 @@ FLAG_SETTINGS = (
     "max_inflight", "job_timeout", "drain_timeout", "queue_depth", "admission_timeout", "decode_jobs_per_model",
     "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds", "runtime_dir",
     "device_profile", "reset_limit", "reset_window", "tls_cert", "tls_key", "tls_client_ca", "insecure",
-    "token_file_inference", "token_file_observe", "token_file_operate", "health_listen",
+    "token_file_inference", "token_file_observe", "token_file_operate", "health_listen", "metrics_listen",
+    "log_format",
 )  # fmt: skip
 TABLE_SETTINGS = ("models", "device_options")
 # Settings that are shorthands for one device option each: setting -> option.
@@ -291,6 +307,14 @@ def _text(settings: Mapping[str, Any], key: str, default: str) -> str:
     return value
 
 
+def log_format(settings: dict[str, Any]) -> str:
+    """Raises: InvalidArgument: not one of LOG_FORMATS."""
+    fmt = _text(settings, "log_format", "text")
+    if fmt not in LOG_FORMATS:
+        raise InvalidArgument(f"log_format: must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
+    return fmt
+
+
 def log_level(settings: dict[str, Any]) -> str:
     """Raises: InvalidArgument: not one of LOG_LEVELS (any case)."""
     level = _text(settings, "log_level", "INFO").upper()
@@ -407,12 +431,12 @@ def reload_config(args: argparse.Namespace, core: DeviceCore) -> None:
         return
     try:
         settings = merged_settings(args)
-        level = log_level(settings)
+        level, fmt = log_level(settings), log_format(settings)
         new = config_from(settings)
     except CalculetError as exc:
         log.error("SIGHUP: %s not applied, nothing changed: %s", args.config, exc)
         return
-    logging.getLogger().setLevel(level)
+    setup_logging(level, fmt)
     later = [
         f.name
         for f in dataclasses.fields(new)
@@ -437,19 +461,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = merged_settings(args)
-        logging.basicConfig(level=log_level(settings), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        setup_logging(log_level(settings), log_format(settings))
         config = config_from(settings)
         listen = _text(settings, "listen", f"unix:run/board{config.board}.sock")
         max_message_bytes = _int(settings, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES, 1)
         security = security_from(settings, listen)
         health_listen = _text(settings, "health_listen", "") if settings.get("health_listen") is not None else None
+        metrics_listen = _text(settings, "metrics_listen", "") if settings.get("metrics_listen") is not None else None
+        if metrics_listen is not None:
+            parse_listen(metrics_listen)  # a malformed address fails before the device is opened
         # Before the device is opened; held until the process ends (the kernel drops it if it dies).
         board_lock = BoardLock.acquire(runtime_dir(settings), config.board)
     except CalculetError as exc:
         return _fail(exc)
     with board_lock:
         log.info("board %d: lock %s held by pid %d", config.board, board_lock.path, os.getpid())
-        return _serve_board(config, listen, max_message_bytes, args, security, health_listen)
+        return _serve_board(config, listen, max_message_bytes, args, security, health_listen, metrics_listen)
 
 
 def _serve_board(
@@ -459,6 +486,7 @@ def _serve_board(
     args: argparse.Namespace,
     security: ServerSecurity,
     health_listen: str | None = None,
+    metrics_listen: str | None = None,
 ) -> int:
     try:
         check_listen(listen)  # a live socket: refuse before opening the device and loading models
@@ -476,7 +504,12 @@ def _serve_board(
         _log_progress(p)
         notifier.status(f"load {p.alias} generation {p.generation}: {p.state.name} {p.message}")
 
+    metrics: MetricsEndpoint | None = None
+    tracing: TracerProvider | None = None
     try:
+        # Before start: the metrics observe the startup models' warm-up jobs too.
+        metrics = _metrics(core, metrics_listen)
+        tracing = _observe_jobs(core)
         core.start(progress=progress)
         # Start-up objects live forever: keep them out of full collections (DESIGN.md section 9
         # measured 23-26 ms full-GC pauses as the p99 tail).
@@ -494,7 +527,45 @@ def _serve_board(
         return _fail(exc)
     finally:
         notifier.close()
+        if metrics is not None:
+            metrics.close()
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still batched
     return EXIT_OK
+
+
+def _metrics(core: DeviceCore, listen: str | None) -> MetricsEndpoint | None:
+    """The metrics endpoint on `listen` (None: off). Imported only then: OpenTelemetry takes ~0.15 s.
+
+    Raises:
+        InvalidArgument: a bad address or one that cannot be bound.
+    """
+    if listen is None:
+        return None
+    from calculet.daemon.telemetry.daemon_metrics import MetricsEndpoint
+
+    return MetricsEndpoint(core, listen)
+
+
+def _observe_jobs(core: DeviceCore) -> TracerProvider | None:
+    """Job log lines (unless the log level hides them) and, when `OTEL_TRACES_EXPORTER` asks for
+    it, job spans; returns the tracer provider to shut down at exit (None: tracing off, and
+    OpenTelemetry is not imported for it).
+
+    Raises:
+        InvalidArgument: `OTEL_TRACES_EXPORTER` names an exporter that is not installed.
+    """
+    if logging.getLogger("calculet.daemon.jobs").isEnabledFor(logging.INFO):
+        core.engine.add_observer(JobLog())
+    if not tracing_requested():
+        return None
+    from calculet.daemon.telemetry.job_traces import JobTraces
+    from calculet.daemon.telemetry.tracing import tracer_provider_from_env
+
+    provider = tracer_provider_from_env("calculet-daemon")
+    if provider is not None:
+        core.engine.add_observer(JobTraces(provider))
+    return provider
 
 
 def exit_status(exc: CalculetError) -> int:

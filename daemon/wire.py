@@ -30,7 +30,7 @@ from calculet.daemon.core.events import (
     Usage,
 )
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.request import MAX_STOP_TOKEN_IDS, GenerationRequest, StoppingParams
+from calculet.daemon.core.request import MAX_STOP_TOKEN_IDS, NO_TRACE, GenerationRequest, RequestTrace, StoppingParams
 from calculet.daemon.error_codes import ERROR_CLASS as ERROR_CLASS  # re-exported: the table lives there
 from calculet.daemon.error_codes import GRPC_CODE as GRPC_CODE
 from calculet.daemon.error_codes import KIND_OF_CODE as KIND_OF_CODE
@@ -144,8 +144,11 @@ def check_submit_sizes(pb: inference_pb2.SubmitRequest, context: int) -> None:
         raise InvalidArgument(f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids, got {stops}")
 
 
-def request_from_pb(pb: inference_pb2.SubmitRequest, default_max_tokens: int) -> GenerationRequest:
-    """Build the domain request; unset max_tokens means `default_max_tokens` (the model's room).
+def request_from_pb(
+    pb: inference_pb2.SubmitRequest, default_max_tokens: int, trace: RequestTrace = NO_TRACE
+) -> GenerationRequest:
+    """Build the domain request; unset max_tokens means `default_max_tokens` (the model's room);
+    `trace` comes from the call's metadata (`trace_from_metadata`).
 
     Raises:
         InvalidArgument: a field outside its wire range (priority, id lengths) or a bad sampling field.
@@ -166,6 +169,34 @@ def request_from_pb(pb: inference_pb2.SubmitRequest, default_max_tokens: int) ->
         priority=-pb.priority,
         deadline_s=pb.deadline_ms / 1000.0 if pb.HasField("deadline_ms") else None,
         session_id=pb.session_id,
+        trace=trace,
+    )
+
+
+# Submit call metadata (inference.proto, "Submit"): the caller's request id and W3C trace context.
+REQUEST_ID_KEY, TRACEPARENT_KEY, TRACESTATE_KEY = "x-request-id", "traceparent", "tracestate"
+MAX_TRACESTATE = 512  # W3C: at most 32 list members; longer values are dropped, as the spec allows
+
+
+def trace_from_metadata(metadata: Any) -> RequestTrace:
+    """The caller's request id and trace context from a call's invocation metadata (pairs).
+
+    A malformed traceparent starts a new trace (W3C: ignore it); a tracestate longer than
+    `MAX_TRACESTATE` is dropped.
+
+    Raises:
+        InvalidArgument: an `x-request-id` longer than `MAX_ID_BYTES` or with characters outside
+            printable ASCII (it is written into log lines).
+    """
+    found = {key: value for key, value in metadata or () if isinstance(value, str)}
+    request_id = found.get(REQUEST_ID_KEY, "")
+    if len(request_id) > MAX_ID_BYTES or not (request_id.isascii() and request_id.isprintable()):
+        raise InvalidArgument(f"x-request-id metadata: at most {MAX_ID_BYTES} printable ASCII characters")
+    tracestate = found.get(TRACESTATE_KEY, "")
+    return RequestTrace(
+        request_id=request_id,
+        traceparent=found.get(TRACEPARENT_KEY, "")[:64],  # 55 characters in version 00
+        tracestate=tracestate if len(tracestate) <= MAX_TRACESTATE else "",
     )
 
 

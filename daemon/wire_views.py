@@ -13,8 +13,16 @@ from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BudgetView, ResetReport
-from calculet.daemon.core.status import HealthView, JobView, LoadView, ModelInfoView, ModelView, StatusView
-from calculet.daemon.device.types import DeviceInfo, MemoryUsage
+from calculet.daemon.core.status import (
+    HealthView,
+    JobView,
+    LoadView,
+    ModelInfoView,
+    ModelView,
+    StatusView,
+    UtilizationView,
+)
+from calculet.daemon.device.types import DeviceInfo, EngineSlot, MemoryUsage
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
 from calculet.v1 import common_pb2, observe_pb2, operate_pb2
@@ -33,6 +41,7 @@ _JOB = {
     "RECOVER": observe_pb2.JOB_STATE_RECOVERING,
     "DONE": observe_pb2.JOB_STATE_FINISHED,
 }
+_BANK = {EngineSlot.AUTO: 0, EngineSlot.PING: 0, EngineSlot.PONG: 1}  # BankUtilization.bank
 _RESET_KIND = {"ccu": common_pb2.RESET_KIND_CCU, "configuration": common_pb2.RESET_KIND_CONFIGURATION}
 _FAULT = {
     operate_pb2.FAULT_KIND_SUBMIT_ERROR: FaultKind.SUBMIT_ERROR,
@@ -222,6 +231,27 @@ def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
         inflight_submissions=s.inflight,
         draining=s.draining,
         health=_serving(s.health.serving, s.health.draining, s.health.device_healthy),  # type: ignore[arg-type]
+        utilization=utilization_to_pb(s.utilization),
+    )
+
+
+def utilization_to_pb(u: UtilizationView) -> observe_pb2.DeviceUtilization:
+    return observe_pb2.DeviceUtilization(
+        device_seconds=u.device_seconds,
+        busy_seconds=u.busy_seconds,
+        busy_ratio=u.busy_ratio,
+        banks=[
+            observe_pb2.BankUtilization(bank=_BANK[b.bank], busy_seconds=b.busy_seconds, busy_ratio=b.busy_ratio)
+            for b in u.banks
+        ],
+        h2d_seconds=u.h2d_seconds,
+        compute_seconds=u.compute_seconds,
+        d2h_seconds=u.d2h_seconds,
+        sampling_seconds=u.sampling_seconds,
+        generated_tokens=u.generated_tokens,
+        tokens_per_second=u.tokens_per_second,
+        recent_busy_ratio=u.recent_busy_ratio,
+        recent_window_seconds=u.recent_window_seconds,
     )
 
 

@@ -30,13 +30,14 @@ from typing import Any
 from calculet.client import TlsConfig
 from calculet.client.channel import call_metadata, check_server_name, read_pem_file
 from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.telemetry.logs import LOG_FORMATS
 from calculet.gateway.api.auth import read_api_keys, read_secret_lines
 
 KEYS = frozenset(
     {
         "listen", "daemons", "dns", "dns-interval", "dns-hosts-file", "load-interval-ms", "max-attempts",
         "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
-        "daemon-server-name",
+        "daemon-server-name", "log-format",
     }
 )  # fmt: skip
 TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
@@ -53,6 +54,7 @@ class GatewayConfig:
     max_attempts: submits per choice across boards (first try, retries and failovers).
     failover_wait_s: mid-stream, how long to wait for a board to come (back) up.
     log_level: DEBUG, INFO, WARNING, ERROR.
+    log_format: text, or json (one object a line).
     api_key_file: the file of HTTP API keys ("" = the API is open); api_keys: its keys.
     daemon_token_file: the file of the inference-plane token sent to every daemon ("" = none);
         daemon_token: the token (the file's first).
@@ -69,6 +71,7 @@ class GatewayConfig:
     max_attempts: int = 6
     failover_wait_s: float = 15.0
     log_level: str = "INFO"
+    log_format: str = "text"
     api_key_file: str = ""
     api_keys: tuple[bytes, ...] = field(default=(), repr=False)
     daemon_token_file: str = ""
@@ -124,12 +127,15 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         max_attempts=_integer(settings, "max-attempts", GatewayConfig.max_attempts, 1, 100),
         failover_wait_s=_number(settings, "failover-wait", GatewayConfig.failover_wait_s, 0, 3600),
         log_level=_text(settings, "log-level", GatewayConfig.log_level).upper(),
+        log_format=_text(settings, "log-format", GatewayConfig.log_format),
         api_key_file=_optional_text(settings, "api-key-file"),
         daemon_token_file=_optional_text(settings, "daemon-token-file"),
         daemon_tls=_daemon_tls(settings),
     )
     if cfg.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")
+    if cfg.log_format not in LOG_FORMATS:
+        raise InvalidArgument(f"log-format: one of {', '.join(LOG_FORMATS)}, got {cfg.log_format!r}")
     _check_listen(cfg.listen)
     if not cfg.daemons and not cfg.dns:
         raise InvalidArgument("no boards: give --daemon TARGET or --dns NAME:PORT (or daemons/dns in the config)")

@@ -23,13 +23,15 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from calculet.client import Transport, parse_target
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.server.sd_notify import Notifier
+from calculet.daemon.telemetry.logs import setup_logging
+from calculet.daemon.telemetry.tracing import tracer_provider_from_env
 from calculet.gateway.api.app import create_app
 from calculet.gateway.config import GatewayConfig, config_from, read_config
 from calculet.gateway.fleet.connection import ClientConnection
@@ -38,6 +40,9 @@ from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.serving.choice import RetryPolicy
 from calculet.gateway.serving.service import GatewayService
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger("calculet.gateway")
 
@@ -54,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int, help="submits per choice across boards, retries included (6)")
     p.add_argument("--failover-wait", type=float, help="mid-stream seconds to wait for a board to come back (15)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (INFO)")
+    p.add_argument("--log-format", choices=("text", "json"), help="text (default) or json: one object a line")
     p.add_argument(
         "--api-key-file", metavar="FILE", help="API keys, one a line (# comments): /v1/* needs 'Bearer <key>'"
     )
@@ -77,6 +83,7 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "max-attempts",
         "failover-wait",
         "log-level",
+        "log-format",
         "api-key-file",
         "daemon-token-file",
         "daemon-ca",
@@ -126,8 +133,10 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
     return make_service
 
 
-def uvicorn_config(cfg: GatewayConfig, loop: str = "auto") -> uvicorn.Config:
-    app = create_app(service_factory(cfg), api_keys=cfg.api_keys)
+def uvicorn_config(
+    cfg: GatewayConfig, loop: str = "auto", tracer_provider: TracerProvider | None = None
+) -> uvicorn.Config:
+    app = create_app(service_factory(cfg), api_keys=cfg.api_keys, tracer_provider=tracer_provider)
     where: dict[str, Any]
     if cfg.listen.startswith("unix:"):
         where = {"uds": cfg.listen.removeprefix("unix:")}
@@ -174,11 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg = config_from(settings_from(args))
-        config = uvicorn_config(cfg, args.loop)
+        # Spans only when OTEL_TRACES_EXPORTER asks for them (tracing.py); request ids regardless.
+        tracer_provider = tracer_provider_from_env("calculet-gateway")
+        config = uvicorn_config(cfg, args.loop, tracer_provider)
     except InvalidArgument as err:
         print(f"calculet-gateway: {err}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=cfg.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(cfg.log_level, cfg.log_format)
     log.info("gateway on %s; daemons %s; dns %s", cfg.listen, list(cfg.daemons), list(cfg.dns))
     log.info(
         "access: API keys %s; daemon token %s; daemon TLS %s",
@@ -191,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         NotifyingServer(config, notifier).run()
     finally:
         notifier.close()
+        if tracer_provider is not None:
+            tracer_provider.shutdown()  # exports the spans still batched
     return 0
 
 

@@ -9,6 +9,7 @@ State and its owner (all private; other modules call methods that return copies 
     device jobs, banks, limit       `Executor`          engine lock (its `submit` runs without it)
     counters, admitting, halt,      the engine          engine lock
     reset budget, gate, audit trail
+    device utilisation              `UtilizationTracker` engine lock (fed by each completion)
 
 The lock is `_cond`'s. It is held only for bookkeeping: no device call runs under it (submits, lane
 opens and closes, resets, status queries and buffer-pool rebuilds all run outside it), so Health,
@@ -25,6 +26,10 @@ Threads:
   `completion.settle` decides what the job means and the engine applies it.
 Resets hold launches (no job is being submitted) while the device resets, then mark what they hit.
 Nothing polls: every wait is on the condition, an event log listener, or the device's wait.
+
+Telemetry: where something happens (queued, refused, device job started/done, finished, reset, fault)
+the engine emits an event to its `ObserverHub` (a queue put, also under the lock); the hub's thread
+calls the observers (`observer.py`), never an engine thread. With no observer no event is built.
 
 A sequence in WAITING/READY/RECOVER belongs to the scheduler; one in PREFILL/DECODE belongs to the
 `DeviceJob` carrying it until its settlement is applied; a DONE one is retained in the job table.
@@ -51,6 +56,23 @@ from calculet.daemon.core.ids import new_sequence_id
 from calculet.daemon.core.job_table import JobTable
 from calculet.daemon.core.jobs import BufferState
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.observer import (
+    FAULT_CCU_EXCEPTION,
+    FAULT_COUNTER_MISMATCH,
+    FAULT_DEVICE_LOST,
+    FAULT_HANG,
+    FAULT_NON_FINITE,
+    DeviceJobDone,
+    DeviceJobStarted,
+    EngineObserver,
+    FaultSeen,
+    ObserverHub,
+    RequestFinished,
+    RequestQueued,
+    RequestRejected,
+    ResetRecorded,
+    RowDone,
+)
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, validate_request
 from calculet.daemon.core.request_digest import request_digest
 from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry
@@ -68,9 +90,10 @@ from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.snapshot import CounterView, EngineSnapshot, GenerationView
 from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome
+from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, ModelReleased, OutOfKV, WaitTimeout
-from calculet.daemon.device.types import EngineSlot, JobStatus, TaskType
+from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 from calculet.daemon.errors import (
     CalculetError,
     Cancelled,
@@ -193,6 +216,8 @@ class Engine:
         self._heartbeat_listeners: list[Callable[[], None]] = []  # called from the engine thread's loop
         self._heartbeat_s: float | None = None
         self._last_beat = 0.0
+        self._observers = ObserverHub()  # telemetry: events delivered on the hub's own thread
+        self._utilization = UtilizationTracker(self._executor.engine_slots, time.monotonic())
 
     @property
     def config(self) -> EngineConfig:
@@ -229,6 +254,8 @@ class Engine:
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._threads = [t for t in self._threads if t.is_alive()]
+        if not self._threads:
+            self._observers.close()  # after delivering what the threads emitted
         return not self._threads
 
     def end_unfinished(self, reason: str) -> int:
@@ -303,6 +330,14 @@ class Engine:
     def clear_health_listeners(self) -> None:
         with self._cond:
             self._health_listeners.clear()
+
+    def add_observer(self, observer: EngineObserver) -> None:
+        """Deliver the engine's events from now on to `observer`, on the hub's thread (`observer.py`)."""
+        self._observers.add(observer)
+
+    def flush_observers(self, timeout: float) -> bool:
+        """Wait until the events emitted so far were delivered. Returns whether they were in time."""
+        return self._observers.flush(timeout)
 
     # ---- model generations ---------------------------------------------------------------
 
@@ -508,30 +543,31 @@ class Engine:
         """Add an operator reset to the audit trail (automatic ones are recorded here)."""
         with self._cond:
             self._reset_audit.record(entry)
+            self._observers.emit(ResetRecorded(entry))
 
     def _serving_generations_locked(self) -> tuple[str, ...]:
         return tuple(f"{rt.alias}@{rt.generation}" for rt in self._generations.published() if rt.state.serving)
 
     def _record_automatic_locked(self, reason: str, hit: int, before: tuple[bool, tuple[str, ...]], ok: bool,
                                  message: str, fault: str = "hang") -> None:  # fmt: skip
-        self._reset_audit.record(
-            ResetEntry(
-                at=reset_audit_now(),
-                kind="ccu",
-                automatic=True,
-                reason=reason,
-                fault=fault,
-                inflight_jobs=hit,
-                recovered=0,
-                failed=0,
-                generations_before=before[1],
-                generations_after=self._serving_generations_locked(),
-                serving_before=before[0],
-                serving_after=not self._device_lost,
-                ok=ok,
-                message=message,
-            )
+        entry = ResetEntry(
+            at=reset_audit_now(),
+            kind="ccu",
+            automatic=True,
+            reason=reason,
+            fault=fault,
+            inflight_jobs=hit,
+            recovered=0,
+            failed=0,
+            generations_before=before[1],
+            generations_after=self._serving_generations_locked(),
+            serving_before=before[0],
+            serving_after=not self._device_lost,
+            ok=ok,
+            message=message,
         )
+        self._reset_audit.record(entry)
+        self._observers.emit(ResetRecorded(entry))
 
     def note_reset_outcome(self, kind: str, ok: bool) -> None:
         """Record how the reset that just ended went (Status: ResetSummary.last_kind/at/ok)."""
@@ -658,7 +694,11 @@ class Engine:
         with self._cond:
             if req.client_request_id and (first := self._jobs.deduplicate(req.client_request_id, digest)):
                 return first, True
-            rt = self._admitting_runtime_locked(req.model, runtime)
+            try:
+                rt = self._admitting_runtime_locked(req.model, runtime)
+            except CalculetError as exc:
+                self._rejected_locked(req.model, exc.kind.value)
+                raise
         # O(prompt) work outside the lock, on a sequence nobody else can see yet: validation (the
         # transport has usually done it already) and the penalties' token history.
         limits = rt.limits
@@ -677,15 +717,24 @@ class Engine:
             except Overloaded:
                 if seq.deadline is not None and seq.deadline <= time.monotonic():
                     # Not a capacity refusal: retrying elsewhere (what OVERLOADED invites) cannot help.
+                    self._rejected_locked(req.model, "deadline")
                     raise DeadlineExceeded(
                         f"deadline of {req.deadline_s}s passed before the request was queued"
                     ) from None
+                self._rejected_locked(req.model, "queue_full")
                 raise  # counted in `rejected` by the transport, with every other refused Submit
             self._jobs.add(seq, digest)
             if runtime is None:  # warm-up probes are not client requests
                 self._counters.submitted += 1
+            if self._observers.wants(RequestQueued):
+                self._observers.emit(_queued(seq))
             self._cond.notify_all()
             return seq, False
+
+    def _rejected_locked(self, model: str, reason: str) -> None:
+        """Tell the observers admission refused a Submit (the transport counts it in `rejected`)."""
+        if self._observers.wants(RequestRejected):
+            self._observers.emit(RequestRejected(model, reason, time.monotonic()))
 
     def count_rejected(self) -> None:
         """Count one refused Submit (any error kind; the transport calls it for every refusal)."""
@@ -778,6 +827,7 @@ class Engine:
                 retained_bytes=self._jobs.retained_bytes,
                 client_ids=self._jobs.client_ids,
                 reset_history=self._reset_audit.entries(),
+                utilization=self._utilization.view(now),
             )
 
     def idle(self) -> bool:
@@ -866,7 +916,10 @@ class Engine:
         if (lane := self._scheduler.release_lane(seq, rt)) is not None and rt is not None and rt.model is not None:
             self._lane_closes.append((rt.model, lane))  # closed on the device outside the lock
         seq.finish(reason, kind, message)
-        if self._jobs.retire(seq) and not seq.internal:  # counted once, client jobs only
+        retired = self._jobs.retire(seq)
+        if retired and self._observers.wants(RequestFinished):
+            self._observers.emit(_finished(seq))
+        if retired and not seq.internal:  # counted once, client jobs only
             if reason in (FinishReason.STOP, FinishReason.LENGTH):
                 self._counters.completed += 1
             elif reason is FinishReason.CANCELLED:
@@ -913,6 +966,7 @@ class Engine:
                 self._finish_locked(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed in queue")
             else:
                 self._counters.rejected += 1
+                self._rejected_locked(seq.request.model, "admission_timeout")
                 self._finish_locked(
                     seq, FinishReason.ERROR, ErrorKind.OVERLOADED, "admission deadline: no KV lane became free"
                 )
@@ -953,6 +1007,7 @@ class Engine:
         if not was_lost:
             for listener in self._health_listeners:  # non-blocking by contract
                 listener()
+            self._observers.emit(FaultSeen(FAULT_DEVICE_LOST, message, time.monotonic()))
         in_jobs = {s.job_id for job in self._executor.jobs() for s in job.plan.seqs}
         for seq in list(self._jobs):
             if seq.job_id in in_jobs:
@@ -1115,6 +1170,8 @@ class Engine:
             if job.plan.task is TaskType.DECODE:  # batch fill: decode_rows / decode_jobs
                 self._counters.decode_jobs += 1
                 self._counters.decode_rows += len(job.plan.seqs)
+            if self._observers.wants(DeviceJobStarted):
+                self._observers.emit(_started(job))
             self._cond.notify_all()
         return True
 
@@ -1165,14 +1222,19 @@ class Engine:
 
     def _complete(self, job: DeviceJob, status: JobStatus) -> None:
         """Sample (no lock), then settle and apply under the lock."""
+        waited = time.perf_counter()
         rt = job.plan.runtime
         with self._cond:
             fenced = self._generations.running(job.generation) is not rt
         sampled = None
         device_left = None
+        sampling_s = 0.0
         if status is JobStatus.DONE and not fenced and not job.quarantine and not job.kv_lost:
+            began = time.perf_counter()
             sampled = completion.sample(job)
+            sampling_s = time.perf_counter() - began
             device_left = self._device_left()
+        stamps = _timestamps(job)  # a device query: outside the lock
         with self._cond:
             facts = BoardFacts(
                 fenced=self._generations.running(job.generation) is not rt,
@@ -1181,7 +1243,13 @@ class Engine:
                 device_left=device_left,
                 expected_left=len(self._executor) - 1,
             )
-            self._apply_locked(job, completion.settle(job, status, sampled, facts))
+            settlement = completion.settle(job, status, sampled, facts)
+            tokens = sum(1 for r in settlement.rows if r.token is not None and not r.seq.internal)
+            self._utilization.record(job.engine_slot, stamps, tokens, sampling_s, time.monotonic())
+            if self._observers.wants(DeviceJobDone):  # before the rows' Finals: their last token comes first
+                post_s = time.perf_counter() - waited - sampling_s
+                self._observers.emit(_job_done(job, status, settlement, stamps, (sampling_s, post_s)))
+            self._apply_locked(job, settlement)
             upkeep = self._executor.end_context(job)
             self._executor.retire(job)
         self._run_upkeep(upkeep)
@@ -1258,6 +1326,7 @@ class Engine:
                     other.reset_hit = True
                 self._hold_launches_locked()
             self._executor.note_anomaly(reason)
+            self._observers.emit(FaultSeen(FAULT_HANG, reason, time.monotonic()))
             # Operators are refused while it runs; it never waits for an operator's reset to end.
             gated = allowed and self._reset_gate.try_begin("automatic ccu reset")
         if not allowed:
@@ -1305,6 +1374,72 @@ def _job_view(s: Sequence, now: float) -> JobView:
         now - s.t_submit,
         s.request.client_request_id,
     )
+
+
+def _timestamps(job: DeviceJob) -> JobTimestamps | None:
+    """A finished device job's own timestamps; None when the device cannot say (lost meanwhile)."""
+    if job.submission is None:
+        return None
+    try:
+        return job.submission.timestamps()
+    except DeviceError:
+        return None
+
+
+def _queued(seq: Sequence) -> RequestQueued:
+    req = seq.request
+    return RequestQueued(
+        seq.job_id, req.model, seq.generation, len(req.prompt_tokens), len(req.resume_tokens),
+        req.client_request_id, seq.internal, seq.t_submit, req.trace,
+    )  # fmt: skip
+
+
+def _finished(seq: Sequence) -> RequestFinished:
+    """The observers' record of a request's Final: the one its log holds (the first written wins, as
+    its client saw it), so the metrics carry exactly the usage and timings the client got."""
+    final = seq.log.read(seq.log.produced() - 1)[-1]
+    assert isinstance(final, FinalEvent)
+    return RequestFinished(
+        seq.job_id, seq.request.model, seq.generation, final.reason, final.error_kind, final.usage, final.timings,
+        seq.internal, time.monotonic(),
+    )  # fmt: skip
+
+
+def _started(job: DeviceJob) -> DeviceJobStarted:
+    plan = job.plan
+    job_ids = tuple(s.job_id for s in plan.seqs)
+    return DeviceJobStarted(
+        job.device_job_id, plan.task, job.engine_slot, plan.runtime.alias, job.generation, job_ids, job.t_submit
+    )
+
+
+def _job_done(
+    job: DeviceJob, status: JobStatus, settlement: Settlement, stamps: JobTimestamps | None, host: tuple[float, float]
+) -> DeviceJobDone:
+    """The observers' record of a decided device job (before it is applied: `first` reads `t_first`).
+
+    Args:
+        host: (sampling seconds, postprocess seconds) on the host.
+    """
+    rows = tuple(
+        RowDone(r.seq.job_id, r.token is not None, r.token is not None and r.seq.t_first is None, r.seq.internal)
+        for r in settlement.rows
+    )
+    plan = job.plan
+    return DeviceJobDone(
+        job.device_job_id, plan.task, job.engine_slot, plan.runtime.alias, job.generation, status, rows,
+        plan.submodel.batch, stamps, host[0], host[1], job.t_submit, time.monotonic(),
+        tuple(_fault_kind(status, anomaly) for anomaly in settlement.anomalies),
+    )  # fmt: skip
+
+
+def _fault_kind(status: JobStatus, anomaly: str) -> str:
+    """The FAULT_* kind of one of a settlement's anomalies (`completion.settle` names them)."""
+    if status is JobStatus.CCU_EXCEPTION:
+        return FAULT_CCU_EXCEPTION
+    if anomaly.startswith("non-finite"):
+        return FAULT_NON_FINITE
+    return FAULT_COUNTER_MISMATCH
 
 
 def _status(job: DeviceJob) -> JobStatus:

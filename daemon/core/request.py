@@ -37,6 +37,25 @@ class StoppingParams:
 
 
 @dataclass(frozen=True)
+class RequestTrace:
+    """Who asked, for logs and traces; not part of the request's identity (a retry may differ).
+
+    Attributes:
+        request_id: the caller's request id (gRPC metadata `x-request-id`; the gateway's
+            `x-request-id`), logged with the job; "" = none.
+        traceparent / tracestate: W3C trace context of the caller's span, carried opaque (the
+            telemetry package parses it); "" = none.
+    """
+
+    request_id: str = ""
+    traceparent: str = ""
+    tracestate: str = ""
+
+
+NO_TRACE = RequestTrace()
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """One generation job.
 
@@ -50,6 +69,7 @@ class GenerationRequest:
         priority: higher runs first among waiting requests.
         deadline_s: seconds from submit after which a still-queued request is refused (None = none).
         session_id: routing hint for prefix reuse; carried, not interpreted by the daemon.
+        trace: the caller's request id and trace context (logs and spans only).
 
     A request `prevalidate` checked carries the limits it passed as a private mark, not a field:
     equality, `repr` and request digests ignore it, and `dataclasses.replace` (a changed request)
@@ -66,6 +86,7 @@ class GenerationRequest:
     deadline_s: float | None = None
     session_id: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    trace: RequestTrace = NO_TRACE
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ identical, else FAILED_PRECONDITION).
 
 Two requests get the same digest exactly when every field is equal: model, prompt and resume
 tokens, sampling, stopping, priority, session id, labels, and the id itself; the deadline is left
-out (a retry sends its remaining budget, see `RETRY_MAY_CHANGE`). The fields
+out (a retry sends its remaining budget, see `RETRY_MAY_CHANGE`), and so is the trace (request id
+and trace context name the attempt). The fields
 are walked generically (dataclass fields, recursively), so a field added to `GenerationRequest`
 later is covered without a change here. The seed is the one special case: a Submit without a seed
 gets one drawn by the wire layer, so a retry of the same seed-less request carries another drawn
@@ -31,7 +32,8 @@ from calculet.daemon.sampling.params import SamplingParams
 DIGEST_BYTES = 32
 # Fields a faithful retry may change: inference.proto tells a retrying client to send the
 # *remaining* time budget as deadline_ms, so the deadline is not part of the request's identity.
-RETRY_MAY_CHANGE = frozenset({"deadline_s"})
+# The trace (request id, trace context) names the attempt, not the request.
+RETRY_MAY_CHANGE = frozenset({"deadline_s", "trace"})
 _PERSON = b"calculet-req-v1"  # domain separation: no other blake2b use in the daemon collides with these
 
 

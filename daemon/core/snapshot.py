@@ -7,14 +7,14 @@ field is a copy: holding a snapshot holds no lock and nothing in it changes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BoardHalt, BudgetView
-from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome
+from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome, UtilizationView
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ class EngineSnapshot:
         inflight / inflight_limit: device jobs not yet retired, and how many may be.
         retained_jobs / retained_bytes / client_ids: finished jobs kept for Wait and Submit retries.
         reset_history: the reset audit trail, oldest first (bounded).
+        utilization: device busy ratio, phase seconds and tokens (`core/utilization.py`).
     """
 
     admitting: bool
@@ -90,6 +91,7 @@ class EngineSnapshot:
     retained_bytes: int
     client_ids: int
     reset_history: tuple[ResetEntry, ...] = ()
+    utilization: UtilizationView = field(default_factory=UtilizationView)
 
     @property
     def published(self) -> tuple[GenerationView, ...]:

@@ -12,7 +12,7 @@ from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BudgetView
-from calculet.daemon.device.types import DeviceInfo, JobCounters, MemoryUsage
+from calculet.daemon.device.types import DeviceInfo, EngineSlot, JobCounters, MemoryUsage
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,43 @@ class ResetOutcome:
 
 
 @dataclass(frozen=True)
+class BankUtilizationView:
+    """One engine bank's compute seconds (device clock) and their share of the device seconds."""
+
+    bank: EngineSlot
+    busy_seconds: float
+    busy_ratio: float
+
+
+@dataclass(frozen=True)
+class UtilizationView:
+    """How busy the device is, from its own job timestamps (`core/utilization.py` defines each figure).
+
+    Attributes:
+        device_seconds / busy_seconds / busy_ratio: device-clock span since the first job, the union
+            of compute intervals in it, and their ratio.
+        banks: the same per engine bank, in bank order.
+        h2d_seconds / compute_seconds / d2h_seconds: device-clock phase seconds summed over jobs.
+        sampling_seconds: host seconds spent sampling.
+        generated_tokens: tokens generated for client jobs.
+        tokens_per_second / recent_busy_ratio: over the last `recent_window_seconds` of wall clock.
+    """
+
+    device_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    busy_ratio: float = 0.0
+    banks: tuple[BankUtilizationView, ...] = ()
+    h2d_seconds: float = 0.0
+    compute_seconds: float = 0.0
+    d2h_seconds: float = 0.0
+    sampling_seconds: float = 0.0
+    generated_tokens: int = 0
+    tokens_per_second: float = 0.0
+    recent_busy_ratio: float = 0.0
+    recent_window_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class StatusView:
     board: int
     driver: str
@@ -115,6 +152,7 @@ class StatusView:
     degraded_reason: str = ""
     anomalies: int = 0
     reset_history: tuple[ResetEntry, ...] = ()  # the reset audit trail, oldest first
+    utilization: UtilizationView = field(default_factory=UtilizationView)  # device busy ratio, tokens/s
 
 
 @dataclass(frozen=True)

@@ -107,4 +107,5 @@ def status_view(
         degraded_reason=snap.degraded_reason,
         anomalies=snap.anomalies,
         reset_history=snap.reset_history,
+        utilization=snap.utilization,
     )

@@ -35,7 +35,7 @@ from calculet.daemon.core.device_core import DeviceCore, SubmitReceipt
 from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
-from calculet.daemon.core.request import GenerationRequest, ModelLimits, prevalidate
+from calculet.daemon.core.request import GenerationRequest, ModelLimits, RequestTrace, prevalidate
 from calculet.daemon.core.status import HealthView
 from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.daemon.server.changes import StateChanges, signature
@@ -50,7 +50,7 @@ from calculet.daemon.server.checks import (
 )
 from calculet.daemon.server.errors import map_errors
 from calculet.daemon.server.liveness import LIVENESS_SERVICE, EngineBeats, LivenessPolicy, needs_restart
-from calculet.daemon.wire import check_submit_sizes, event_to_pb, request_from_pb
+from calculet.daemon.wire import check_submit_sizes, event_to_pb, request_from_pb, trace_from_metadata
 from calculet.daemon.wire_views import (
     fault_from_pb,
     health_to_pb,
@@ -195,18 +195,22 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         # A model that does not serve now is refused by the core; bound its prompt by what any could take.
         bound = limits.context if limits is not None else max(self.core.largest_context(), REFERENCE_CONTEXT)
         check_submit_sizes(request, bound)  # O(1), before any token id is read
+        trace = trace_from_metadata(context.invocation_metadata())
         if len(request.prompt_tokens) + len(request.resume_tokens) <= INLINE_TOKENS:
-            result = self._submit_checked(request, limits)
+            result = self._submit_checked(request, limits, trace)
         else:
             loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._submit_pool, self._submit_checked, request, limits)
+            result = await loop.run_in_executor(self._submit_pool, self._submit_checked, request, limits, trace)
         return inference_pb2.SubmitResponse(
             job_id=result.job_id, deduplicated=result.deduplicated, seed=result.seed, generation=result.generation
         )
 
-    def _submit_checked(self, request: inference_pb2.SubmitRequest, limits: ModelLimits | None) -> SubmitReceipt:
+    def _submit_checked(
+        self, request: inference_pb2.SubmitRequest, limits: ModelLimits | None, trace: RequestTrace
+    ) -> SubmitReceipt:
         """Convert, check (O(tokens), outside the engine lock) and submit a request."""
-        return self.core.submit(_checked_request(request, limits), seed_given=request.sampling.HasField("seed"))
+        req = _checked_request(request, limits, trace)
+        return self.core.submit(req, seed_given=request.sampling.HasField("seed"))
 
     @map_errors
     async def Wait(self, request: inference_pb2.WaitRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
@@ -395,10 +399,12 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         )
 
 
-def _checked_request(request: inference_pb2.SubmitRequest, limits: ModelLimits | None) -> GenerationRequest:
+def _checked_request(
+    request: inference_pb2.SubmitRequest, limits: ModelLimits | None, trace: RequestTrace
+) -> GenerationRequest:
     """The domain request, checked against `limits` (when its model serves) off the engine lock."""
     room = (limits.context if limits is not None else 1) - len(request.prompt_tokens)
-    req = request_from_pb(request, max(1, room))  # unset max_tokens: whatever room the prompt leaves
+    req = request_from_pb(request, max(1, room), trace)  # unset max_tokens: whatever room the prompt leaves
     return prevalidate(req, limits) if limits is not None else req
 
 

@@ -1,13 +1,13 @@
 """The FastAPI application: routes that parse, call `GatewayService`, and format.
 
 Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`, `GET /health`
-(the process answers), `GET /ready` (some board can serve: 200, else 503), `GET /metrics` (a
-minimal Prometheus text until the observability issue). With API keys (`--api-key-file`), every
-path but /health, /ready and /metrics needs `Authorization: Bearer <key>` (`auth.ApiKeyAuth`,
-answering 401 before any route runs). Bodies are read raw and validated by
-`schemas.parse_body` (strict types, unknown fields ignored); every `CalculetError` becomes its
-HTTP status through `errors.error_response`, the only place that decides statuses; any other
-exception is logged and answered 500 without details.
+(the process answers), `GET /ready` (some board can serve: 200, else 503), `GET /metrics` (the
+gateway's Prometheus metrics, `telemetry.metrics`; every request is counted by its middleware).
+With API keys (`--api-key-file`), every path but /health, /ready and /metrics needs
+`Authorization: Bearer <key>` (`auth.ApiKeyAuth`, answering 401 before any route runs). Bodies
+are read raw and validated by `schemas.parse_body` (strict types, unknown fields ignored); every
+`CalculetError` becomes its HTTP status through `errors.error_response`, the only place that
+decides statuses; any other exception is logged and answered 500 without details.
 
 Ownership: the lifespan creates the fleet inside the server's event loop (gRPC aio channels bind
 to it) and closes it on shutdown.
@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
+from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 
@@ -31,8 +33,10 @@ from calculet.gateway.api import formats, streaming
 from calculet.gateway.api.auth import ApiKeyAuth
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
 from calculet.gateway.errors import error_response, internal_error_response
-from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.serving.service import GatewayService, Prepared
+from calculet.gateway.telemetry.metrics import GatewayMetrics
+from calculet.gateway.telemetry.middleware import MetricsMiddleware
+from calculet.gateway.telemetry.request_context import RequestContextMiddleware
 
 log = logging.getLogger("calculet.gateway.http")
 
@@ -51,15 +55,24 @@ def session_key(request: Request, user: str | None) -> str:
 
 
 async def respond(
-    request: Request, prepare: Awaitable[Prepared], stream: bool, include_usage: bool, logprobs: bool, *, chat: bool
+    request: Request,
+    prepare: Awaitable[Prepared],
+    stream: bool,
+    include_usage: bool,
+    logprobs: bool,
+    *,
+    chat: bool,
+    started: float,
 ) -> Response:
     """Run a request being prepared and answer it: SSE once its first token exists, or JSON at the end.
+    `started`: the request's arrival (`time.perf_counter()`), for its time to first token.
 
     Raises:
         CalculetError: before any byte is sent (the exception handlers answer it).
     """
     prepared = await streaming.unless_disconnected(request, prepare)
-    events = prepared.events()
+    metrics: GatewayMetrics = request.app.state.metrics
+    events = metrics.watch(prepared.events(), prepared.model, prepared.prompt_token_count, started)
     if stream:
         first = await streaming.first_event(request, events)
         sse = streaming.sse_chat if chat else streaming.sse_completion
@@ -72,19 +85,35 @@ async def respond(
     )
 
 
-def create_app(make_service: Callable[[], AsyncIterator[GatewayService]], *, api_keys: Sequence[bytes] = ()) -> FastAPI:
+def create_app(
+    make_service: Callable[[], AsyncIterator[GatewayService]],
+    *,
+    api_keys: Sequence[bytes] = (),
+    tracer_provider: TracerProvider | None = None,
+) -> FastAPI:
     """The app. `make_service` is an async context (generator) yielding the running service;
-    `api_keys`: the keys /v1/* requests must present (none: the API is open)."""
+    `api_keys`: the keys /v1/* requests must present (none: the API is open); `tracer_provider`:
+    where request spans go (None: tracing off; request ids and log lines all the same)."""
+
+    metrics = GatewayMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with asynccontextmanager(make_service)() as service:
-            app.state.service = service
-            yield
+        try:
+            async with asynccontextmanager(make_service)() as service:
+                service.observer = metrics  # retries and failovers
+                metrics.attach(service.fleet)
+                app.state.service = service
+                yield
+        finally:
+            metrics.close()
 
     app = FastAPI(title="Calculet gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.metrics = metrics
     if api_keys:
         app.add_middleware(ApiKeyAuth, keys=tuple(api_keys))
+    app.add_middleware(RequestContextMiddleware, provider=tracer_provider)  # ids, spans, log lines
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: a 401 is counted too
 
     @app.exception_handler(CalculetError)
     async def calculet_error(_: Request, err: CalculetError) -> Response:
@@ -109,15 +138,18 @@ def create_app(make_service: Callable[[], AsyncIterator[GatewayService]], *, api
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
+        started = time.perf_counter()
         req = parse_body(ChatCompletionRequest, await request.body())
-        prepare = service_of(request).prepare_chat(req, session_key(request, req.user))
-        return await respond(request, prepare, req.stream, req.include_usage, req.logprobs, chat=True)
+        prepare = service_of(request).prepare_chat(req, session_key(request, req.user), request.state.telemetry)
+        return await respond(request, prepare, req.stream, req.include_usage, req.logprobs, chat=True, started=started)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
+        started = time.perf_counter()
         req = parse_body(CompletionRequest, await request.body())
-        prepare = service_of(request).prepare_completion(req, session_key(request, req.user))
-        return await respond(request, prepare, req.stream, req.include_usage, req.logprobs is not None, chat=False)
+        prepare = service_of(request).prepare_completion(req, session_key(request, req.user), request.state.telemetry)
+        logprobs = req.logprobs is not None
+        return await respond(request, prepare, req.stream, req.include_usage, logprobs, chat=False, started=started)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -157,12 +189,8 @@ def create_app(make_service: Callable[[], AsyncIterator[GatewayService]], *, api
         return json_response(body, 200 if ok else 503)
 
     @app.get("/metrics")
-    async def metrics(request: Request) -> Response:
-        fleet = service_of(request).fleet
-        lines = ["# TYPE calculet_gateway_boards gauge"]
-        for state in BoardState:
-            n = sum(1 for b in fleet.boards.values() if b.state is state)
-            lines.append(f'calculet_gateway_boards{{state="{state.value}"}} {n}')
-        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+    async def prometheus() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
 
     return app

@@ -88,9 +88,17 @@ class DaemonConnection(abc.ABC):
     target: str
 
     @abc.abstractmethod
-    async def start(self, job: ChoiceSubmit, resume_tokens: Sequence[int]) -> DaemonStream:
+    async def start(
+        self, job: ChoiceSubmit, resume_tokens: Sequence[int], metadata: Sequence[tuple[str, str]] = ()
+    ) -> DaemonStream:
         """Submit the job (continuing after `resume_tokens`) and open its Wait stream.
 
+        Args:
+            job: what to generate.
+            resume_tokens: tokens earlier attempts delivered.
+            metadata: extra Submit metadata: `x-request-id` and W3C trace context (`serving.tracing`).
+        Returns:
+            The job's stream.
         Raises:
             CalculetError: Submit refused (InvalidArgument, NotFound, Overloaded, Unavailable...).
         """
@@ -153,7 +161,9 @@ class ClientConnection(DaemonConnection):
         self._client = AsyncDaemonClient(target, timeout=CALL_TIMEOUT_S, max_reattach=0, token=token, tls=tls)
         self._interval_ms = load_interval_ms
 
-    async def start(self, job: ChoiceSubmit, resume_tokens: Sequence[int]) -> DaemonStream:
+    async def start(
+        self, job: ChoiceSubmit, resume_tokens: Sequence[int], metadata: Sequence[tuple[str, str]] = ()
+    ) -> DaemonStream:
         try:
             gen = await self._client.generate(
                 job.model,
@@ -165,6 +175,7 @@ class ClientConnection(DaemonConnection):
                 priority=job.priority,
                 resume_tokens=tuple(resume_tokens),
                 session_id=job.session_id,
+                call_metadata=metadata,
             )
         except CalculetError as err:
             raise self._board_refusal(err) from err

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Coroutine
+from collections.abc import AsyncGenerator, Coroutine, Sequence
 from dataclasses import dataclass
 
 from calculet.client.types import FinishReason, TokenChunk, TokenLogprob
@@ -32,6 +32,8 @@ from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.connection import ChoiceSubmit
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
+from calculet.gateway.serving.observer import NoObserver, ServingObserver
+from calculet.gateway.serving.tracing import PlainScope, RequestScope
 from calculet.gateway.text.detokenizer import Detokenizer
 from calculet.gateway.text.model_text import ModelText
 from calculet.gateway.text.stops import StopMatcher
@@ -89,6 +91,8 @@ class ChoiceRunner:
         stops: stop strings.
         first: the board the service already picked (its text was used to tokenize).
         policy: retry budget.
+        observer: told of each retry and failover (metrics).
+        scope: the request's id and trace: each attempt's Submit carries its metadata.
     """
 
     def __init__(
@@ -100,8 +104,12 @@ class ChoiceRunner:
         stops: tuple[str, ...],
         first: Board,
         policy: RetryPolicy,
+        observer: ServingObserver | None = None,
+        scope: RequestScope | None = None,
     ) -> None:
         self._fleet, self._router, self._text, self._job = fleet, router, text, job
+        self._observer = observer or NoObserver()
+        self._scope: RequestScope = scope or PlainScope()
         self._first: Board | None = first
         self._policy = policy
         self._tokens: list[int] = []
@@ -131,15 +139,20 @@ class ChoiceRunner:
                 raise self._give_up(last_err)
             if attempts >= self._policy.max_attempts:
                 raise self._give_up(last_err)
+            if attempts:  # another board after a failed attempt: a failover once tokens were streamed
+                self._observer.resubmitted(self._job.model, mid_stream=bool(self._tokens))
             attempts += 1
+            attempt = self._scope.attempt(board.target, len(self._tokens))
+            error: BaseException | None = None
             board.acquire()
             try:
-                async with contextlib.aclosing(self._attempt(board)) as events:
+                async with contextlib.aclosing(self._attempt(board, attempt.metadata)) as events:
                     async for event in events:
                         yield event
                         if isinstance(event, ChoiceEnd):
                             return
             except CalculetError as err:
+                error = err
                 if err.kind not in RETRYABLE:
                     raise
                 last_err = err
@@ -147,15 +160,22 @@ class ChoiceRunner:
                 if self._tokens:
                     self.failovers += 1
                 log.info(
-                    "choice on %s failed after %d tokens (%s); trying another board",
-                    board.target, len(self._tokens), err,
+                    "request %s: choice on %s failed after %d tokens (%s); trying another board",
+                    self._scope.request_id or "-", board.target, len(self._tokens), err,
+                    extra={"request_id": self._scope.request_id, "board": board.target},
                 )  # fmt: skip
+            except BaseException as exc:  # cancelled (client gone) or a bug: the attempt ends with it
+                error = exc
+                raise
             finally:
+                attempt.end(error)
                 await self._fleet.released(board)
 
-    async def _attempt(self, board: Board) -> AsyncGenerator[ChoiceEvent, None]:
-        """Submit on `board` and stream until the job's end. Raises: CalculetError."""
-        stream = await board.conn.start(self._job, self._tokens)
+    async def _attempt(self, board: Board, metadata: Sequence[tuple[str, str]]) -> AsyncGenerator[ChoiceEvent, None]:
+        """Submit on `board` (with the attempt's `metadata`) and stream until the job's end.
+
+        Raises: CalculetError."""
+        stream = await board.conn.start(self._job, self._tokens, metadata)
         finished = False
         try:
             async for chunk in stream.chunks():

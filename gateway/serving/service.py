@@ -28,6 +28,8 @@ from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.serving.choice import ChoiceEvent, ChoiceRunner, RetryPolicy
 from calculet.gateway.serving.merge import merged
+from calculet.gateway.serving.observer import NoObserver, ServingObserver
+from calculet.gateway.serving.tracing import RequestScope
 from calculet.gateway.text.model_text import ModelText
 
 SEED_SPACE = 2**64
@@ -61,22 +63,33 @@ class GatewayService:
     Args:
         fleet / router: the boards and the routing rule.
         policy: retries and failover budget per choice.
+        observer: told of retries and failovers (the app sets its metrics here).
     """
 
-    def __init__(self, fleet: Fleet, router: Router, policy: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, fleet: Fleet, router: Router, policy: RetryPolicy | None = None, observer: ServingObserver | None = None
+    ) -> None:
         self.fleet = fleet
         self.router = router
         self.policy = policy or RetryPolicy()
+        self.observer: ServingObserver = observer or NoObserver()
 
-    async def prepare_chat(self, req: ChatCompletionRequest, session: str) -> Prepared:
-        """Raises: CalculetError (404 unknown model, 503 nothing serves it, 400 bad request)."""
+    async def prepare_chat(
+        self, req: ChatCompletionRequest, session: str, scope: RequestScope | None = None
+    ) -> Prepared:
+        """`scope`: the request's id and trace (its attempts' Submit metadata).
+
+        Raises: CalculetError (404 unknown model, 503 nothing serves it, 400 bad request)."""
         board, text = await self._model(req.model, session)
         messages = [m.template_view() for m in req.messages]
         prompt = text.render_chat(messages, add_generation_prompt=req.add_generation_prompt)
         tokens = await self._encode(text, prompt)
-        return self._prepare(req, session, board, text, [tokens], req.token_limit(), req.logprobs_count(), "chatcmpl")
+        limits = (req.token_limit(), req.logprobs_count())
+        return self._prepare(req, session, board, text, [tokens], limits, "chatcmpl", scope)
 
-    async def prepare_completion(self, req: CompletionRequest, session: str) -> Prepared:
+    async def prepare_completion(
+        self, req: CompletionRequest, session: str, scope: RequestScope | None = None
+    ) -> Prepared:
         """Raises: CalculetError (as `prepare_chat`)."""
         prompts = req.prompts()
         board, text = await self._model(req.model, session)
@@ -89,7 +102,8 @@ class GatewayService:
                 if bad is not None:
                     raise InvalidArgument(f"prompt[{i}]: token id {bad} is outside the vocabulary")
                 token_lists.append(list(prompt))
-        return self._prepare(req, session, board, text, token_lists, req.token_limit(), req.logprobs_count(), "cmpl")
+        limits = (req.token_limit(), req.logprobs_count())
+        return self._prepare(req, session, board, text, token_lists, limits, "cmpl", scope)
 
     async def model_context(self, alias: str) -> int:
         """The context length of `alias` as a serving board reports it (0 if none serves it now)."""
@@ -130,10 +144,12 @@ class GatewayService:
         board: Board,
         text: ModelText,
         prompts: Sequence[list[int]],
-        max_tokens: int | None,
-        logprobs: int | None,
+        limits: tuple[int | None, int | None],
         id_prefix: str,
+        scope: RequestScope | None,
     ) -> Prepared:
+        """`limits`: (max_tokens, logprobs) of the request."""
+        max_tokens, logprobs = limits
         context = text.facts.context
         for i, tokens in enumerate(prompts):
             where = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
@@ -176,5 +192,17 @@ class GatewayService:
                     session_id=session,
                 )
                 first = self._spread(req.model, session, board, text) if runners else board
-                runners.append(ChoiceRunner(self.fleet, self.router, text, job, req.stop_strings(), first, self.policy))
+                runners.append(
+                    ChoiceRunner(
+                        self.fleet,
+                        self.router,
+                        text,
+                        job,
+                        req.stop_strings(),
+                        first,
+                        self.policy,
+                        self.observer,
+                        scope,
+                    )
+                )
         return Prepared(req.model, text, [list(p) for p in prompts], runners, f"{id_prefix}-{secrets.token_hex(12)}")

@@ -113,6 +113,9 @@ class DaemonServicer:
         INVALID_ARGUMENT (bad parameter, token id >= vocab, prompt too long), NOT_FOUND (alias),
         UNAVAILABLE (model not READY, board draining or unhealthy), RESOURCE_EXHAUSTED (queue
         full), FAILED_PRECONDITION (client_request_id reused for a different request).
+        Optional call metadata: `x-request-id` (at most 128 printable ASCII characters, else
+        INVALID_ARGUMENT; written on the job's log lines) and W3C `traceparent` / `tracestate` (the
+        job's spans continue that trace). Neither is part of the request's identity.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

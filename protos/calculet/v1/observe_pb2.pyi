@@ -95,7 +95,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("board", "device", "models", "jobs", "device_counters", "job_counters", "buffer_pool", "resets", "policy", "max_inflight", "inflight_submissions", "draining", "health")
+    __slots__ = ("board", "device", "models", "jobs", "device_counters", "job_counters", "buffer_pool", "resets", "policy", "max_inflight", "inflight_submissions", "draining", "health", "utilization")
     BOARD_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,7 @@ class StatusResponse(_message.Message):
     INFLIGHT_SUBMISSIONS_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     board: BoardInfo
     device: DeviceInfo
     models: _containers.RepeatedCompositeFieldContainer[ModelStatus]
@@ -122,7 +123,46 @@ class StatusResponse(_message.Message):
     inflight_submissions: int
     draining: bool
     health: _common_pb2.ServingStatus
-    def __init__(self, board: _Optional[_Union[BoardInfo, _Mapping]] = ..., device: _Optional[_Union[DeviceInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobSummary, _Mapping]]] = ..., device_counters: _Optional[_Union[DeviceJobCounters, _Mapping]] = ..., job_counters: _Optional[_Union[JobCounters, _Mapping]] = ..., buffer_pool: _Optional[_Union[BufferPoolStatus, _Mapping]] = ..., resets: _Optional[_Union[ResetSummary, _Mapping]] = ..., policy: _Optional[_Union[Policy, str]] = ..., max_inflight: _Optional[int] = ..., inflight_submissions: _Optional[int] = ..., draining: _Optional[bool] = ..., health: _Optional[_Union[_common_pb2.ServingStatus, str]] = ...) -> None: ...
+    utilization: DeviceUtilization
+    def __init__(self, board: _Optional[_Union[BoardInfo, _Mapping]] = ..., device: _Optional[_Union[DeviceInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobSummary, _Mapping]]] = ..., device_counters: _Optional[_Union[DeviceJobCounters, _Mapping]] = ..., job_counters: _Optional[_Union[JobCounters, _Mapping]] = ..., buffer_pool: _Optional[_Union[BufferPoolStatus, _Mapping]] = ..., resets: _Optional[_Union[ResetSummary, _Mapping]] = ..., policy: _Optional[_Union[Policy, str]] = ..., max_inflight: _Optional[int] = ..., inflight_submissions: _Optional[int] = ..., draining: _Optional[bool] = ..., health: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., utilization: _Optional[_Union[DeviceUtilization, _Mapping]] = ...) -> None: ...
+
+class DeviceUtilization(_message.Message):
+    __slots__ = ("device_seconds", "busy_seconds", "busy_ratio", "banks", "h2d_seconds", "compute_seconds", "d2h_seconds", "sampling_seconds", "generated_tokens", "tokens_per_second", "recent_busy_ratio", "recent_window_seconds")
+    DEVICE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    BANKS_FIELD_NUMBER: _ClassVar[int]
+    H2D_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    D2H_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    RECENT_BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    RECENT_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    device_seconds: float
+    busy_seconds: float
+    busy_ratio: float
+    banks: _containers.RepeatedCompositeFieldContainer[BankUtilization]
+    h2d_seconds: float
+    compute_seconds: float
+    d2h_seconds: float
+    sampling_seconds: float
+    generated_tokens: int
+    tokens_per_second: float
+    recent_busy_ratio: float
+    recent_window_seconds: float
+    def __init__(self, device_seconds: _Optional[float] = ..., busy_seconds: _Optional[float] = ..., busy_ratio: _Optional[float] = ..., banks: _Optional[_Iterable[_Union[BankUtilization, _Mapping]]] = ..., h2d_seconds: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., d2h_seconds: _Optional[float] = ..., sampling_seconds: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tokens_per_second: _Optional[float] = ..., recent_busy_ratio: _Optional[float] = ..., recent_window_seconds: _Optional[float] = ...) -> None: ...
+
+class BankUtilization(_message.Message):
+    __slots__ = ("bank", "busy_seconds", "busy_ratio")
+    BANK_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    bank: int
+    busy_seconds: float
+    busy_ratio: float
+    def __init__(self, bank: _Optional[int] = ..., busy_seconds: _Optional[float] = ..., busy_ratio: _Optional[float] = ...) -> None: ...
 
 class BoardInfo(_message.Message):
     __slots__ = ("name", "index", "daemon_version", "started_at", "driver", "fault_injection")

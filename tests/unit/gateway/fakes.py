@@ -76,6 +76,7 @@ class Submitted:
     job: ChoiceSubmit
     resume: tuple[int, ...]
     cancelled: bool = False
+    metadata: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -123,14 +124,16 @@ class FakeDaemon(DaemonConnection):
 
     # ---- DaemonConnection -------------------------------------------------------------
 
-    async def start(self, job: ChoiceSubmit, resume_tokens: Sequence[int]) -> DaemonStream:
+    async def start(
+        self, job: ChoiceSubmit, resume_tokens: Sequence[int], metadata: Sequence[tuple[str, str]] = ()
+    ) -> DaemonStream:
         if self._dead:
             raise Unavailable(f"{self.target} is gone")
         if self.refuse:
             raise self.refuse.pop(0)
         if job.model != ALIAS:
             raise NotFound(f"model {job.model!r}")
-        record = Submitted(job, tuple(resume_tokens))
+        record = Submitted(job, tuple(resume_tokens), metadata=tuple(metadata))
         self.submitted.append(record)
         die_after, self.die_after = self.die_after, None
         if die_after is None and self.die_plan:

@@ -118,9 +118,9 @@ def test_a_large_prompt_is_converted_and_checked_off_the_event_loop(
     threads: list[str] = []
     convert = servicer_module._checked_request
 
-    def spy(request: inference_pb2.SubmitRequest, limits: Any) -> Any:
+    def spy(request: inference_pb2.SubmitRequest, limits: Any, trace: Any) -> Any:
         threads.append(threading.current_thread().name)
-        return convert(request, limits)
+        return convert(request, limits, trace)
 
     monkeypatch.setattr(servicer_module, "_checked_request", spy)
     stub = qwen_board.stub

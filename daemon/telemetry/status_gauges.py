@@ -1,0 +1,176 @@
+"""Observable instruments read from the daemon's Status view at each scrape (docs/metrics.md).
+
+Data flow: a scrape takes one `StatusView` (the same snapshot the Status RPC builds: one engine
+snapshot plus three cheap device queries, never under the engine lock) and every callback here reads
+its figure from that view: requests running/waiting, KV lanes, queues, in-flight jobs, buffer pool,
+device busy ratio, model state and generation, build and model info, device counters and memory.
+Counters here (`*_total`) are cumulative values the daemon already keeps.
+
+Each gauge is a row of `GAUGES`: (name, kind, unit, description, function of the view returning
+(value, labels) pairs). `StatusGauges` creates them on a meter with one callback each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from calculet.daemon.core.kv import LaneState
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.status import StatusView
+from calculet.daemon.telemetry.registry import package_version
+
+Labels = dict[str, str]
+Points = Iterable[tuple[float, Labels]]
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """One observable instrument: `read(view)` gives its (value, labels) points."""
+
+    name: str
+    counter: bool
+    unit: str
+    description: str
+    read: Callable[[StatusView], Points]
+
+
+def _one(value: float) -> Points:
+    return [(value, {})]
+
+
+def _requests(view: StatusView, waiting: bool) -> Points:
+    counts = {m.alias: 0 for m in view.models}
+    for job in view.jobs:
+        if (job.state == "WAITING") == waiting:
+            counts[job.model] = counts.get(job.model, 0) + 1
+    return [(n, {"model": alias}) for alias, n in counts.items()]
+
+
+def _lanes(view: StatusView, what: str) -> Points:
+    points = []
+    for m in view.models:
+        total = len(m.lanes)
+        used = sum(1 for lane in m.lanes if lane.state is not LaneState.FREE)
+        value = {"used": used, "total": total, "ratio": used / total if total else 0.0}[what]
+        points.append((value, {"model": m.alias, "generation": str(m.generation)}))
+    return points
+
+
+def _queues(view: StatusView) -> Points:
+    points = []
+    for m in view.models:
+        q = m.queues
+        for name, depth in (("decode_ready", q.decode_ready), ("short_prefill", q.short_prefill),
+                            ("long_prefill", q.long_prefill)):  # fmt: skip
+            points.append((depth, {"model": m.alias, "generation": str(m.generation), "queue": name}))
+    return points
+
+
+def _model_states(view: StatusView) -> Points:
+    """1 for each published alias's state, 0 for its other states (so a change shows as 1 -> 0)."""
+    return [
+        (1.0 if m.state is state else 0.0, {"model": m.alias, "state": state.value})
+        for m in view.models
+        if m.published
+        for state in ModelState
+    ]
+
+
+def _model_info(view: StatusView) -> Points:
+    points = []
+    for m in view.models:
+        labels = {"model": m.alias, "generation": str(m.generation), "package": m.package_name}
+        points.append((1.0, {**labels, "calbin_hash": m.package_hash, "state": m.state.value}))
+    return points
+
+
+def _build_info(view: StatusView) -> Points:
+    d = view.device
+    labels = {
+        "version": package_version(), "board": str(view.board), "binding": view.driver, "device": d.name,
+        "runtime": d.runtime_version, "driver": d.driver_version, "firmware": d.firmware_version,
+        "policy": view.policy,
+    }  # fmt: skip
+    return [(1.0, labels)]
+
+
+def _memory(view: StatusView) -> Points:
+    points = []
+    for c in view.memory.chips:
+        for memory, used, total in (("dram", c.dram_used, c.dram_total), ("sram", c.sram_used, c.sram_total)):
+            points.append((used, {"chip": str(c.chip), "memory": memory, "use": "used"}))
+            points.append((total, {"chip": str(c.chip), "memory": memory, "use": "total"}))
+    return points
+
+
+def _device_jobs(view: StatusView) -> Points:
+    c = view.device_counters
+    return [(c.pending, {"state": "pending"}), (c.running, {"state": "running"}), (c.left, {"state": "left"})]
+
+
+GAUGES: tuple[Gauge, ...] = (
+    Gauge("calculet_requests_running", False, "", "Requests holding a KV lane", lambda v: _requests(v, False)),
+    Gauge("calculet_requests_waiting", False, "", "Requests queued for a KV lane", lambda v: _requests(v, True)),
+    Gauge("calculet_kv_lane_usage_ratio", False, "1", "KV lanes not free / lanes", lambda v: _lanes(v, "ratio")),
+    Gauge("calculet_kv_lanes_used", False, "", "KV lanes not free", lambda v: _lanes(v, "used")),
+    Gauge("calculet_kv_lanes_total", False, "", "KV lanes of the model", lambda v: _lanes(v, "total")),
+    Gauge("calculet_queue_depth", False, "", "Scheduler queues", _queues),
+    Gauge("calculet_inflight_jobs", False, "", "Device jobs in flight", lambda v: _one(v.inflight)),
+    Gauge("calculet_inflight_limit", False, "", "Device jobs allowed in flight", lambda v: _one(v.max_inflight)),
+    Gauge("calculet_buffer_pool_in_use", False, "", "Job contexts in use", lambda v: _one(v.pool.in_use)),
+    Gauge("calculet_buffer_pool_free", False, "", "Job contexts free", lambda v: _one(v.pool.free)),
+    Gauge("calculet_buffer_pool_quarantined", False, "", "Job contexts quarantined",
+          lambda v: _one(v.pool.quarantined)),
+    Gauge("calculet_buffer_pool_waits_total", True, "", "Context acquisitions that found none free",
+          lambda v: _one(v.pool.waits)),
+    Gauge("calculet_engine_busy_ratio", False, "1", "Compute seconds of the bank's jobs / device seconds",
+          lambda v: [(b.busy_ratio, {"bank": b.bank.value}) for b in v.utilization.banks]),
+    Gauge("calculet_engine_busy_seconds_total", True, "s", "Compute seconds of the bank's jobs (device clock)",
+          lambda v: [(b.busy_seconds, {"bank": b.bank.value}) for b in v.utilization.banks]),
+    Gauge("calculet_device_busy_ratio", False, "1", "Compute busy / device seconds since the first job",
+          lambda v: _one(v.utilization.busy_ratio)),
+    Gauge("calculet_device_recent_busy_ratio", False, "1", "Device busy ratio over the recent window",
+          lambda v: _one(v.utilization.recent_busy_ratio)),
+    Gauge("calculet_device_busy_seconds_total", True, "s", "Union of compute intervals (device clock)",
+          lambda v: _one(v.utilization.busy_seconds)),
+    Gauge("calculet_device_clock_seconds_total", True, "s", "Device clock span since the first job",
+          lambda v: _one(v.utilization.device_seconds)),
+    Gauge("calculet_generation_tokens_per_second", False, "", "Tokens per wall second over the recent window",
+          lambda v: _one(v.utilization.tokens_per_second)),
+    Gauge("calculet_model_state", False, "", "1 for the published generation's state", _model_states),
+    Gauge("calculet_model_generation", False, "", "Published generation of the alias",
+          lambda v: [(m.generation, {"model": m.alias}) for m in v.models if m.published]),
+    Gauge("calculet_model_info", False, "", "Every loaded generation and its package", _model_info),
+    Gauge("calculet_build_info", False, "", "Daemon and device versions", _build_info),
+    Gauge("calculet_device_jobs", False, "", "Device job counters now", _device_jobs),
+    Gauge("calculet_device_jobs_submitted_total", True, "", "Jobs the device accepted",
+          lambda v: _one(v.device_counters.submitted)),
+    Gauge("calculet_device_jobs_finished_total", True, "", "Jobs the device finished",
+          lambda v: _one(v.device_counters.finished)),
+    Gauge("calculet_device_memory_bytes", False, "By", "Chip memory", _memory),
+    Gauge("calculet_submit_refusals_total", True, "", "Submits refused, any reason", lambda v: _one(v.rejected)),
+    Gauge("calculet_recoveries_total", True, "", "Re-prefills after lost KV", lambda v: _one(v.recoveries)),
+    Gauge("calculet_board_serving", False, "", "1 while the board serves", lambda v: _one(float(v.health.serving))),
+    Gauge("calculet_board_draining", False, "", "1 while the board drains", lambda v: _one(float(v.draining))),
+)  # fmt: skip
+
+
+class StatusGauges:
+    """Creates every `GAUGES` instrument on `meter`; their callbacks read `view()` (None: no points,
+    e.g. a collection outside a scrape)."""
+
+    def __init__(self, meter: Meter, view: Callable[[], StatusView | None]) -> None:
+        self._view = view
+        for gauge in GAUGES:
+            create = meter.create_observable_counter if gauge.counter else meter.create_observable_gauge
+            create(gauge.name, callbacks=[self._callback(gauge)], unit=gauge.unit, description=gauge.description)
+
+    def _callback(self, gauge: Gauge) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(_: CallbackOptions) -> Iterable[Observation]:
+            view = self._view()
+            return [] if view is None else [Observation(value, labels) for value, labels in gauge.read(view)]
+
+        return observe

@@ -1,0 +1,117 @@
+"""`GatewayMetrics`: the gateway's own metrics (docs/metrics.md), rendered at `GET /metrics`.
+
+Data flow: the ASGI middleware (`middleware.py`) records each HTTP request's route, status and
+duration; `watch` wraps a prepared request's choice events and records its time to the first visible
+text and its tokens; the serving layer reports retries and failovers (`ServingObserver`); board
+gauges are read from the fleet at each scrape. Everything runs on the event loop, so nothing here
+locks. One `MetricsRegistry` per app: no global OpenTelemetry or prometheus_client state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterable
+
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from calculet.daemon.telemetry.registry import CONTENT_TYPE, LATENCY_BUCKETS_S, MetricsRegistry, package_version
+from calculet.gateway.fleet.board import BoardState
+from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, ChoiceEvent
+from calculet.gateway.serving.observer import ServingObserver
+
+Events = AsyncIterator[tuple[int, ChoiceEvent]]
+
+
+class GatewayMetrics(ServingObserver):
+    """The instruments of one gateway app; `attach` the fleet before scrapes report boards."""
+
+    def __init__(self) -> None:
+        self._registry = MetricsRegistry("calculet-gateway")
+        meter = self._registry.meter
+        self._fleet: Fleet | None = None
+        self._requests = meter.create_counter("calculet_gateway_requests_total", description="HTTP requests answered")
+        self._e2e = meter.create_histogram(
+            "calculet_gateway_e2e_request_latency_seconds",
+            unit="s",
+            description="Completion requests: arrival to the last byte sent",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+        )
+        self._ttft = meter.create_histogram(
+            "calculet_gateway_time_to_first_token_seconds",
+            unit="s",
+            description="Completion requests: arrival to the first visible text",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+        )
+        self._prompt = meter.create_counter("calculet_gateway_prompt_tokens_total", description="Prompt tokens")
+        self._generated = meter.create_counter(
+            "calculet_gateway_generation_tokens_total", description="Completion tokens of finished choices"
+        )
+        self._retries = meter.create_counter("calculet_gateway_retries_total", description="Resubmits before a token")
+        self._failovers = meter.create_counter("calculet_gateway_failovers_total", description="Mid-stream resumes")
+        meter.create_observable_gauge(
+            "calculet_gateway_board_up", callbacks=[self._board_up], description="1 while the board's streams flow"
+        )
+        meter.create_observable_gauge(
+            "calculet_gateway_board_jobs", callbacks=[self._board_jobs], description="Choices running on the board"
+        )
+        meter.create_observable_gauge(
+            "calculet_gateway_boards", callbacks=[self._boards], description="Boards per connection state"
+        )
+        meter.create_observable_gauge(
+            "calculet_gateway_build_info", callbacks=[self._build_info], description="Gateway version"
+        )
+
+    def attach(self, fleet: Fleet) -> None:
+        """Report this fleet's boards from now on."""
+        self._fleet = fleet
+
+    def render(self) -> tuple[bytes, str]:
+        """One scrape: (Prometheus text, its content type)."""
+        return self._registry.render(), CONTENT_TYPE
+
+    def close(self) -> None:
+        self._registry.close()
+
+    # ---- recording points ---------------------------------------------------------------
+
+    def http_request(self, route: str, status: int, seconds: float | None) -> None:
+        """An HTTP request was answered; `seconds` (completion routes) goes to the e2e histogram."""
+        self._requests.add(1, {"route": route, "status": str(status)})
+        if seconds is not None:
+            self._e2e.record(seconds, {"route": route})
+
+    async def watch(self, events: Events, model: str, prompt_tokens: int, started: float) -> Events:
+        """`events`, passed through; records the first visible text's time (from `started`, a
+        `time.perf_counter()`), the prompt tokens and each finished choice's tokens."""
+        self._prompt.add(prompt_tokens, {"model": model})
+        first = True
+        async with contextlib.aclosing(events) as inner:  # type: ignore[type-var]
+            async for index, event in inner:
+                if first and isinstance(event, ChoiceDelta):
+                    first = False
+                    self._ttft.record(time.perf_counter() - started, {"model": model})
+                elif isinstance(event, ChoiceEnd):
+                    self._generated.add(event.completion_tokens, {"model": model})
+                yield index, event
+
+    def resubmitted(self, model: str, *, mid_stream: bool) -> None:
+        (self._failovers if mid_stream else self._retries).add(1, {"model": model})
+
+    # ---- observable gauges (read at a scrape) -------------------------------------------
+
+    def _board_up(self, _: CallbackOptions) -> Iterable[Observation]:
+        boards = self._fleet.boards.values() if self._fleet is not None else ()
+        return [Observation(1.0 if b.state is BoardState.UP else 0.0, {"board": b.target}) for b in boards]
+
+    def _board_jobs(self, _: CallbackOptions) -> Iterable[Observation]:
+        boards = self._fleet.boards.values() if self._fleet is not None else ()
+        return [Observation(b.placed, {"board": b.target}) for b in boards]
+
+    def _boards(self, _: CallbackOptions) -> Iterable[Observation]:
+        boards = list(self._fleet.boards.values()) if self._fleet is not None else []
+        return [Observation(sum(1 for b in boards if b.state is s), {"state": s.value}) for s in BoardState]
+
+    def _build_info(self, _: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(1.0, {"version": package_version()})]
