@@ -12,9 +12,12 @@ children, from the times the events recorded (never host clocks read here):
 A long generation has a decode job per token: only the first `MAX_JOB_SPANS` jobs get spans, the
 rest are counted on the request span (`calculet.jobs_not_traced`). Warm-up probes get none.
 
-Data flow: an `EngineObserver` on the hub's thread (one thread: no locks) keeps a small timeline per
-live request, from `RequestQueued` to `RequestFinished`, then builds and ends the spans with explicit
-start and end times; the provider's batch processor exports them. Only added when tracing is on.
+Data flow: an `EngineObserver` on the hub's thread (one thread: no locks) starts the request span at
+`RequestQueued` (with the Submit's own time), so the sampler (`OTEL_TRACES_SAMPLER`, parent-based by
+default: the gateway's sampled flag decides) decides at once and an unsampled request costs no
+timeline; for a sampled one it keeps a small timeline until `RequestFinished`, then builds and ends
+the children and the request span with explicit times; the provider's batch processor exports
+them. Only added when tracing is on.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ MAX_JOB_SPANS = 128
 @dataclass
 class _Timeline:
     queued: RequestQueued
+    root: Span  # started at the Submit's time, so the sampler decides before anything is recorded
+    offset_ns: int  # wall - monotonic when it started: every time of the request converts alike
     admitted_t: float | None = None
     jobs: list[DeviceJobDone] = field(default_factory=list)
     not_traced: int = 0
@@ -60,8 +65,17 @@ class JobTraces(EngineObserver):
         self._live: dict[str, _Timeline] = {}
 
     def request_queued(self, event: RequestQueued) -> None:
-        if not event.internal:
-            self._live[event.job_id] = _Timeline(event)
+        if event.internal:
+            return
+        offset = wall_offset_ns()
+        root = self._tracer.start_span(
+            "calculet.job",
+            context=remote_context(event.trace.traceparent, event.trace.tracestate),
+            kind=SpanKind.SERVER,
+            start_time=wall_ns(event.t, offset),
+        )
+        if root.is_recording():  # not sampled (OTEL_TRACES_SAMPLER, the caller's flag): keep nothing
+            self._live[event.job_id] = _Timeline(event, root, offset)
 
     def device_job_started(self, event: DeviceJobStarted) -> None:
         for job_id in event.job_ids:
@@ -85,13 +99,9 @@ class JobTraces(EngineObserver):
             self._emit(timeline, event)
 
     def _emit(self, timeline: _Timeline, end: RequestFinished) -> None:
-        q, offset = timeline.queued, wall_offset_ns()
-        root = self._tracer.start_span(
-            "calculet.job",
-            context=remote_context(q.trace.traceparent, q.trace.tracestate),
-            kind=SpanKind.SERVER,
-            start_time=wall_ns(q.t, offset),
-            attributes={
+        q, root, offset = timeline.queued, timeline.root, timeline.offset_ns
+        root.set_attributes(
+            {
                 "calculet.job_id": q.job_id,
                 "calculet.request_id": q.trace.request_id,
                 "calculet.model": q.model,
@@ -101,7 +111,7 @@ class JobTraces(EngineObserver):
                 "calculet.completion_tokens": end.usage.completion_tokens,
                 "calculet.finish_reason": end.reason.value,
                 "calculet.jobs_not_traced": timeline.not_traced,
-            },
+            }
         )
         if end.error_kind is not None:
             root.set_status(Status(StatusCode.ERROR, end.error_kind.value))

@@ -139,3 +139,15 @@ def test_trace_headers_round_trip_to_the_remote_parent() -> None:
     assert remote_context("") is None
     orphan = provider.get_tracer("t").start_span("x", context=remote_context("00-garbage"))
     assert orphan.get_span_context().trace_id != span.get_span_context().trace_id
+
+
+def test_a_caller_that_does_not_sample_gets_no_spans_and_no_timeline(
+    traces: JobTraces, exporter: InMemorySpanExporter
+) -> None:
+    t0 = time.monotonic()
+    unsampled = f"00-{TRACE_ID:032x}-{PARENT_SPAN:016x}-00"
+    traces.request_queued(queued("j-3", t0, RequestTrace("req-9", unsampled)))
+    traces.device_job_done(job(4, TaskType.PREFILL, ("j-3",), t0))
+    traces.request_finished(finished("j-3", t0 + 0.01))
+    assert exporter.get_finished_spans() == ()
+    assert traces._live == {}  # nothing kept for it at any point after the Submit
