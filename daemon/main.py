@@ -416,7 +416,10 @@ def open_device(config: DaemonConfig) -> VirtualDevice:
 
 
 def _log_progress(p: LoadProgress) -> None:
-    log.info("load %s generation %d: %s %s", p.alias, p.generation, p.state.value, p.message)
+    # Byte counts between the first and the last of a phase (up to ~100 per load) only at DEBUG.
+    level = logging.DEBUG if 0 < p.bytes_done < p.bytes_total else logging.INFO
+    counted = f" ({p.bytes_done:,}/{p.bytes_total:,} B)" if p.bytes_total else ""
+    log.log(level, "load %s generation %d: %s %s%s", p.alias, p.generation, p.state.value, p.message, counted)
 
 
 def reload_config(args: argparse.Namespace, core: DeviceCore) -> None:

@@ -309,6 +309,8 @@ def progress_to_pb(p: LoadProgress, elapsed_s: float) -> operate_pb2.LoadProgres
         message=p.message,
         done=p.done,
         elapsed_s=elapsed_s,
+        bytes_done=p.bytes_done,
+        bytes_total=p.bytes_total,
     )
     if p.error_kind is not None:
         pb.error.CopyFrom(error_status(p.error_kind, p.message))

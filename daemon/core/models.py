@@ -76,7 +76,13 @@ def check_alias(alias: str) -> None:
 
 @dataclass(frozen=True)
 class LoadProgress:
-    """One step of a load, streamed to the operator."""
+    """One step of a load, streamed to the operator.
+
+    `bytes_done` / `bytes_total`: bytes of the package files processed in the current phase / in
+    all, 0/0 when the phase has no byte measure. Only Validating has one (hashing every listed
+    file, throttled by `package.byte_progress`); configure reads the files inside the device driver,
+    which reports no bytes.
+    """
 
     alias: str
     generation: int
@@ -84,6 +90,8 @@ class LoadProgress:
     message: str
     done: bool = False
     error_kind: ErrorKind | None = None
+    bytes_done: int = 0
+    bytes_total: int = 0
 
 
 ProgressFn = Callable[[LoadProgress], None]
@@ -218,20 +226,15 @@ class ModelManager:
     def _load(
         self, alias: str, package_dir: Path, progress: ProgressFn, lanes: int | None, drain_s: float
     ) -> ModelRuntime:
-        report = validate_package(package_dir, self.limits)
         generation = next(self._generations)
-        if report.manifest is None or not report.ok:
-            problems = report.headline() or "manifest unreadable"  # codes, bounded in size
-            progress(LoadProgress(alias, generation, ModelState.FAILED, problems, True, ErrorKind.FAILED_PRECONDITION))
-            raise FailedPrecondition(f"package {package_dir.name} is invalid: {problems}")
-        manifest = report.manifest
+        manifest, warnings, hashed = self._validate(alias, generation, package_dir, progress)
         if lanes is not None:
             if not 1 <= lanes <= manifest.kv.lanes:
                 raise InvalidArgument(f"lanes: must be 1..{manifest.kv.lanes} for package {manifest.name}, got {lanes}")
             manifest = dataclasses.replace(manifest, kv=dataclasses.replace(manifest.kv, lanes=lanes))
         rt = ModelRuntime(alias, generation, manifest, package_dir)
         step = _Stepper(rt, progress)
-        step.move(ModelState.VALIDATING, f"validated {package_dir.name} ({len(report.warnings)} warnings)")
+        step.move(ModelState.VALIDATING, f"validated {package_dir.name} ({warnings} warnings)", bytes_total=hashed)
         self.engine.add_generation(rt)
         try:
             step.move(ModelState.CONFIGURING, "configuring on the device")
@@ -254,6 +257,35 @@ class ModelManager:
             self.retire(old, timeout=drain_s)
         progress(LoadProgress(alias, generation, ModelState.READY, "ready", True))
         return rt
+
+    def _validate(
+        self, alias: str, generation: int, package_dir: Path, progress: ProgressFn
+    ) -> tuple[PackageManifest, int, int]:
+        """Run the package validator (on this thread), streaming the bytes it hashes as Validating
+        progress.
+
+        Returns:
+            The manifest, the number of warnings, and the bytes hashed (0: none).
+
+        Raises:
+            FailedPrecondition: the package is invalid (reported as the FAILED progress first).
+        """
+        hashed = 0
+
+        def on_bytes(done: int, total: int) -> None:
+            nonlocal hashed
+            hashed = total
+            message = f"hashing the files of {package_dir.name}"
+            progress(
+                LoadProgress(alias, generation, ModelState.VALIDATING, message, bytes_done=done, bytes_total=total)
+            )
+
+        report = validate_package(package_dir, self.limits, on_bytes=on_bytes)
+        if report.manifest is None or not report.ok:
+            problems = report.headline() or "manifest unreadable"  # codes, bounded in size
+            progress(LoadProgress(alias, generation, ModelState.FAILED, problems, True, ErrorKind.FAILED_PRECONDITION))
+            raise FailedPrecondition(f"package {package_dir.name} is invalid: {problems}")
+        return report.manifest, len(report.warnings), hashed
 
     def _configure(self, alias: str, package_dir: Path, manifest: PackageManifest, drain_s: float) -> ConfiguredModel:
         """Configure the package; if the device lacks memory for it beside the alias's serving
@@ -395,10 +427,12 @@ class _Stepper:
         self.rt = rt
         self.progress = progress
 
-    def move(self, state: ModelState, message: str, done: bool = False) -> None:
+    def move(self, state: ModelState, message: str, done: bool = False, bytes_total: int = 0) -> None:
+        """Enter `state`; `bytes_total` > 0: the phase's byte measure, reported complete."""
         self.rt.lifecycle.move(state)
         self.rt.message = message
-        self.progress(LoadProgress(self.rt.alias, self.rt.generation, state, message, done))
+        rt = self.rt
+        self.progress(LoadProgress(rt.alias, rt.generation, state, message, done, None, bytes_total, bytes_total))
 
     def fail(self, exc: CalculetError) -> None:
         self.rt.lifecycle.move(ModelState.FAILED)

@@ -8,6 +8,9 @@ nothing unlisted besides the manifest (walked iteratively: `fs.walk_entries`). I
 package, never writes it.
 Findings go to the caller's `Findings` as `file.*` codes. A file whose size is wrong is not
 hashed: its digest would differ anyway, and one defect gets one message.
+Two passes: the first checks paths, kinds and sizes and keeps the files to hash; the second hashes
+them, so the byte total (the manifest sizes of those files) is known before the first byte is read
+and an optional `ByteThrottle` reports progress through it (`byte_progress`).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import hashlib
 import posixpath
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from calculet.daemon.package.byte_progress import ByteThrottle
 from calculet.daemon.package.fs import NotRegularFile, is_symlink_loop, kind_of, open_regular, walk_entries
 from calculet.daemon.package.manifest import MANIFEST_NAME, FileEntry
 from calculet.daemon.package.report import Findings
@@ -27,8 +32,13 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")  # fullmatch: `$` would accept a trailing 
 HASH_CHUNK = 1 << 20
 
 
-def sha256_file(path: Path, chunk: int = HASH_CHUNK) -> str:
+def sha256_file(path: Path, chunk: int = HASH_CHUNK, on_chunk: Callable[[int], None] | None = None) -> str:
     """Hex SHA-256 of a regular file, read `chunk` bytes at a time.
+
+    Args:
+        path: the file.
+        chunk: bytes per read.
+        on_chunk: called with the length of each block read, after it is hashed.
 
     Raises:
         NotRegularFile: the path is (or became) a directory, FIFO, device or socket.
@@ -38,7 +48,19 @@ def sha256_file(path: Path, chunk: int = HASH_CHUNK) -> str:
     with open_regular(path) as f:
         while block := f.read(chunk):
             h.update(block)
+            if on_chunk is not None:
+                on_chunk(len(block))
     return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class _ToHash:
+    """A listed file that passed the path, kind and size checks and waits for its SHA-256."""
+
+    real: Path
+    norm: str
+    where: str
+    entry: FileEntry
 
 
 def normalize(rel: str) -> str | None:
@@ -67,15 +89,22 @@ class FileChecker:
         root: the package directory, already resolved (symlinks in it followed).
         findings: collector owned by the caller.
         verify_hashes: hash every file (the default); False skips SHA-256 for quick checks.
+        throttle: reports the bytes hashed (total: the sizes of the files that get hashed); None
+            reports nothing.
     """
 
-    def __init__(self, root: Path, findings: Findings, verify_hashes: bool = True) -> None:
+    def __init__(
+        self, root: Path, findings: Findings, verify_hashes: bool = True, throttle: ByteThrottle | None = None
+    ) -> None:
         self.root = root
         self.findings = findings
         self.verify_hashes = verify_hashes
+        self.throttle = throttle
 
     def check(self, entries: Sequence[FileEntry]) -> None:
+        """Every listed file (paths, kinds, sizes, then hashes), then what is there unlisted."""
         listed: set[str] = set()
+        to_hash: list[_ToHash] = []
         for i, entry in enumerate(entries):
             where = f"manifest.files[{i}]"
             norm = normalize(entry.path)
@@ -89,19 +118,61 @@ class FileChecker:
                 continue
             listed.add(norm)
             try:
-                self._entry(entry, norm, where)
-            except NotRegularFile as exc:  # swapped for a FIFO or device after the stat in _entry
-                self.findings.add("file.not_regular", where, f"{norm} is {exc.kind}, not a regular file")
-            except OSError as exc:  # permissions, I/O error: the file is there but we cannot judge it
-                self.findings.add("file.unreadable", where, f"{norm} cannot be read: {exc.strerror or exc}")
+                real = self._entry(entry, norm, where)
+            except OSError as exc:
+                self._unreadable(exc, norm, where)
+                continue
+            if real is not None and self.verify_hashes and _SHA256.fullmatch(entry.sha256):
+                to_hash.append(_ToHash(real, norm, where, entry))
+        self._hash_all(to_hash)
         self._extras(listed)
 
-    def _entry(self, entry: FileEntry, norm: str, where: str) -> None:
-        """Path kind, then size, then (if the size is right) SHA-256.
+    def _unreadable(self, exc: NotRegularFile | OSError, norm: str, where: str) -> None:
+        """Report a file that could not be judged: swapped for a special file, or unreadable."""
+        if isinstance(exc, NotRegularFile):  # swapped for a FIFO or device after the stat in _entry
+            self.findings.add("file.not_regular", where, f"{norm} is {exc.kind}, not a regular file")
+        else:  # permissions, I/O error: the file is there but we cannot judge it
+            self.findings.add("file.unreadable", where, f"{norm} cannot be read: {exc.strerror or exc}")
+
+    def _hash_all(self, files: Sequence[_ToHash]) -> None:
+        """SHA-256 of each file against the manifest, bytes reported through the throttle."""
+        if self.throttle is not None:
+            self.throttle.start(sum(f.entry.size for f in files))
+        before = 0
+        for f in files:
+            self._hash_one(f, before)
+            before += f.entry.size
+            if self.throttle is not None:  # read whole or not: the file is done with
+                self.throttle.update(before)
+        if self.throttle is not None:
+            self.throttle.finish()
+
+    def _hash_one(self, f: _ToHash, before: int) -> None:
+        """Hash one file; while it is read the throttle hears `before` + its bytes read so far, at
+        most its manifest size, so the count rises monotonically to the total even if the file
+        grows, shrinks or fails meanwhile."""
+        throttle = self.throttle
+        read = 0
+
+        def on_chunk(n: int) -> None:
+            nonlocal read
+            read += n
+            if throttle is not None:
+                throttle.update(before + min(read, f.entry.size))
+
+        try:
+            digest = sha256_file(f.real, on_chunk=on_chunk)
+        except (NotRegularFile, OSError) as exc:
+            self._unreadable(exc, f.norm, f.where)
+            return
+        if digest != f.entry.sha256:
+            self.findings.add("file.hash", f.where, f"{f.norm}: sha256 is {digest}, manifest says {f.entry.sha256}")
+
+    def _entry(self, entry: FileEntry, norm: str, where: str) -> Path | None:
+        """Path kind, then size: the resolved file to hash when both are right, else None.
 
         Raises:
-            NotRegularFile: the file was swapped for a special file while it was checked.
-            OSError: the file or its folder cannot be stat'ed or read.
+            OSError: the file or its folder cannot be stat'ed.
         """
         if not _SHA256.fullmatch(entry.sha256):
             self.findings.add(
@@ -110,32 +181,29 @@ class FileChecker:
         path = self.root / norm
         if is_symlink_loop(path):  # before the existence test: a loop does not "exist" either
             self.findings.add("file.symlink_loop", where, f"{norm} (or a folder on its path) is a symlink loop")
-            return
+            return None
         if not path.exists() and not path.is_symlink():
             self.findings.add("file.missing", where, f"{norm} is listed but not in the package")
-            return
+            return None
         real = resolve_inside(self.root, norm)
         if real is None:
             self.findings.add("file.path_escape", where, f"{norm} is a symlink that resolves outside the package")
-            return
+            return None
         try:
             info = real.stat()
         except FileNotFoundError:
             self.findings.add("file.missing", where, f"{norm} is missing (dangling symlink)")
-            return
+            return None
         if not stat.S_ISREG(info.st_mode):
             self.findings.add("file.not_regular", where, f"{norm} is {kind_of(info.st_mode)}, not a regular file")
-            return
+            return None
         size = info.st_size
         if size != entry.size:
             delta = size - entry.size
             kind = f"oversized by {delta:,} B" if delta > 0 else f"short by {-delta:,} B"
             self.findings.add("file.size", where, f"{norm} is {size:,} B, manifest says {entry.size:,} B ({kind})")
-            return
-        if self.verify_hashes and _SHA256.fullmatch(entry.sha256):
-            digest = sha256_file(real)
-            if digest != entry.sha256:
-                self.findings.add("file.hash", where, f"{norm}: sha256 is {digest}, manifest says {entry.sha256}")
+            return None
+        return real
 
     def _extras(self, listed: set[str]) -> None:
         """Report every file or symlink under the root that the manifest does not list."""

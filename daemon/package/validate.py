@@ -6,7 +6,8 @@ kind, size, depth and text checked before anything trusts it; a symlinked manife
 inside the package) -> schema version -> timing form (the retired linear decode model stops here
 like an unknown version) -> structural check against the schema v1 dataclasses
 (`structure`) -> file checks on the listed files (`files`, runs whenever the `files` section
-itself is well-formed) -> `PackageManifest.from_dict` (skipped after a structural error or a
+itself is well-formed; hashing reports its bytes through `on_bytes`, throttled by
+`byte_progress.ByteThrottle`) -> `PackageManifest.from_dict` (skipped after a structural error or a
 number no field can hold) -> checks of the package against itself (`rules_model`) -> checks
 against the board (`rules_device`) -> `ValidationReport`.
 The daemon runs it while a model is Validating (off the device thread); `calctl package validate`
@@ -15,10 +16,13 @@ prints it. Codes and their meaning: `report.CODES` and docs/package.md.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from calculet.daemon.errors import InvalidArgument, NotFound
+from calculet.daemon.package.byte_progress import BytesFn, ByteThrottle
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits
 from calculet.daemon.package.files import FileChecker, resolve_inside
 from calculet.daemon.package.fs import is_symlink_loop
@@ -37,7 +41,7 @@ from calculet.daemon.package.rules_device import DeviceRules
 from calculet.daemon.package.rules_model import ModelRules
 from calculet.daemon.package.structure import StructureChecker
 
-__all__ = ["CALSIM_BOARD", "DeviceLimits", "ValidationReport", "validate_package"]
+__all__ = ["CALSIM_BOARD", "BytesFn", "DeviceLimits", "ValidationReport", "validate_package"]
 
 
 def _read_raw(root: Path, findings: Findings) -> dict[str, Any] | None:
@@ -87,7 +91,12 @@ def _section_ok(findings: Findings, where: str) -> bool:
 
 
 def validate_package(
-    package_dir: str | Path, device: DeviceLimits | None = None, *, verify_hashes: bool = True
+    package_dir: str | Path,
+    device: DeviceLimits | None = None,
+    *,
+    verify_hashes: bool = True,
+    on_bytes: BytesFn | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ValidationReport:
     """Check a package directory and report every problem found.
 
@@ -96,6 +105,11 @@ def validate_package(
         device: the board to check against; default the calsim board (2 chips x 16 GiB DRAM,
             18 MiB SRAM, runtime 0.7.6).
         verify_hashes: SHA-256 every listed file (default); False checks sizes only.
+        on_bytes: called with `(bytes hashed, bytes to hash)` while hashing: first `(0, total)`, then
+            at most once per 1 % of the total and per 0.25 s of `clock` (whichever comes later),
+            last `(total, total)`; total is the manifest sizes of the files that pass the path,
+            kind and size checks. Never called when nothing is hashed (or `verify_hashes` is False).
+        clock: monotonic seconds for that throttle (tests pass their own).
 
     Returns:
         The report; `report.ok` is False when any error was found. Package defects never raise;
@@ -123,7 +137,8 @@ def validate_package(
         structure.check_manifest(raw)
         if _section_ok(findings, "manifest.files"):
             entries = [FileEntry(e["path"], e["size"], e["sha256"], e["role"]) for e in raw["files"]]
-            FileChecker(root, findings, verify_hashes).check(entries)
+            throttle = ByteThrottle(on_bytes, clock=clock) if on_bytes is not None else None
+            FileChecker(root, findings, verify_hashes, throttle).check(entries)
         if not findings.has("schema.") and not structure.unrepresentable:
             manifest = _parse(raw, findings)
         if manifest is not None:

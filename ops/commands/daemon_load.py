@@ -1,8 +1,10 @@
 """`calctl load ALIAS PACKAGE [--replace]`: load a package under an alias (Load RPC, operations plane).
 
 Prints one line per progress message as the daemon streams them (elapsed time, state,
-generation, message); on a terminal also a progress bar over the load's phases
-(`load_progress.LoadBar`); with --json one JSON object per line (no bar, unchanged). Exit 0 when
+generation, message, and bytes done / total while the phase counts bytes: VALIDATING hashes the
+package files); on a terminal also a progress bar over the load's phases plus a byte row while a
+phase has bytes (`load_progress.LoadBar`); with --json one JSON object per line (no bar; the
+LoadProgress fields, `bytes_done` / `bytes_total` included, uint64 as strings). Exit 0 when
 the alias is READY; 1 when the load FAILED (its typed error, e.g. failed_precondition for an invalid package, is
 printed by calctl on stderr) or was refused (bad alias/path, unknown package, alias loaded without
 --replace, concurrent load) or the daemon is unreachable. PACKAGE is relative to the daemon's

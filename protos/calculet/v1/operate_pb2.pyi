@@ -46,20 +46,24 @@ class LoadOptions(_message.Message):
     def __init__(self, replace: _Optional[bool] = ..., lanes: _Optional[int] = ..., drain_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class LoadProgress(_message.Message):
-    __slots__ = ("state", "generation", "message", "done", "error", "elapsed_s")
+    __slots__ = ("state", "generation", "message", "done", "error", "elapsed_s", "bytes_done", "bytes_total")
     STATE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     state: _common_pb2.ModelState
     generation: int
     message: str
     done: bool
     error: _common_pb2.ErrorStatus
     elapsed_s: float
-    def __init__(self, state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., generation: _Optional[int] = ..., message: _Optional[str] = ..., done: _Optional[bool] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., elapsed_s: _Optional[float] = ...) -> None: ...
+    bytes_done: int
+    bytes_total: int
+    def __init__(self, state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., generation: _Optional[int] = ..., message: _Optional[str] = ..., done: _Optional[bool] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., bytes_done: _Optional[int] = ..., bytes_total: _Optional[int] = ...) -> None: ...
 
 class UnloadRequest(_message.Message):
     __slots__ = ("alias", "drain_timeout_ms")

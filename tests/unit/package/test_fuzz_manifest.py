@@ -55,6 +55,10 @@ VALUES = st.recursive(
 RAW_TOKENS = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1" * 400, "1e-400", "-0"])
 
 
+# Bytes after the whole manifest; JSON whitespace alone would leave it valid.
+JUNK_SUFFIX = st.binary(min_size=1, max_size=20).filter(lambda b: b.strip(b" \t\r\n") != b"")
+
+
 def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Every key path into `value` (dict keys and list indexes), the root excluded."""
     found: list[tuple[Any, ...]] = []
@@ -163,7 +167,7 @@ def test_broken_manifest_text_gets_a_report(package: tuple[Path, str], data: st.
                 st.binary(max_size=200),
                 st.text(max_size=200),
                 st.builds(lambda n: original_text[:n], st.integers(0, len(original_text.rstrip()) - 1)),  # cut short
-                st.builds(lambda b: original_text.encode() + b, st.binary(min_size=1, max_size=20)),
+                st.builds(lambda b: original_text.encode() + b, JUNK_SUFFIX),
                 st.sampled_from(["[]", "null", "1", '""', "{}", '{"schema_version": 1, "schema_version": 2}']),
                 st.just('{"a": ' * 100_000 + "1" + "}" * 100_000),  # nesting beyond the parser's recursion
             )

@@ -237,7 +237,7 @@ class Defect:
 def _unreadable(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading file contents fails as on an I/O error (root ignores chmod, so simulate it)."""
 
-    def fail(path: Path, chunk: int = 0) -> str:
+    def fail(path: Path, chunk: int = 0, on_chunk: object = None) -> str:
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr("calculet.daemon.package.files.sha256_file", fail)
