@@ -50,6 +50,7 @@ from calculet.daemon.server.checks import (
 )
 from calculet.daemon.server.errors import map_errors
 from calculet.daemon.server.liveness import LIVENESS_SERVICE, EngineBeats, LivenessPolicy, needs_restart
+from calculet.daemon.server.wakeups import LoopWakeups
 from calculet.daemon.wire import check_submit_sizes, event_to_pb, request_from_pb, trace_from_metadata
 from calculet.daemon.wire_views import (
     fault_from_pb,
@@ -108,6 +109,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         self._submit_pool = ThreadPoolExecutor(SUBMIT_WORKERS, thread_name_prefix="calculet-submit")
         # The engine stops serving on its own (device lost, reset budget used up): publish at once.
         loop = asyncio.get_running_loop()
+        self._wakeups = LoopWakeups(loop)  # Wait streams' wake-ups, one loop wake per burst
 
         def board_changed() -> None:  # on an engine thread
             loop.call_soon_threadsafe(self._sync_in_background)
@@ -221,11 +223,10 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             raise InvalidArgument(
                 f"from_event_index: {index} is beyond the {produced} events job {request.job_id} has produced"
             )
-        loop = asyncio.get_running_loop()
         changed = asyncio.Event()
 
         def wake() -> None:  # called on an engine thread
-            loop.call_soon_threadsafe(changed.set)
+            self._wakeups.wake(changed)
 
         unsubscribe = log_.subscribe(wake)
         try:
