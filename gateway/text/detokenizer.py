@@ -8,6 +8,10 @@ when it does not end in U+FFFD (an incomplete character). Ids the tokenizer does
 tokens (EOS, ChatML markers) are not rendered. A byte sequence that is really invalid is emitted
 as U+FFFD once a later token shows it will not complete, or by `flush()` at the end.
 
+Cost: one tokenizer decode per streamed token, not two. The window's start moves in jumps (once it
+lags the read offset by `2 * WINDOW_TOKENS`, it moves to `WINDOW_TOKENS` behind it), so the text
+the window decoded to last time ("after") is, as a rule, the next call's "before", and is reused.
+
 Ownership: one instance per generated sequence (one choice); not thread-safe.
 """
 
@@ -36,6 +40,7 @@ class Detokenizer:
         self._ids: list[int] = []
         self._prefix = 0  # start of the decode window
         self._read = 0  # tokens up to here have been emitted as text
+        self._last: tuple[int, int, str] = (0, 0, "")  # (start, end, text) of the last window decoded
 
     def add(self, tokens: Iterable[int]) -> str:
         """Append tokens; return the text that is now complete (possibly '')."""
@@ -46,14 +51,20 @@ class Detokenizer:
         """The text still held back (an incomplete character at the very end), as is."""
         return self._advance(final=True)
 
-    def _decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=True) if ids else ""
+    def _decode(self, start: int, end: int) -> str:
+        """The text of ids[start:end]; the last window's text is reused when asked again."""
+        if self._last[:2] == (start, end):
+            return self._last[2]
+        ids = self._ids[start:end]
+        text = self._tokenizer.decode(ids, skip_special_tokens=True) if ids else ""
+        self._last = (start, end, text)
+        return text
 
     def _advance(self, *, final: bool) -> str:
         if self._read == len(self._ids):
             return ""
-        before = self._decode(self._ids[self._prefix : self._read])
-        after = self._decode(self._ids[self._prefix :])
+        before = self._decode(self._prefix, self._read)
+        after = self._decode(self._prefix, len(self._ids))
         if not final and (len(after) <= len(before) or after.endswith(REPLACEMENT)):
             # Nothing new, or the tail is an incomplete character: wait for the next token. (A
             # new token that decodes to nothing, e.g. a special one, is simply consumed later.)
@@ -62,5 +73,6 @@ class Detokenizer:
             return ""
         delta = after[len(before) :]
         self._read = len(self._ids)
-        self._prefix = max(self._prefix, self._read - WINDOW_TOKENS)
+        if self._read - self._prefix >= 2 * WINDOW_TOKENS:
+            self._prefix = self._read - WINDOW_TOKENS
         return delta

@@ -183,3 +183,26 @@ def test_invalid_byte_is_emitted_once_a_later_token_shows_it_will_not_complete(
     assert detok.add([byte_ids[0xBD]]) == ""
     assert detok.add([byte_ids[ord("A")]]) == raw.decode("utf-8", errors="replace")
     assert detok.flush() == ""
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting `decode` calls."""
+
+    def __init__(self, inner: Tokenizer) -> None:
+        self.inner = inner
+        self.decodes = 0
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        self.decodes += 1
+        return self.inner.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def test_a_long_ascii_stream_costs_one_decode_per_token(tokenizer: Tokenizer, size: int) -> None:
+    text = "the quick brown fox jumps over the lazy dog, " * 8
+    ids = tokenizer.encode(text).ids
+    counting = CountingTokenizer(tokenizer)
+    detok = Detokenizer(counting, size)  # type: ignore[arg-type]  # duck-typed: decode only
+    out = "".join(detok.add([t]) for t in ids) + detok.flush()
+    assert out == tokenizer.decode(ids, skip_special_tokens=True)
+    assert len(ids) > 4 * 6  # the window moved several times
+    assert counting.decodes <= len(ids) + len(ids) // 6 + 1  # the window's jumps cost one decode more each
