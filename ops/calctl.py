@@ -7,6 +7,9 @@ subcommand; this file only builds the parser tree and maps exit codes. Exit code
 (argparse's, or a `UsageError` a command raises for a combination of flags).
 Global flags (`--daemon`, `--json`, TLS and token, `--gateway`) may come before the command:
 `commands.global_flags.hoist_global_flags` moves them after it before argparse runs.
+A command may also have sub-commands (`bench` and `bench suite`): modules are read in name order,
+so the shorter command's module (bench.py) comes before its sub-command's (bench_suite.py); the
+sub-command's flags and defaults override the command's own.
 """
 
 from __future__ import annotations
@@ -43,10 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Global flags (--daemon, --gateway, --json, --tls-*, --token-file) go before or after the command.",
     )
     groups: dict[tuple[str, ...], Any] = {(): parser.add_subparsers(dest="command", metavar="COMMAND")}
+    leaves: dict[tuple[str, ...], argparse.ArgumentParser] = {}
     for mod in _command_modules():
         words: tuple[str, ...] = tuple(mod.COMMAND)
         for depth in range(1, len(words)):
             prefix = words[:depth]
+            if prefix not in groups and prefix in leaves:  # a command with sub-commands ("bench suite")
+                groups[prefix] = leaves[prefix].add_subparsers(dest=f"sub{depth}", metavar="COMMAND")
             if prefix not in groups:
                 word = words[depth - 1]
                 group = groups[words[: depth - 1]].add_parser(word, help=f"{word} commands")
@@ -54,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = groups[words[:-1]].add_parser(words[-1], help=mod.HELP, description=mod.HELP)
         mod.add_arguments(sub)
         sub.set_defaults(_run=mod.run, _parser=sub)
+        leaves[words] = sub
     return parser
 
 

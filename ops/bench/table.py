@@ -1,6 +1,7 @@
 """The human-readable report of a run: rich tables built from the JSON report (so the two can never
 disagree): the run (counts, window, throughput, goodput), latencies (mean and percentiles in ms),
-the device (busy ratio and phase seconds per board), and the first errors. A figure that could not
+the device (busy ratio and phase seconds per board), the timing model when the report has one
+(`timing_table.py`), and the first errors. A figure that could not
 be computed shows as "n/a".
 """
 
@@ -11,6 +12,8 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from calculet.ops.bench.timing_table import timing_table
 
 NA = "n/a"
 
@@ -81,6 +84,8 @@ def render_report(report: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = [run_table(report), latency_table(report)]
     if report["device"]["boards"]:
         parts.append(device_table(report))
+    if "timing_model" in report:
+        parts.append(timing_table(report))
     if report["counts"]["itl_by_chunk_requests"]:
         n = report["counts"]["itl_by_chunk_requests"]
         parts.append(Text(f"ITL of {n} request(s) is per SSE chunk: their chunks' token counts are unknown"))

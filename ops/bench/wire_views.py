@@ -3,15 +3,18 @@
 `utilization_sample(status)` turns a daemon's `StatusResponse.utilization` (observe.proto,
 `DeviceUtilization`, field 14) into a `UtilizationSample`, or None when the field is absent (a
 daemon built before it). `status_reader(open_client)` makes the `status_of` callable that
-`device_stats.sample_boards` needs.
+`device_stats.sample_boards` needs. `serving_of(status)` reads the board's policy and in-flight limit
+(fields 9 and 10) for the timing model (`limit.Serving`); `serving_reader` is its `status_of`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from calculet.client import AsyncDaemonClient
+from calculet.daemon.errors import FailedPrecondition
 from calculet.ops.bench.device_stats import StatusOf, UtilizationSample
+from calculet.ops.bench.limit import Policy, Serving
 from calculet.v1 import observe_pb2
 
 
@@ -43,3 +46,30 @@ def status_reader(open_client: Callable[[str], AsyncDaemonClient]) -> StatusOf:
             return utilization_sample(await client.status())
 
     return status_of
+
+
+_POLICIES = {observe_pb2.POLICY_CONTINUOUS: Policy.CONTINUOUS, observe_pb2.POLICY_SERIAL: Policy.SERIAL}
+
+
+def serving_of(status: observe_pb2.StatusResponse) -> Serving:
+    """Raises: FailedPrecondition: the daemon does not say its policy (one older than the field)."""
+    policy = _POLICIES.get(status.policy)
+    if policy is None or status.max_inflight not in (1, 2):
+        raise FailedPrecondition(
+            f"the daemon's Status says no policy/in-flight limit ({status.policy}/{status.max_inflight})"
+        )
+    return Serving(policy, status.max_inflight)
+
+
+def serving_reader(open_client: Callable[[str], AsyncDaemonClient]) -> Callable[[str], Awaitable[Serving]]:
+    """`serving(target)`: one Status call on a fresh client, the board's policy and in-flight limit.
+
+    Raises (when called):
+        CalculetError: the client's typed errors; FailedPrecondition: see `serving_of`.
+    """
+
+    async def serving(target: str) -> Serving:
+        async with open_client(target) as client:
+            return serving_of(await client.status())
+
+    return serving

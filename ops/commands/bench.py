@@ -9,7 +9,10 @@ failed (the outputs are written all the same) or the target could not be used, 2
 Data flow: flags -> `_Settings` (checked) -> backend (`GatewayBackend` over httpx, or
 `DaemonBackend` over `AsyncDaemonClient`s with the TLS/token settings of `access.py`) + the board
 targets whose Status is read (the `--daemon`s, or the gateway's `/ready` boards) -> workload ->
-`runner.run_bench` -> `report.report_json` -> table / JSON / plot.
+`runner.run_bench` -> `report.report_json` -> table / JSON / plot. With `--timing-package DIR` the
+report also relates the run to the package's timing model (`relative.timing_json`: the limit and
+every figure over the modelled device time at `--time-scale`; the policy from the first board's
+Status). `calctl bench suite` (bench_suite.py) calls `measure` for each of its runs.
 """
 
 from __future__ import annotations
@@ -30,19 +33,28 @@ from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.gateway.api.auth import read_secret_lines
 from calculet.ops.bench.backend import BenchBackend
 from calculet.ops.bench.daemon_backend import DaemonBackend
+from calculet.ops.bench.device_model import DeviceModel
 from calculet.ops.bench.discovery import gateway_boards, model_vocab
 from calculet.ops.bench.gateway_backend import GatewayAddress, GatewayBackend, open_http
 from calculet.ops.bench.plot import require_matplotlib, write_plot
 from calculet.ops.bench.progress import progress_bar
+from calculet.ops.bench.relative import TimingContext, timing_json
 from calculet.ops.bench.report import report_json
 from calculet.ops.bench.runner import BenchPlan, BenchResult, run_bench, warmup_concurrency
 from calculet.ops.bench.schedule import ArrivalSchedule, ClosedLoop, OpenLoop
 from calculet.ops.bench.slo import Slo
 from calculet.ops.bench.table import render_report
-from calculet.ops.bench.wire_views import status_reader
+from calculet.ops.bench.wire_views import serving_reader, status_reader
 from calculet.ops.bench.workload import BenchRequest, LengthSpec, cycle_to, load_jsonl, synthetic_requests
 from calculet.ops.commands.access import DaemonAccess, access_from
-from calculet.ops.commands.daemon_cmds import EXIT_OK, add_daemon_arguments, console, daemon_targets, problem
+from calculet.ops.commands.daemon_cmds import (
+    EXIT_OK,
+    UsageError,
+    add_daemon_arguments,
+    console,
+    daemon_targets,
+    problem,
+)
 
 COMMAND = ("bench",)
 HELP = "Benchmark serving: TTFT, TPOT, ITL, E2E percentiles, throughput, goodput and device busy ratio."
@@ -52,7 +64,7 @@ OBSERVE_TIMEOUT_S = 10.0  # a board that does not answer Status or GetModel in t
 STDOUT = "-"
 
 
-def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+def typed_arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """An argparse type from a parser that raises InvalidArgument (a usage error, exit 2)."""
 
     def convert(text: str) -> Any:
@@ -64,7 +76,7 @@ def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def _count(minimum: int) -> Callable[[str], int]:
+def count_arg(minimum: int) -> Callable[[str], int]:
     """argparse type: a whole number >= `minimum`."""
 
     def parse(text: str) -> int:
@@ -76,7 +88,7 @@ def _count(minimum: int) -> Callable[[str], int]:
             raise InvalidArgument(f"{text!r}: must be at least {minimum}")
         return value
 
-    return _typed(parse)
+    return typed_arg(parse)
 
 
 def _positive(*, allow_inf: bool) -> Callable[[str], float]:
@@ -91,28 +103,42 @@ def _positive(*, allow_inf: bool) -> Callable[[str], float]:
             raise InvalidArgument(f"{text!r}: must be a number > 0{' (or inf)' if allow_inf else ''}")
         return value
 
-    return _typed(parse)
+    return typed_arg(parse)
+
+
+def _parse_non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidArgument(f"{text!r}: expected a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgument(f"{text!r}: must be a finite number >= 0")
+    return value
+
+
+_non_negative = typed_arg(_parse_non_negative)
 
 
 def _length(flag: str) -> Callable[[str], LengthSpec]:
-    return _typed(lambda text: LengthSpec.parse(text, flag))
+    return typed_arg(lambda text: LengthSpec.parse(text, flag))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_argument_group("target (one gateway, or daemons directly)")
     gateway_help = "gateway: http(s)://HOST:PORT or unix:PATH"
-    target.add_argument("--gateway", type=_typed(GatewayAddress.parse), metavar="URL", help=gateway_help)
+    target.add_argument("--gateway", type=typed_arg(GatewayAddress.parse), metavar="URL", help=gateway_help)
     target.add_argument("--api-key-file", metavar="FILE", help="gateway API key, first usable line of FILE")
-    target.add_argument("--model", required=True, metavar="ALIAS", help="model alias to benchmark")
+    # Checked in `_settings`, not by argparse: `calctl bench suite` parses through this parser too.
+    target.add_argument("--model", metavar="ALIAS", help="model alias to benchmark (required)")
     add_daemon_arguments(parser, json_output=False, many=True)
     load = parser.add_argument_group("load")
     shape = load.add_mutually_exclusive_group()
-    shape.add_argument("--concurrency", type=_count(1), metavar="N", help="closed loop: N in flight (1)")
+    shape.add_argument("--concurrency", type=count_arg(1), metavar="N", help="closed loop: N in flight (1)")
     shape.add_argument("--rate", type=_positive(allow_inf=True), metavar="R", help="open loop: R requests/s")
     load.add_argument("--burstiness", type=_positive(allow_inf=True), metavar="B", help="with --rate (1 = Poisson)")
     requests_help = f"measured requests ({DEFAULT_REQUESTS}; with --prompts, one per prompt)"
-    load.add_argument("--requests", type=_count(1), metavar="N", help=requests_help)
-    load.add_argument("--warmup", type=_count(0), default=0, metavar="N", help="warm-up requests, not counted (0)")
+    load.add_argument("--requests", type=count_arg(1), metavar="N", help=requests_help)
+    load.add_argument("--warmup", type=count_arg(0), default=0, metavar="N", help="warm-up requests, not counted (0)")
     work = parser.add_argument_group("workload")
     fixed = LengthSpec(DEFAULT_LENGTH, DEFAULT_LENGTH)
     for flag, what in (("--prompt-len", "random prompt tokens"), ("--output-len", "max_tokens")):
@@ -121,11 +147,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prompts_help = 'JSONL, one a line: {"prompt": str} or {"prompt_tokens": [int]}, optional "max_tokens"'
     work.add_argument("--prompts", type=Path, metavar="FILE", help=prompts_help)
     vocab_help = "random prompt token ids are < N (default: the model's vocabulary, from GetModel)"
-    work.add_argument("--vocab", type=_count(1), metavar="N", help=vocab_help)
+    work.add_argument("--vocab", type=count_arg(1), metavar="N", help=vocab_help)
     work.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens tokens")
-    work.add_argument("--seed", type=_count(0), default=0, help="seed of workload, arrivals and sampling (0)")
+    work.add_argument("--seed", type=count_arg(0), default=0, help="seed of workload, arrivals and sampling (0)")
     out = parser.add_argument_group("report")
-    out.add_argument("--slo", type=_typed(Slo.parse), metavar="ttft:MS,tpot:MS", help="goodput objectives")
+    out.add_argument("--slo", type=typed_arg(Slo.parse), metavar="ttft:MS,tpot:MS", help="goodput objectives")
     timeout_help = "seconds per call and between streamed bytes (600)"
     out.add_argument("--timeout", type=_positive(allow_inf=False), default=600.0, metavar="S", help=timeout_help)
     json_help = "write the JSON report to OUT; alone: print it instead of the table"
@@ -133,6 +159,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--plot", type=Path, metavar="OUT.png", help="plot latency percentiles and throughput")
     progress_help = "progress bar on stderr (default: when stdout is a terminal)"
     out.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help=progress_help)
+    model = parser.add_argument_group("timing model (calsim)")
+    package_help = "the package the boards serve: relate every figure to its timing model and give the limit"
+    model.add_argument("--timing-package", type=Path, metavar="DIR", help=package_help)
+    scale_help = "the boards' calsim --time-scale, wall s per modelled s (1; needs --timing-package)"
+    model.add_argument("--time-scale", type=_non_negative, metavar="F", help=scale_help)
 
 
 @dataclass(frozen=True)
@@ -145,10 +176,16 @@ class _Settings:
     api_key: str | None
     schedule: ArrivalSchedule
     slo: Slo
+    device_model: DeviceModel | None
 
 
 def _settings(args: argparse.Namespace) -> _Settings:
-    """Raises: InvalidArgument: flags that do not go together, an unreadable key file, bad TLS."""
+    """Raises: UsageError: no --model; InvalidArgument: flags that do not go together, an unreadable
+    key file, bad TLS; ManifestError: --timing-package has no readable manifest."""
+    if args.model is None:
+        raise UsageError("the following arguments are required: --model")
+    if args.time_scale is not None and args.timing_package is None:
+        raise InvalidArgument("--time-scale says how fast the --timing-package runs: give --timing-package too")
     if args.burstiness is not None and args.rate is None:
         raise InvalidArgument("--burstiness shapes the arrivals of --rate: give --rate too")
     if args.api_key_file is not None and args.gateway is None:
@@ -159,7 +196,8 @@ def _settings(args: argparse.Namespace) -> _Settings:
         schedule: ArrivalSchedule = OpenLoop(args.rate, args.burstiness or 1.0, args.seed)
     else:
         schedule = ClosedLoop(args.concurrency or 1)
-    return _Settings(args, access_from(args), gateway, api_key, schedule, args.slo or Slo())
+    model = DeviceModel.from_package(args.timing_package) if args.timing_package is not None else None
+    return _Settings(args, access_from(args), gateway, api_key, schedule, args.slo or Slo(), model)
 
 
 def _open_client(settings: _Settings, *, observe: bool = False) -> Callable[[str], AsyncDaemonClient]:
@@ -226,10 +264,28 @@ def _config(settings: _Settings, backend: BenchBackend, targets: list[str], work
     }
 
 
+async def _timing_context(settings: _Settings, targets: list[str]) -> TimingContext | None:
+    """The timing model of the run, the policy read from the first board's Status (None without
+    --timing-package).
+
+    Raises:
+        InvalidArgument: no board to read the policy from; CalculetError: Status failed.
+    """
+    args, model = settings.args, settings.device_model
+    if model is None:
+        return None
+    if not targets:
+        raise InvalidArgument("--timing-package: no board to read the policy from; give --daemon")
+    serving = await serving_reader(_open_client(settings, observe=True))(targets[0])
+    scale = 1.0 if args.time_scale is None else args.time_scale
+    return TimingContext(str(args.timing_package), model, serving, scale, len(targets))
+
+
 async def _bench(settings: _Settings) -> tuple[BenchResult, dict[str, Any]]:
     args = settings.args
     backend, targets = await _backend(settings)
     try:
+        timing = await _timing_context(settings, targets)
         requests, workload = await _workload(settings, targets)
         requests = await backend.prepare(requests)
         plan = BenchPlan(
@@ -245,7 +301,23 @@ async def _bench(settings: _Settings) -> tuple[BenchResult, dict[str, Any]]:
             result = await run_bench(backend, settings.schedule, plan, status_of, on_done)
     finally:
         await backend.close()
-    return result, report_json(result, _config(settings, backend, targets, workload))
+    report = report_json(result, _config(settings, backend, targets, workload))
+    if timing is not None:
+        concurrency = settings.schedule.concurrency if isinstance(settings.schedule, ClosedLoop) else None
+        report["timing_model"] = timing_json(timing, result, concurrency)
+    return result, report
+
+
+def measure(args: argparse.Namespace) -> tuple[BenchResult, dict[str, Any]]:
+    """Run the benchmark `args` (parsed by calctl's parser) describe; no output written.
+
+    Returns:
+        The result and its JSON report.
+
+    Raises:
+        UsageError, CalculetError: as `run` (bad flags, unusable target).
+    """
+    return asyncio.run(_bench(_settings(args)))
 
 
 def run(args: argparse.Namespace) -> int:
