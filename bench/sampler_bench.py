@@ -26,6 +26,7 @@ CASES: dict[str, SamplingParams] = {
     "greedy": SamplingParams(temperature=0.0),
     "temperature": SamplingParams(temperature=0.8),
     "top_k=50": SamplingParams(temperature=0.8, top_k=50),
+    "top_k=40+top_p=0.95": SamplingParams(temperature=0.8, top_k=40, top_p=0.95),
     "top_p=0.9": SamplingParams(temperature=0.8, top_p=0.9),
     "top_k+top_p+min_p": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
     "penalties+top_p": SamplingParams(

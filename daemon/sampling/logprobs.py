@@ -7,14 +7,15 @@ min-p) does not renormalise them: they are vLLM's "processed logprobs", so a tok
 nucleus still has its true, finite logprob.
 
 Data flow: the row finisher passes the row, its max, T, and the log of the full mass it already
-computed (`FullMass.total`); top-N uses the exact prefilter of `select.top_k`.
+computed (`FullMass.total`); top-N is the source's exact `top_k` (`source.py`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from calculet.daemon.sampling.select import rank_order, top_k
+from calculet.daemon.sampling.select import rank_order
+from calculet.daemon.sampling.source import RowSource
 
 
 def scaled(
@@ -23,7 +24,11 @@ def scaled(
     """`(vals - row_max) * inv_temperature` in float32 (<= 0, never NaN); the one formula every path uses.
 
     Multiplying by the float32 reciprocal of T is the definition (it is cheaper than dividing)."""
-    z = np.subtract(vals, row_max, out=out)
+    return divide_by_temperature(np.subtract(vals, row_max, out=out), inv_temperature)
+
+
+def divide_by_temperature(z: np.ndarray, inv_temperature: np.float32) -> np.ndarray:
+    """`z * inv_temperature` in place (skipped at T = 1, where it is the identity); returns `z`."""
     if inv_temperature != 1.0:
         np.multiply(z, inv_temperature, out=z)
     return z
@@ -36,23 +41,16 @@ def token_logprob(x_token: np.float32, row_max: np.float32, inv_temperature: np.
 
 
 def top_logprobs(
-    x: np.ndarray,
-    n: int,
-    row_max: np.float32,
-    inv_temperature: np.float32,
-    log_total: float,
-    stride: int,
-    mask: np.ndarray,
+    src: RowSource, n: int, row_max: np.float32, inv_temperature: np.float32, log_total: float
 ) -> tuple[tuple[int, float], ...]:
     """The n most likely `(token, logprob)`, most likely first, ties by lower id.
 
     Args:
-        x: float32 [vocab] penalised logits.
+        src: the row's penalised logits.
         n: how many (>= 1); at most the vocabulary size are returned.
         row_max / inv_temperature / log_total: as for `token_logprob`.
-        stride / mask: prefilter stride and preallocated bool [vocab] scratch.
     """
-    ids, vals = top_k(x, n, stride, mask)
+    ids, vals = src.top_k(n)
     order = rank_order(ids, vals)
     z = scaled(vals[order], row_max, inv_temperature).astype(np.float64) - log_total
     return tuple(zip(ids[order].tolist(), z.tolist(), strict=True))

@@ -2,28 +2,32 @@
 
 Data flow of `Sampler.sample` (policy DEFAULT):
 1. checks the logits' shape and dtype and every row before any work; a bad batch samples nothing;
-2. per row, into ONE preallocated FP32 row buffer that is reused for every row and every call:
-   `np.copyto(buffer, logits[r], casting="unsafe")` (BF16 -> FP32, no allocation), `argmax` and
-   `min` (a non-finite min or max means NaN/Inf: an anomaly result, no token), penalties in place
-   and the argmax again, then `RowFinisher.finish` (temperature, top-k, top-p, min-p, draw,
-   logprobs; order and definitions in `row.py`). Each step is one vectorised numpy call over the
-   vocabulary; per-row Python is O(1) calls plus O(k) candidate arrays.
+2. per row, a BF16 row without penalties is read in place (`bf16.Bf16Row`): one int16 argmax and
+   one uint16 max find the maximum and any NaN/Inf (an anomaly result, no token); candidate sets
+   come from group maxima of the raw bits and only candidates are converted to FP32. A row with
+   penalties (or float32 logits) goes into ONE preallocated FP32 row buffer reused for every row
+   and call: `bf16.to_float32(logits[r], buffer)` (BF16 -> FP32 by a widening shift, no allocation),
+   `argmax` and `min` (non-finite -> anomaly), penalties in place and the argmax again;
+3. `RowFinisher.finish` (temperature, top-k, top-p, min-p, draw, logprobs; order and definitions in
+   `row.py`) reads either row through the same `RowSource` interface and draws the same tokens.
+   Per-row Python is O(1) numpy calls plus O(candidates) arrays; the whole row's `exp` is computed
+   only where the definition needs the row's whole mass: a draw without truncation, logprobs, and a
+   top-p without top-k (its normaliser; `nucleus.py`).
 
 Why row by row rather than one [B, vocab] conversion followed by batched passes: measured on our
-2-core machines with a prototype of both layouts (bench/sampler_bench.py inputs), a 600 KB FP32
-row stays in L2 across its convert/min/argmax/exp passes, while a [16, vocab] block (9.7 MB) is
-re-read from L3/DRAM by every batched pass. Reusing one buffer made greedy 1.5-2x and top-k ~1.2x
-cheaper per row at B=4 and 16, and the batched layout was never faster. Python overhead per row
-is a few microseconds against 40-300 us of numpy work.
+2-core machines with a prototype of both layouts, a row stays in L2 across its passes, while a
+[16, vocab] block (9.7 MB as FP32) is re-read from L3/DRAM by every batched pass, and the batched
+layout was never faster. Costs per row: `bench/sampler_bench.py`.
 
 Policy SERIAL reproduces today's production path for `--policy serial` comparisons: a fresh
 `astype(np.float32)` copy of the whole batch, then each row on its own with fresh scratch. It
 calls the same row functions on the same float32 values, so it draws the same tokens.
 
 Ownership: the caller owns `logits` (e.g. a JobContext's D2H buffer); the sampler reads it only
-during the call and keeps no reference, so the buffer may return to its pool as soon as
-`sample` returns. The row buffer and scratch belong to the Sampler: one Sampler serves one
-thread (the executor's completion worker) and is not re-entrant.
+during the call and keeps no reference past it (the BF16 source drops its view at the next load,
+and never writes), so the buffer may return to its pool as soon as `sample` returns. The row
+buffer and scratch belong to the Sampler: one Sampler serves one thread (the executor's
+completion worker) and is not re-entrant.
 """
 
 from __future__ import annotations
@@ -32,15 +36,17 @@ import math
 from collections.abc import Sequence
 from enum import Enum
 
-import ml_dtypes
 import numpy as np
 
 from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.sampling.bf16 import BF16, Bf16Row, to_float32
 from calculet.daemon.sampling.penalties import apply_penalties
-from calculet.daemon.sampling.row import DEFAULT_BLOCK, DEFAULT_STRIDE, RowFinisher, RowScratch
+from calculet.daemon.sampling.row import DEFAULT_GROUP, RowFinisher
+from calculet.daemon.sampling.rowmath import RowScratch
+from calculet.daemon.sampling.source import F32Row
 from calculet.daemon.sampling.types import ANOMALY, RowResult, RowSampling
 
-_ACCEPTED_DTYPES = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32))
+_ACCEPTED_DTYPES = (BF16, np.dtype(np.float32))
 
 
 class SamplingPolicy(Enum):
@@ -55,7 +61,7 @@ class Sampler:
         vocab_size: logits width (> 0).
         max_rows: largest batch `sample` accepts (> 0), normally the device's decode batch.
         policy: DEFAULT, or SERIAL (the baseline: same tokens, higher cost).
-        stride: prefilter subsample stride (speed only; results do not depend on it).
+        stride: prefilter group size, in elements (speed only; results do not depend on it).
 
     Raises:
         InvalidArgument: vocab_size, max_rows or stride is not positive.
@@ -67,7 +73,7 @@ class Sampler:
         max_rows: int,
         *,
         policy: SamplingPolicy = SamplingPolicy.DEFAULT,
-        stride: int = DEFAULT_STRIDE,
+        stride: int = DEFAULT_GROUP,
     ) -> None:
         for name, value in (("vocab_size", vocab_size), ("max_rows", max_rows), ("stride", stride)):
             if value < 1:
@@ -75,13 +81,16 @@ class Sampler:
         self.vocab_size = vocab_size
         self.max_rows = max_rows
         self.policy = policy
-        self._finisher = RowFinisher(vocab_size, stride, DEFAULT_BLOCK)
+        self._group = stride
+        self._finisher = RowFinisher(vocab_size)
         self._row = np.empty(vocab_size, dtype=np.float32)
-        self._scratch = RowScratch(vocab_size, DEFAULT_BLOCK)
+        self._scratch = RowScratch(vocab_size)
+        self._f32 = F32Row(vocab_size, stride, self._scratch.mask)
+        self._bf16 = Bf16Row(vocab_size, stride, self._row, self._scratch.mask)
 
     @property
     def workspace(self) -> np.ndarray:
-        """The FP32 row buffer every row is converted into (exposed so tests can check reuse)."""
+        """The FP32 row buffer rows are converted into when they need FP32 (exposed so tests can check reuse)."""
         return self._row
 
     def sample(self, logits: np.ndarray, rows: Sequence[RowSampling]) -> list[RowResult]:
@@ -106,15 +115,25 @@ class Sampler:
             return [self._sample_row(logits[r], row) for r, row in enumerate(rows)]
 
     def _sample_row(self, logits_row: np.ndarray, row: RowSampling) -> RowResult:
+        history = row.history if row.params.has_penalties else None
+        if logits_row.dtype == BF16 and history is None:
+            src = self._bf16.load(logits_row)
+            found = src.finite_argmax()
+            if found is None:
+                return ANOMALY
+            return self._finisher.finish(src, found, row, self._scratch)
         x = self._row
-        np.copyto(x, logits_row, casting="unsafe")
+        if logits_row.dtype == BF16:
+            to_float32(logits_row, x)
+        else:
+            np.copyto(x, logits_row)
         best = int(np.argmax(x))  # NaN or +inf, if present, is what argmax returns
         if not (math.isfinite(float(x[best])) and math.isfinite(float(np.min(x)))):
             return ANOMALY
-        if row.history is not None and row.params.has_penalties:
-            apply_penalties(x, row.params, row.history)
+        if history is not None:
+            apply_penalties(x, row.params, history)
             best = int(np.argmax(x))
-        return self._finisher.finish(x, best, row, self._scratch)
+        return self._finisher.finish(self._f32.load(x), best, row, self._scratch)
 
     def _sample_serial(self, logits: np.ndarray, rows: Sequence[RowSampling]) -> list[RowResult]:
         full = logits.astype(np.float32)  # today's path: a fresh full-batch FP32 copy per token
@@ -126,8 +145,9 @@ class Sampler:
                 continue
             if row.history is not None and row.params.has_penalties:
                 apply_penalties(x, row.params, row.history)
-            scratch = RowScratch(self.vocab_size, DEFAULT_BLOCK)  # fresh temporaries per row, as today
-            results.append(self._finisher.finish(x, int(np.argmax(x)), row, scratch))
+            scratch = RowScratch(self.vocab_size)  # fresh temporaries per row, as today
+            src = F32Row(self.vocab_size, self._group, scratch.mask).load(x)
+            results.append(self._finisher.finish(src, int(np.argmax(x)), row, scratch))
         return results
 
     def _check(self, logits: np.ndarray, rows: Sequence[RowSampling]) -> None:

@@ -1,78 +1,164 @@
-"""Exact selection (prefiltered top-k, top-p nucleus) against a full sort, and the inverse-CDF draws."""
+"""Exact selection against a full sort: the group-maximum prefilter, top-k and thresholds on FP32 rows
+and on BF16 rows read in place, the top-p nucleus over a whole row, and the inverse-CDF draws."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calculet.daemon.sampling.bf16 import BF16, Bf16Row, ceil_bits
 from calculet.daemon.sampling.draw import FullMass, draw_candidates, draw_full
-from calculet.daemon.sampling.select import nucleus_full, nucleus_of, subsample_kth_bound, top_k
+from calculet.daemon.sampling.groups import GroupMax
+from calculet.daemon.sampling.nucleus import nucleus
+from calculet.daemon.sampling.rowmath import RowMath, RowScratch
+from calculet.daemon.sampling.select import nucleus_of
+from calculet.daemon.sampling.source import F32Row
 
 from .factories import rank_ids
 
-ROWS = st.tuples(st.integers(1, 400), st.integers(0, 2**32 - 1), st.booleans())
+# (length, seed, kind): kind 0 normal, 1 small integers (many ties), 2 all negative, 3 mixed signs
+# with zeros and negative zeros, 4 one positive peak over a negative bulk.
+ROWS = st.tuples(st.integers(1, 400), st.integers(0, 2**32 - 1), st.integers(0, 4))
+GROUPS = st.integers(1, 70)
 
 
-def _row(shape: tuple[int, int, bool]) -> np.ndarray:
-    n, seed, ties = shape
+def _row(shape: tuple[int, int, int]) -> np.ndarray:
+    """A float32 row whose values are exactly representable in BF16 (so both sources see one row)."""
+    n, seed, kind = shape
     rng = np.random.default_rng(seed)
-    if ties:
-        return rng.integers(-3, 4, size=n).astype(np.float32)
-    return (rng.standard_normal(n) * 3).astype(np.float32)
+    if kind == 1:
+        x = rng.integers(-3, 4, size=n).astype(np.float64)
+    elif kind == 2:
+        x = -np.abs(rng.standard_normal(n) * 3) - 0.01
+    elif kind == 3:
+        x = rng.choice([-2.5, -0.0, 0.0, 0.0078125, 1.5], size=n)
+    elif kind == 4:
+        x = -np.abs(rng.standard_normal(n) * 3) - 0.01
+        x[rng.integers(0, n)] = 4.0
+    else:
+        x = rng.standard_normal(n) * 3
+    return x.astype(BF16).astype(np.float32)
+
+
+def _sources(x: np.ndarray, group: int) -> tuple[F32Row, Bf16Row]:
+    n = x.shape[0]
+    f32 = F32Row(n, group, np.empty(n, dtype=bool)).load(x)
+    bf16 = Bf16Row(n, group, np.empty(n, dtype=np.float32), np.empty(n, dtype=bool)).load(x.astype(BF16))
+    return f32, bf16
 
 
 def _probs(vals: np.ndarray, m: np.float32) -> np.ndarray:
     return np.exp(vals - m)
 
 
-@given(ROWS, st.data(), st.integers(1, 9))
-def test_top_k_keeps_exactly_the_k_best_ranked(shape: tuple[int, int, bool], data: st.DataObject, stride: int) -> None:
+@given(ROWS, st.integers(1, 50), GROUPS)
+def test_the_group_maximum_bound_never_exceeds_the_true_kth_largest(
+    shape: tuple[int, int, int], k: int, group: int
+) -> None:
     x = _row(shape)
-    k = data.draw(st.integers(1, x.shape[0] + 2))
-    ids, vals = top_k(x, k, stride, np.empty(x.shape[0], dtype=bool))
-    expected = np.sort(rank_ids(x)[:k])
-    assert np.array_equal(ids, expected)
-    assert np.array_equal(vals, x[expected])
-
-
-@given(ROWS, st.integers(1, 50), st.integers(1, 9))
-def test_subsample_bound_never_exceeds_the_true_kth_largest(shape: tuple[int, int, bool], k: int, stride: int) -> None:
-    x = _row(shape)
-    bound = subsample_kth_bound(x, k, stride)
+    groups = GroupMax(x, group, np.empty(x.shape[0], dtype=bool))
+    bound = groups.kth_bound(k)
     if bound is None:
-        assert k > x[::stride].shape[0]
+        assert k > groups.cols
     else:
         assert bound <= np.sort(x)[::-1][k - 1]
+        assert np.array_equal(groups.at_least(bound), np.flatnonzero(x >= bound))
 
 
-def _reference_nucleus(x: np.ndarray, top_p: float, m: np.float32) -> np.ndarray:
+@given(ROWS, st.data(), GROUPS)
+def test_top_k_keeps_exactly_the_k_best_ranked_on_both_sources(
+    shape: tuple[int, int, int], data: st.DataObject, group: int
+) -> None:
+    x = _row(shape)
+    k = data.draw(st.integers(1, x.shape[0] + 2))
+    expected = np.sort(rank_ids(x)[:k])
+    for src in _sources(x, group):
+        ids, vals = src.top_k(k)
+        assert np.array_equal(ids, expected), type(src).__name__
+        assert vals.dtype == np.float32 and np.array_equal(vals, x[expected]), type(src).__name__
+
+
+@given(ROWS, st.floats(-4.0, 5.0, width=32), GROUPS)
+def test_thresholds_keep_exactly_the_elements_at_or_above_on_both_sources(
+    shape: tuple[int, int, int], threshold: float, group: int
+) -> None:
+    x = _row(shape)
+    expected = np.flatnonzero(x >= np.float32(threshold))
+    for src in _sources(x, group):
+        ids, vals = src.at_least(np.float32(threshold))
+        assert np.array_equal(ids, expected), type(src).__name__
+        assert np.array_equal(vals, x[expected]), type(src).__name__
+
+
+@given(ROWS, GROUPS)
+def test_the_bf16_argmax_is_the_float_argmax_with_ties_to_the_lowest_id(
+    shape: tuple[int, int, int], group: int
+) -> None:
+    x = _row(shape)
+    _, bf16 = _sources(x, group)
+    assert bf16.finite_argmax() == int(np.argmax(x))
+
+
+@given(ROWS, st.sampled_from([np.nan, np.inf, -np.inf, -np.nan]), st.data())
+def test_a_bf16_row_with_a_nan_or_infinity_anywhere_has_no_argmax(
+    shape: tuple[int, int, int], bad: float, data: st.DataObject
+) -> None:
+    x = _row(shape).astype(BF16)
+    x[data.draw(st.integers(0, x.shape[0] - 1))] = bad
+    _, bf16 = _sources(x.astype(np.float32), 64)
+    bf16.load(x)
+    assert bf16.finite_argmax() is None
+
+
+@given(st.floats(2.0**-100, 2.0**127, width=32))
+def test_ceil_bits_is_the_least_bf16_value_at_or_above(threshold: float) -> None:
+    bits = ceil_bits(threshold)
+    value = float(np.array([bits], dtype=np.int16).view(BF16)[0])
+    assert value >= threshold
+    below = float(np.array([bits - 1], dtype=np.int16).view(BF16)[0])
+    assert below < threshold
+
+
+def test_ceil_bits_of_a_threshold_above_the_largest_bf16_is_infinity() -> None:
+    largest = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    assert ceil_bits(np.nextafter(np.float32(largest), np.float32(np.inf))) == 0x7F80
+
+
+def _reference_nucleus(x: np.ndarray, top_p: float, probs: np.ndarray, total: float) -> np.ndarray:
+    """Full sort by rank; the shortest prefix whose float64 cumulative mass reaches top_p * total."""
     order = rank_ids(x)
-    cum = np.cumsum(_probs(x[order], m), dtype=np.float64)
-    cut = int(np.searchsorted(cum, top_p * cum[-1], side="left")) + 1
+    cum = np.cumsum(probs[order], dtype=np.float64)
+    cut = int(np.searchsorted(cum, top_p * total, side="left")) + 1
     return order[: min(cut, x.shape[0])]
 
 
-@given(ROWS, st.floats(0.001, 0.999), st.integers(1, 9))
-def test_nucleus_over_the_full_row_equals_a_full_sort(shape: tuple[int, int, bool], top_p: float, stride: int) -> None:
+@given(ROWS, st.floats(0.001, 0.999), GROUPS, st.floats(0.25, 2.0))
+def test_the_nucleus_over_the_whole_row_equals_a_full_sort_on_both_sources(
+    shape: tuple[int, int, int], top_p: float, group: int, temperature: float
+) -> None:
     x = _row(shape)
-    m = x.max()
-    expected = _reference_nucleus(x, top_p, m)
-    # The normaliser is the same sum in the same (rank) order, so the boundary is bit-identical.
-    total = float(np.cumsum(_probs(x[rank_ids(x)], m), dtype=np.float64)[-1])
-    ids, vals = nucleus_full(x, top_p, total, lambda v: _probs(v, m), stride, np.empty(x.shape[0], dtype=bool))
-    assert np.array_equal(ids, expected)
-    assert np.array_equal(vals, x[expected])
+    for src in _sources(x, group):
+        scratch = RowScratch(x.shape[0], block=16)
+        rm = RowMath(src, int(np.argmax(x)), temperature, scratch)
+        total = rm.mass().total  # the normaliser the sampler uses; the reference takes it as given
+        expected = _reference_nucleus(x, top_p, rm.probs(x), total)
+        ids, vals = nucleus(src, top_p, rm)
+        assert np.array_equal(ids, expected), type(src).__name__
+        assert np.array_equal(vals, x[expected]), type(src).__name__
 
 
 @given(ROWS, st.floats(0.001, 0.999))
-def test_nucleus_of_a_pool_renormalises_over_the_pool(shape: tuple[int, int, bool], top_p: float) -> None:
+def test_nucleus_of_a_pool_renormalises_over_the_pool(shape: tuple[int, int, int], top_p: float) -> None:
     x = _row(shape)
     m = x.max()
     pool = np.sort(rank_ids(x)[: max(1, x.shape[0] // 3)])
     ids, _ = nucleus_of(pool, x[pool], top_p, lambda v: _probs(v, m))
     sub = x[pool]
-    assert np.array_equal(ids, pool[_reference_nucleus(sub, top_p, m)])
+    probs = _probs(sub, m)
+    total = float(np.cumsum(probs[rank_ids(sub)], dtype=np.float64)[-1])
+    assert np.array_equal(ids, pool[_reference_nucleus(sub, top_p, probs, total)])
 
 
 def test_draw_candidates_never_returns_a_zero_probability_token() -> None:
