@@ -15,15 +15,17 @@ $(STAMP): pyproject.toml setup.py
 run: $(STAMP)
 	$(PY) -m calculet.ops.run_local --dir $(RUN_DIR)
 
+# Workers for pytest-xdist; work stealing keeps the long integration tests from piling up at the end.
+TEST_WORKERS ?= 4
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 	$(MAKE) --no-print-directory lint
 
 unit: $(STAMP)
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests/unit
 
 integration: $(STAMP)
-	$(PY) -m pytest -q tests/integration
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests/integration
 
 # The fault soak at full size (issue 10): 300 requests at concurrency 16 (`make test` runs 48).
 SOAK_REQUESTS ?= 300
