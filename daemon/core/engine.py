@@ -23,7 +23,10 @@ Threads:
   the serial policy it also waits for that job at once, like today's product;
 - the **completion thread** waits (outside the lock) for the oldest submitted device job, samples
   its logits outside the lock (overlapping the other bank's device work), then under the lock
-  `completion.settle` decides what the job means and the engine applies it.
+  `completion.settle` decides what the job means and the engine applies it. The Wait streams'
+  wake-ups of that settlement are held until the engine thread has submitted the next device job
+  (or found none to submit), so the gRPC loop streaming the tokens does not contend for the GIL
+  with that submit while the device waits (`_complete`, `_release_wakeups_locked`).
 Resets hold launches (no job is being submitted) while the device resets, then mark what they hit.
 Nothing polls: every wait is on the condition, an event log listener, or the device's wait.
 
@@ -49,7 +52,15 @@ import numpy as np
 
 from calculet.daemon.core import completion
 from calculet.daemon.core.completion import BoardFacts, Continue, Next, Recover, Settlement
-from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason, wait_finished
+from calculet.daemon.core.events import (
+    EventLog,
+    FinalEvent,
+    FinishReason,
+    Listener,
+    call_listeners,
+    deferred_listeners,
+    wait_finished,
+)
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS, DeviceJob, Executor, PoolUpkeep
 from calculet.daemon.core.generations import GenerationTable
 from calculet.daemon.core.ids import new_sequence_id
@@ -211,6 +222,10 @@ class Engine:
         self._launch_holds = 0  # resets in progress that must not see a job being submitted
         self._reconfiguring: set[int] = set()  # generations a configuration reset is dropping
         self._lane_closes: list[tuple[ConfiguredModel, int]] = []  # lanes to close on the device (KV Free)
+        # Wait-stream wake-ups of a settled job, held for the engine thread to call once it has submitted
+        # the next device job (or found none): `_complete`, `_release_wakeups_locked`.
+        self._held_wakeups: list[Listener] = []
+        self._submitting = False  # the engine thread holds a prepared job it has not yet handed over
         self._threads: list[threading.Thread] = []
         self._health_listeners: list[Callable[[], None]] = []  # called when the board stops serving
         self._heartbeat_listeners: list[Callable[[], None]] = []  # called from the engine thread's loop
@@ -1060,7 +1075,11 @@ class Engine:
                 self._close_lanes(closes)  # before any lane is opened again
                 if job is None:
                     return
-                if self._submit_device_job(job) and self._config.synchronous:
+                submitted = self._submit_device_job(job)
+                with self._cond:
+                    self._submitting = False
+                    self._release_wakeups_locked()
+                if submitted and self._config.synchronous:
                     self._wait_and_complete(job)
 
     @contextmanager
@@ -1072,6 +1091,7 @@ class Engine:
         except Exception:
             log.exception("%s thread crashed; failing all jobs and marking the board unhealthy", thread)
             with self._cond:
+                self._release_wakeups_locked()
                 for job in self._executor.jobs():
                     self._give_up_job_locked(job, f"internal error in the {thread} thread")
                     self._executor.retire(job)
@@ -1083,6 +1103,7 @@ class Engine:
         while True:
             self._beat_locked()  # rate-limited: the longest silence is one device job (serial policy)
             if self._stopping and not self._executor:
+                self._release_wakeups_locked()
                 return None
             self._expire_locked()
             if self._may_launch_locked():
@@ -1100,12 +1121,24 @@ class Engine:
                 if plan is not None:
                     job = self._prepare_locked(plan)
                     if job is not None:
+                        self._submitting = True
                         return job
                     continue
+            self._release_wakeups_locked()  # nothing to submit now: the held wake-ups go out before the sleep
             wakeup = self._next_wakeup_locked()
             if self._heartbeat_s is not None:  # sleep no longer than a beat: an idle engine still beats
                 wakeup = self._heartbeat_s if wakeup is None else min(wakeup, self._heartbeat_s)
             self._cond.wait(wakeup)
+
+    def _release_wakeups_locked(self) -> None:
+        """Call the Wait-stream wake-ups `_complete` held (non-blocking by contract, as when appended)."""
+        held, self._held_wakeups = self._held_wakeups, []
+        call_listeners(held)
+
+    def _engine_will_release_locked(self) -> bool:
+        """Whether the engine thread will soon pass a point that releases held wake-ups: it is running
+        (not stopping, the board not lost) and not inside a device submit that may be slow."""
+        return not (self._stopping or self._device_lost or self._submitting)
 
     def _beat_locked(self) -> None:
         """Tell the heartbeat listeners the engine thread is alive (at most once per half interval)."""
@@ -1132,6 +1165,7 @@ class Engine:
             # rebuilt (outside the lock). Put everything back; the rebuild's end wakes this thread.
             self._scheduler.unplan(plan)
             log.warning("no free job context for %s: waiting for its pool's rebuild", plan.submodel.name)
+            self._release_wakeups_locked()
             self._cond.wait(1.0)
         return job
 
@@ -1249,9 +1283,17 @@ class Engine:
             if self._observers.wants(DeviceJobDone):  # before the rows' Finals: their last token comes first
                 post_s = time.perf_counter() - waited - sampling_s
                 self._observers.emit(_job_done(job, status, settlement, stamps, (sampling_s, post_s)))
-            self._apply_locked(job, settlement)
+            # The settlement's Wait-stream wake-ups are held until the engine thread has submitted the
+            # next device job: the gRPC loop streaming these tokens would otherwise contend with that
+            # submit for the GIL while the device waits. Tokens reach clients one submit later.
+            with deferred_listeners() as woken:
+                self._apply_locked(job, settlement)
+            if self._engine_will_release_locked():
+                self._held_wakeups.extend(woken)
+                woken = []
             upkeep = self._executor.end_context(job)
             self._executor.retire(job)
+        call_listeners(woken)
         self._run_upkeep(upkeep)
 
     def _run_upkeep(self, upkeep: PoolUpkeep | None) -> None:

@@ -15,7 +15,8 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, TypeVar
@@ -291,9 +292,42 @@ class Retention(Generic[T]):
         return kept.item
 
 
-def _notify(listeners: list[Listener]) -> None:
+_deferring = threading.local()  # `.woken`: the listeners collected on this thread, while deferring
+
+
+@contextmanager
+def deferred_listeners() -> Iterator[list[Listener]]:
+    """Collect, instead of calling, the listeners of the appends made on this thread inside the block.
+
+    The engine settles a finished device job inside such a block and has the listeners (the Wait
+    streams' wake-ups) called after the next device job is submitted, so streaming the tokens does
+    not compete with that submit for the GIL (`Engine._complete`). Blocks do not nest.
+
+    Yields:
+        The list the listeners are collected into; the caller must call each of them.
+    """
+    if getattr(_deferring, "woken", None) is not None:
+        raise RuntimeError("deferred_listeners blocks do not nest")
+    woken: list[Listener] = []
+    _deferring.woken = woken
+    try:
+        yield woken
+    finally:
+        _deferring.woken = None
+
+
+def call_listeners(listeners: Iterable[Listener]) -> None:
+    """Call each listener (non-blocking by contract)."""
     for listener in listeners:
         listener()
+
+
+def _notify(listeners: list[Listener]) -> None:
+    woken = getattr(_deferring, "woken", None)
+    if woken is not None:
+        woken.extend(listeners)
+        return
+    call_listeners(listeners)
 
 
 def wait_finished(log: EventLog, timeout: float) -> bool:

@@ -120,17 +120,39 @@ def test_acquire_returns_none_when_all_slots_busy() -> None:
     assert again is a and again.owner == 5
 
 
-def test_release_clears_request_data() -> None:
+@pytest.mark.parametrize("rows", [1, 2, DECODE.batch])
+def test_release_clears_request_data_of_every_row_the_job_named(rows: int) -> None:
     pool, _ = make_pool(slots=1)
     ctx = acquired(pool)
-    ctx.tokens[:] = 7
-    ctx.positions[:] = 9
+    ctx.job_spec([RowSpec(lane, 3, 1) for lane in range(rows)])
+    ctx.tokens[:rows] = 7  # the executor fills the spec's rows
+    ctx.positions[:rows] = 9
     ctx.mark_submitted()
-    ctx.logits[:] = 1.5  # the device wrote outputs
+    ctx.logits[:rows] = 1.5  # the device wrote the active rows' outputs
     ctx.mark_completing()
     pool.release(ctx)
     assert ctx.state is BufferState.FREE and ctx.owner is None
     assert not ctx.tokens.any() and not ctx.positions.any() and not ctx.logits.astype(np.float32).any()
+    again = acquired(pool)  # the next job of the context starts from zeroed buffers too
+    again.job_spec([RowSpec(0, 0, 1)])
+    again.tokens[0] = 5
+    again.mark_submitted()
+    again.mark_completing()
+    pool.release(again)
+    assert not again.tokens.any()
+
+
+def test_release_zeroes_only_the_rows_a_job_could_have_written() -> None:
+    # Rows past the spec's were zero before the job and nothing writes them: they are not touched
+    # (a marker there survives), which is what keeps a one-row job from zeroing a 16-row buffer.
+    pool, _ = make_pool(slots=1)
+    ctx = acquired(pool)
+    ctx.job_spec([RowSpec(0, 3, 1)])
+    ctx.tokens[:2] = 7
+    ctx.mark_submitted()
+    ctx.mark_completing()
+    pool.release(ctx)
+    assert not ctx.tokens[0].any() and (ctx.tokens[1] == 7).all()
 
 
 def test_full_cycle_through_the_fake_device() -> None:
@@ -475,8 +497,8 @@ class PoolMachine(RuleBasedStateMachine):
         self.banned: list[JobContext] = []
         self.owners = 0
 
-    @rule(slot=st.sampled_from([EngineSlot.PING, EngineSlot.PONG]))
-    def acquire(self, slot: EngineSlot) -> None:
+    @rule(slot=st.sampled_from([EngineSlot.PING, EngineSlot.PONG]), rows=st.integers(1, DECODE.batch))
+    def acquire(self, slot: EngineSlot, rows: int) -> None:
         self.owners += 1
         ctx = self.pool.acquire(self.pool.key(DECODE.name, slot), self.owners)
         if ctx is None:
@@ -485,7 +507,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert all(ctx is not b for b in self.banned), "a quarantined or retired context came back"
         assert ctx.state is BufferState.PREPARING and ctx.epoch == self.pool.epoch
         assert not ctx.tokens.any()
-        ctx.tokens[:] = self.owners  # request data that must not leak to the next owner
+        ctx.job_spec([RowSpec(lane, 0, 1) for lane in range(rows)])
+        ctx.tokens[:rows] = self.owners  # request data that must not leak to the next owner
         self.held.append(ctx)
 
     @rule(data=st.data(), op=st.sampled_from(OPS))
