@@ -43,7 +43,7 @@ class GroupMax:
 
     def _row_offsets(self) -> np.ndarray:
         """Start of each row of the [size, cols] body in the flat row."""
-        return np.arange(0, self._size * self.cols, self.cols)
+        return np.arange(0, self._size * self.cols, self.cols, dtype=np.int32)
 
     def kth_bound(self, k: int) -> np.generic | None:
         """A lower bound of the row's k-th largest element, or None when there are fewer than k groups."""
@@ -60,8 +60,8 @@ class GroupMax:
             return np.flatnonzero(self._mask)
         # Element r * cols + c of the body is row r of column c: with `hit` ascending, these positions
         # ascend, so the kept ids come out ascending.
-        positions = (self._row_offsets()[:, None] + hit).ravel()
-        ids = positions[self._row[positions] >= bound]
+        positions = (self._row_offsets()[:, None] + hit.astype(np.int32)).ravel()  # int32: half the bytes
+        ids = positions[self._row[positions] >= bound].astype(np.intp)
         rest = self._row[self._rest_start :]
         if rest.shape[0]:
             ids = np.concatenate((ids, self._rest_start + np.flatnonzero(rest >= bound)))

@@ -42,3 +42,13 @@ def draw_bits(seed: int, step: int) -> int:
 def uniform(seed: int, step: int) -> float:
     """A uniform double in [0, 1) with 53 random bits (so it is never 1.0)."""
     return (draw_bits(seed, step) >> 11) * _TWO_POW_M53
+
+
+def uniform_at(seed: int, step: int, k: int) -> float:
+    """The k-th uniform of `(seed, step)` for draws that need more than one: k = 0 is `uniform(seed,
+    step)`; each k > 0 re-mixes those bits with k (a bijection for each k), so the sequence is as
+    stateless and reproducible as the first draw."""
+    bits = draw_bits(seed, step)
+    if k:
+        bits = mix64(bits + (k & MASK64) * GAMMA)
+    return (bits >> 11) * _TWO_POW_M53

@@ -12,11 +12,13 @@ read in place, or an FP32 row), so they draw the same tokens. Order, for a row w
    (over the whole row: `nucleus.py`, which sorts only upper sets of the ranking);
 5. min-p: keep `x >= m + T * ln(min_p)` (i.e. p >= min_p * p_max), threshold rounded to float32;
 6. draw: `u = rng.uniform(seed, step)`, inverse CDF over the survivors in ascending token id,
-   probabilities `exp(z)` in float32 accumulated in float64.
+   probabilities `exp(z)` in float32 accumulated in float64; with no truncation at all (steps 3-5
+   off), rejection sampling from the exact head of the ranking and a bound on the tail instead
+   (`rejection.py`: the same distribution, without an `exp` of the whole row).
 
 Steps 3-5 each keep the argmax, so the candidate set is never empty. Logprobs: see `logprobs.py`.
-The whole row's probabilities are computed only for a draw without truncation, a top-p without
-top-k (the normaliser) and logprobs.
+The whole row's probabilities are computed only for a top-p without top-k (the normaliser) and
+for logprobs.
 Ownership: `RowScratch` belongs to one caller and serves one row at a time; `finish` reads the
 source and writes only the scratch.
 """
@@ -31,6 +33,7 @@ from calculet.daemon.sampling.draw import draw_candidates
 from calculet.daemon.sampling.logprobs import token_logprob, top_logprobs
 from calculet.daemon.sampling.nucleus import nucleus
 from calculet.daemon.sampling.params import SamplingParams
+from calculet.daemon.sampling.rejection import draw_whole_row
 from calculet.daemon.sampling.rng import uniform
 from calculet.daemon.sampling.rowmath import RowMath, RowScratch
 from calculet.daemon.sampling.select import nucleus_of
@@ -63,7 +66,7 @@ class RowFinisher:
         if p.greedy and p.logprobs is None:
             return RowResult(argmax)
         rm = RowMath(src, argmax, 1.0 if p.greedy else p.temperature, scratch)
-        token = argmax if p.greedy else self._draw(rm, p, uniform(p.seed, row.step))
+        token = argmax if p.greedy else self._draw(rm, p, row.step)
         if p.logprobs is None:
             return RowResult(token)
         log_total = math.log(rm.mass().total)
@@ -73,7 +76,7 @@ class RowFinisher:
             top = top_logprobs(src, p.logprobs, rm.m, rm.inv_t, log_total)
         return RowResult(token, logprob, top)
 
-    def _draw(self, rm: RowMath, p: SamplingParams, u: float) -> int:
+    def _draw(self, rm: RowMath, p: SamplingParams, step: int) -> int:
         src = rm.src
         k = p.top_k if 0 < p.top_k < self.vocab_size else 0
         min_p_floor = float(rm.m) + rm.temperature * math.log(p.min_p) if p.min_p > 0.0 else None
@@ -86,9 +89,9 @@ class RowFinisher:
         elif min_p_floor is not None:
             ids, vals = src.at_least(np.float32(min_p_floor))
         else:
-            return rm.draw_full(u)
+            return draw_whole_row(rm, p.seed, step)
         if min_p_floor is not None:
             keep = vals >= np.float32(min_p_floor)
             ids, vals = ids[keep], vals[keep]
         by_id = np.argsort(ids)
-        return draw_candidates(ids[by_id], rm.probs(vals[by_id]), u)
+        return draw_candidates(ids[by_id], rm.probs(vals[by_id]), uniform(p.seed, step))
