@@ -2,8 +2,8 @@
 
 Ownership: a `Board` owns its `DaemonConnection` and the two watcher tasks reading it; the
 `Fleet` owns the boards (creates, starts and removes them). Requests borrow a board between
-`acquire` and `release` so the router counts the jobs this gateway has placed there before the
-next load report shows them.
+`acquire` and `release` so the router counts this gateway's jobs there as they are now, not as
+the last load report (once a second) had them.
 
 States (one table, `BOARD_TRANSITIONS`): CONNECTING until the first load report; UP while both
 streams flow; DOWN when either breaks (the watchers reconnect with capped exponential backoff,
@@ -61,6 +61,7 @@ class Board:
         self.report: LoadReport | None = None
         self.health = ServingStatus.NOT_SERVING
         self.placed = 0  # jobs of this gateway running here now
+        self._placed_at_report = 0  # `placed` when the current report arrived
         self.epoch = 0  # times the board came UP: a new epoch after DOWN may be a restarted daemon
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -103,11 +104,20 @@ class Board:
         return m is not None and m.ready
 
     def load(self, alias: str) -> float:
-        """Queued + running jobs per lane, counting jobs placed since the last report."""
+        """Queued + running jobs per lane: what the last report counted beyond this gateway's own
+        jobs then (other gateways'), plus this gateway's jobs now. Reports come once a second, so
+        a job that ended since is not counted, and one placed since is."""
         m = self.model(alias)
         if m is None:
             return float("inf")
-        return (m.queue_depth + max(m.running, self.placed)) / max(1, m.lanes_total)
+        others = max(0, m.queue_depth + m.running - self._placed_at_report)
+        return (others + self.placed) / max(1, m.lanes_total)
+
+    def placed_load(self, alias: str) -> float:
+        """Jobs this gateway has running here per lane: exact and never stale, so it breaks ties
+        between boards whose (lagging) reports look alike."""
+        m = self.model(alias)
+        return self.placed / max(1, m.lanes_total) if m is not None else float("inf")
 
     def acquire(self) -> None:
         self.placed += 1
@@ -149,7 +159,7 @@ class Board:
         got = False
         async for report in self.conn.watch_load():
             got = True
-            self.report = report
+            self.report, self._placed_at_report = report, self.placed
             if self.state is not BoardState.UP:
                 self.life.move(BoardState.UP)
                 self.epoch += 1

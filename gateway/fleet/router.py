@@ -6,15 +6,20 @@ Only boards where the model is Ready on a SERVING, reachable daemon are candidat
   fewer queued + running jobs than lanes), so a session's prefix can be reused there; when that
   board is full the request falls back to the rule below rather than queueing behind it;
 - otherwise the power of two choices: two candidates at random, the one with the lower load
-  (queued + running per lane, counting jobs this gateway placed since the last report). It is
-  nearly as good as least-loaded and does not stampede one board when reports are stale.
+  (`Board.load`: queued + running per lane, this gateway's own jobs counted as they are now, other
+  gateways' as the last report had them; on a tie, the fewer jobs of this gateway). It is nearly as
+  good as least-loaded and does not stampede one board when reports are stale;
+- except that a request never queues behind a full board while another has a free lane: when
+  both sampled boards are full (load >= 1), the least loaded candidate is taken if it has room.
+  At saturation (closed loop, clients = lanes of the fleet) the two choices alone miss the one
+  board with a free lane half the time on 4 boards, and the request waits a whole request there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.fleet import Fleet
@@ -46,8 +51,17 @@ class Router:
                 return preferred
         if len(boards) == 1:
             return boards[0]
-        a, b = self._rng.sample(boards, 2)
-        return a if a.load(alias) <= b.load(alias) else b
+        rank = _ranking(alias)
+        best = min(self._rng.sample(boards, 2), key=rank)
+        if best.load(alias) < 1.0:
+            return best
+        roomiest = min(self._rng.sample(boards, len(boards)), key=rank)  # shuffled: ties split at random
+        return roomiest if roomiest.load(alias) < 1.0 else best
+
+
+def _ranking(alias: str) -> Callable[[Board], tuple[float, float]]:
+    """Lower is better: the load, then this gateway's own jobs per lane."""
+    return lambda board: (board.load(alias), board.placed_load(alias))
 
 
 def _affinity(session: str, target: str) -> int:

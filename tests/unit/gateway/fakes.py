@@ -96,6 +96,7 @@ class FakeDaemon(DaemonConnection):
     ready: bool = True
     lanes: int = 4
     queue_depth: int = 0
+    running: int = 0  # what its load reports say holds a lane (the fake runs nothing itself)
     refuse: list[CalculetError] = field(default_factory=list)
     die_after: int | None = None
     die_plan: list[int] | None = None  # shared between fakes: the next stream started anywhere pops
@@ -111,6 +112,10 @@ class FakeDaemon(DaemonConnection):
 
     def set_ready(self, ready: bool) -> None:
         self.ready = ready
+        self._poke()
+
+    def report_now(self) -> None:
+        """Send a load report at once (a real daemon sends one a second and on state changes)."""
         self._poke()
 
     def kill(self) -> None:
@@ -155,7 +160,7 @@ class FakeDaemon(DaemonConnection):
         while not self._dead:
             changed = self._changed
             state = ModelState.READY if self.ready else ModelState.DRAINING
-            model = ModelLoad(ALIAS, 1, state, self.ready, self.queue_depth, 0, self.lanes, self.lanes)
+            model = ModelLoad(ALIAS, 1, state, self.ready, self.queue_depth, self.running, self.lanes, self.lanes)
             yield LoadReport(self.target, ServingStatus.SERVING, seq, (model,))
             seq += 1
             await changed.wait()

@@ -1,5 +1,6 @@
 """Fleet, discovery and router over fake boards: only Ready boards get work, the two choices
-prefer the less loaded board, sessions stick, DNS changes add and retire boards."""
+prefer the less loaded board (this gateway's jobs counted as they are now, not as a lagging report
+had them), a free lane anywhere beats queueing, sessions stick, DNS changes add and retire boards."""
 
 from __future__ import annotations
 
@@ -51,6 +52,57 @@ def test_two_choices_prefer_the_less_loaded_board() -> None:
     asyncio.run(scenario())
 
 
+def test_a_lagging_report_does_not_hide_a_lane_this_gateway_freed() -> None:
+    async def scenario() -> None:
+        a, b = FakeDaemon("a"), FakeDaemon("b")
+        fleet, _ = await start_service(a, b)
+        router = Router(fleet, random.Random(3))
+        for daemon in (a, b):  # this gateway fills both boards, and their reports say so
+            for _ in range(daemon.lanes):
+                fleet.boards[daemon.target].acquire()
+            daemon.running = daemon.lanes
+            daemon.report_now()
+        await until(fleet, lambda: _reported_running(fleet, "a") == _reported_running(fleet, "b") == 4, "reports")
+        fleet.boards["a"].release()  # a job on a ended; a's report still says 4 running
+        assert fleet.boards["a"].load(ALIAS) == 0.75 and fleet.boards["b"].load(ALIAS) == 1.0
+        assert Counter(router.pick(ALIAS).target for _ in range(40)) == {"a": 40}  # type: ignore[union-attr]
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
+def test_other_gateways_jobs_in_the_report_still_count() -> None:
+    async def scenario() -> None:
+        shared, ours = FakeDaemon("shared", running=4), FakeDaemon("ours")
+        fleet, _ = await start_service(shared, ours)
+        router = Router(fleet, random.Random(4))
+        fleet.boards["ours"].placed = 2
+        assert fleet.boards["shared"].load(ALIAS) == 1.0 and fleet.boards["ours"].load(ALIAS) == 0.5
+        assert Counter(router.pick(ALIAS).target for _ in range(40)) == {"ours": 40}  # type: ignore[union-attr]
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_free_lane_anywhere_beats_queueing_behind_a_full_board() -> None:
+    async def scenario() -> None:
+        boards = [FakeDaemon(f"b{i}") for i in range(4)]
+        fleet, _ = await start_service(*boards)
+        router = Router(fleet, random.Random(5))
+        for board in fleet.boards.values():
+            board.placed = 4  # full
+        fleet.boards["b2"].placed = 3
+        # Two choices alone would miss b2 half the time (3 of the 6 pairs leave it out).
+        assert Counter(router.pick(ALIAS).target for _ in range(60)) == {"b2": 60}  # type: ignore[union-attr]
+        fleet.boards["b2"].placed = 4  # all full: still an answer (the daemon queues it)
+        assert router.pick(ALIAS) is not None
+        fleet.boards["b1"].placed, fleet.boards["b3"].placed = 3, 3  # free lanes on two: both used
+        assert set(Counter(router.pick(ALIAS).target for _ in range(60))) == {"b1", "b3"}  # type: ignore[union-attr]
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
 def test_sessions_stick_to_one_board_and_spread_over_boards() -> None:
     async def scenario() -> None:
         boards = [FakeDaemon(f"b{i}") for i in range(4)]
@@ -69,6 +121,11 @@ def test_sessions_stick_to_one_board_and_spread_over_boards() -> None:
         await fleet.close()
 
     asyncio.run(scenario())
+
+
+def _reported_running(fleet: Fleet, target: str) -> int:
+    model = fleet.boards[target].model(ALIAS)
+    return -1 if model is None else model.running
 
 
 class ScriptedResolver(Resolver):
