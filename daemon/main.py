@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.models import LoadProgress
+from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.registry import available_drivers, load_driver
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
@@ -150,8 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--decode-jobs-per-model",
         type=int,
-        choices=(1, 2),
-        help="decode jobs of one model in flight: 1 = one batch of every ready sequence (default), "
+        choices=(0, 1, 2),
+        help="decode jobs of one model in flight: 0 = auto (default: a second cohort only when the ready "
+        "sequences alone fill the largest decode batch), 1 = one batch of every ready sequence, "
         "2 = two cohorts alternating between the ping/pong banks",
     )
     p.add_argument(
@@ -354,7 +356,7 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         drain_timeout_s=_seconds(settings, "drain_timeout", 30.0, zero_ok=True),
         queue_depth=_int(settings, "queue_depth", 1024, 1),
         admission_timeout_s=_seconds(settings, "admission_timeout", 30.0, zero_ok=False),
-        decode_jobs_per_model=_int(settings, "decode_jobs_per_model", 1, 1),
+        decode_jobs_per_model=_int(settings, "decode_jobs_per_model", DECODE_JOBS_AUTO, 0, 2),
         orphan_timeout_s=_seconds(settings, "orphan_timeout", 60.0, zero_ok=True) or None,
         retention_bytes=_int(settings, "retention_bytes", DEFAULT_RETENTION_BYTES, 0, 2**48),
         retention_s=_seconds(settings, "retention_seconds", DEFAULT_RETENTION_S, zero_ok=False),

@@ -10,7 +10,7 @@ from typing import Any
 
 from calculet.daemon.core.engine import EngineConfig
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
-from calculet.daemon.core.scheduler import SchedulingPolicy
+from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, SchedulingPolicy
 from calculet.daemon.errors import InvalidArgument
 
 POLICIES = ("continuous", "serial")
@@ -54,7 +54,7 @@ class DaemonConfig:
     drain_timeout_s: float = 30.0
     queue_depth: int = 1024
     admission_timeout_s: float = 30.0
-    decode_jobs_per_model: int = 1
+    decode_jobs_per_model: int = DECODE_JOBS_AUTO
     orphan_timeout_s: float | None = 60.0
     retention_bytes: int = 256 * 1024 * 1024
     retention_s: float = 600.0
@@ -68,8 +68,8 @@ class DaemonConfig:
             raise InvalidArgument(f"policy: must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.max_inflight not in (1, 2):
             raise InvalidArgument(f"max_inflight: must be 1 or 2, got {self.max_inflight}")
-        if self.decode_jobs_per_model not in (1, 2):
-            raise InvalidArgument(f"decode_jobs_per_model: must be 1 or 2, got {self.decode_jobs_per_model}")
+        if self.decode_jobs_per_model not in (DECODE_JOBS_AUTO, 1, 2):
+            raise InvalidArgument(f"decode_jobs_per_model: must be 0 (auto), 1 or 2, got {self.decode_jobs_per_model}")
         if self.job_timeout_s <= 0:
             raise InvalidArgument(f"job_timeout_s: must be positive, got {self.job_timeout_s}")
         if self.retention_bytes < 0:

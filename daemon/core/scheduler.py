@@ -39,6 +39,10 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType
 
+DECODE_JOBS_AUTO = 0
+"""`SchedulingPolicy.decode_jobs_per_model`: a second decode cohort only when it would be full."""
+MAX_DECODE_JOBS_PER_MODEL = 2  # one per engine bank
+
 
 @dataclass(frozen=True)
 class SchedulingPolicy:
@@ -52,7 +56,10 @@ class SchedulingPolicy:
         decode_jobs_per_model: decode jobs of one model in flight at once. 1 keeps every ready
             sequence in one batch (a batch of 16 costs 2.5 t1, two of 8 cost 3.4 t1 under the timing
             model); the other bank then carries prefills. 2 lets two decode cohorts alternate
-            between the banks, which hides host time when the device is fast (time scale 0).
+            between the banks, so one cohort's sampling and next submit overlap the other's device
+            step. `DECODE_JOBS_AUTO` (0, the default) starts a second cohort only when the ready
+            sequences alone fill the largest decode batch: then it shrinks no batch (they could not
+            have joined the running job) and the host time between steps leaves the critical path.
         queue_depth: waiting requests per queue before Submit is refused (RESOURCE_EXHAUSTED).
         admission_timeout_s: how long a request may wait for a lane before it is refused.
         priority_aging_s: waiting time that raises a request's priority by one.
@@ -62,7 +69,7 @@ class SchedulingPolicy:
     short_prefill_tokens: int = 512
     long_prefill_budget: int = 4096
     max_prefill_defer: int = 2
-    decode_jobs_per_model: int = 1
+    decode_jobs_per_model: int = 0  # DECODE_JOBS_AUTO
     queue_depth: int = 1024
     admission_timeout_s: float = 30.0
     priority_aging_s: float | None = 5.0
@@ -258,25 +265,30 @@ class Scheduler:
         return self._plan_decode(runtimes, decoding)
 
     def _plan_decode(self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int]) -> JobPlan | None:
-        limit = self.policy.decode_jobs_per_model
-        first = next(
-            (
-                s
-                for s in self.ready.values()
-                if s.generation in runtimes and decoding.get(s.generation, 0) < limit and self._eligible(s)
-            ),
-            None,
-        )
-        if first is None:
-            return None
-        rt = runtimes[first.generation]
-        candidates = [s for s in self.ready.values() if s.generation == rt.generation and self._eligible(s)]
-        # Highest priority first; among equals the least recently served (dict order is stable).
-        candidates.sort(key=lambda s: -s.request.priority)
-        chosen = candidates[: rt.max_decode_batch]
-        for seq in chosen:
-            del self.ready[seq.job_id]
-        return JobPlan(rt, TaskType.DECODE, rt.decode_submodel_for(len(chosen)), chosen)
+        ready: dict[int, list[Sequence]] = {}  # by generation, in the order their first sequence got ready
+        for s in self.ready.values():
+            if s.generation in runtimes and self._eligible(s):
+                ready.setdefault(s.generation, []).append(s)
+        for generation, candidates in ready.items():
+            rt = runtimes[generation]
+            if not self._may_start_decode(rt, decoding.get(generation, 0), len(candidates)):
+                continue
+            # Highest priority first; among equals the least recently served (dict order is stable).
+            candidates.sort(key=lambda s: -s.request.priority)
+            chosen = candidates[: rt.max_decode_batch]
+            for seq in chosen:
+                del self.ready[seq.job_id]
+            return JobPlan(rt, TaskType.DECODE, rt.decode_submodel_for(len(chosen)), chosen)
+        return None
+
+    def _may_start_decode(self, rt: ModelRuntime, in_flight: int, ready: int) -> bool:
+        """Whether another decode job of `rt` may start while `in_flight` of its decode jobs run."""
+        jobs = self.policy.decode_jobs_per_model
+        if in_flight == 0:
+            return True
+        if jobs == DECODE_JOBS_AUTO:
+            return in_flight < MAX_DECODE_JOBS_PER_MODEL and ready >= rt.max_decode_batch
+        return in_flight < jobs
 
     def _plan_prefill(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
         def admissible(seq: Sequence) -> bool:

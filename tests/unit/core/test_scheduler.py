@@ -9,7 +9,7 @@ import pytest
 
 from calculet.daemon.core.kv import KVManager, LaneState
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
+from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType, TensorSpec
 from calculet.daemon.package.manifest import load_manifest
@@ -129,7 +129,7 @@ def test_serial_policy_admits_one_sequence_at_a_time(manifest_dir: Path) -> None
     assert h.sched.waiting() == 1
 
 
-@pytest.mark.parametrize("limit", [1, 2])
+@pytest.mark.parametrize("limit", [DECODE_JOBS_AUTO, 1, 2])
 def test_decode_jobs_per_model_keeps_ready_sequences_in_one_cohort(manifest_dir: Path, limit: int) -> None:
     h = Harness(make_runtime(manifest_dir), SchedulingPolicy(max_prefill_defer=0, decode_jobs_per_model=limit))
     for _ in range(2):
@@ -138,10 +138,29 @@ def test_decode_jobs_per_model_keeps_ready_sequences_in_one_cohort(manifest_dir:
         h.step()
     runtimes = {h.rt.generation: h.rt}
     plan = h.sched.plan(runtimes, {h.rt.generation: 1})  # one decode job of this model in flight
-    if limit == 1:
+    if limit in (DECODE_JOBS_AUTO, 1):
         assert plan is None, "a second decode cohort would split the batch"
     else:
         assert plan is not None and plan.task is TaskType.DECODE
+
+
+@pytest.mark.parametrize("sequences", [6, 8])
+def test_auto_starts_a_second_decode_cohort_only_when_it_is_full(manifest_dir: Path, sequences: int) -> None:
+    rt = make_runtime(manifest_dir, lanes=8)  # decode batches 1 and 4
+    h = Harness(rt, SchedulingPolicy(max_prefill_defer=0, decode_jobs_per_model=DECODE_JOBS_AUTO))
+    for _ in range(sequences):
+        h.add()
+    while h.sched.waiting():
+        h.step()
+    runtimes = {rt.generation: rt}
+    first = h.sched.plan(runtimes, {})
+    assert first is not None and first.task is TaskType.DECODE and len(first.seqs) == 4
+    second = h.sched.plan(runtimes, {rt.generation: 1})  # the first cohort is in flight
+    if sequences == 8:
+        assert second is not None and len(second.seqs) == 4 and not set(second.seqs) & set(first.seqs)
+        assert h.sched.plan(runtimes, {rt.generation: 2}) is None, "at most one decode job per bank"
+    else:
+        assert second is None, "2 ready sequences would make a second, smaller batch: they wait"
 
 
 def test_the_scheduler_assigns_and_frees_lanes_and_counts_them_from_the_kv_manager(manifest_dir: Path) -> None:
