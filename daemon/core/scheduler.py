@@ -69,7 +69,7 @@ class SchedulingPolicy:
     short_prefill_tokens: int = 512
     long_prefill_budget: int = 4096
     max_prefill_defer: int = 2
-    decode_jobs_per_model: int = 0  # DECODE_JOBS_AUTO
+    decode_jobs_per_model: int = DECODE_JOBS_AUTO
     queue_depth: int = 1024
     admission_timeout_s: float = 30.0
     priority_aging_s: float | None = 5.0

@@ -48,7 +48,6 @@ def uniform_at(seed: int, step: int, k: int) -> float:
     """The k-th uniform of `(seed, step)` for draws that need more than one: k = 0 is `uniform(seed,
     step)`; each k > 0 re-mixes those bits with k (a bijection for each k), so the sequence is as
     stateless and reproducible as the first draw."""
-    bits = draw_bits(seed, step)
-    if k:
-        bits = mix64(bits + (k & MASK64) * GAMMA)
-    return (bits >> 11) * _TWO_POW_M53
+    if not k:
+        return uniform(seed, step)
+    return (mix64(draw_bits(seed, step) + (k & MASK64) * GAMMA) >> 11) * _TWO_POW_M53
