@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from grpc_health.v1 import health_pb2
 
+from calculet.client.prefix import BLOCK_TOKENS
 from calculet.client.types import (
     Event,
     FinalEvent,
@@ -193,6 +194,10 @@ def model_info_from_pb(pb: observe_pb2.GetModelResponse) -> ModelInfo:
         model_max_length=m.model_max_length,
         tokenizer_json=pb.tokenizer_json,
         chat_template=pb.chat_template,
+        prefill_fixed_ms=m.prefill_fixed_ms,
+        prefill_ms_per_token=m.prefill_ms_per_token,
+        decode_step_ms=m.decode_step_ms,
+        prefill_chunk_tokens=m.prefill_chunk_tokens,
     )
 
 
@@ -208,7 +213,19 @@ def load_report_from_pb(pb: observe_pb2.LoadReport) -> LoadReport:
             running=m.running,
             free_lanes=m.free_lanes,
             lanes_total=m.lanes_total,
+            parked_lanes=m.parked_lanes,
+            pending_prefill_tokens=m.pending_prefill_tokens,
+            prefix_hashes=_prefix_hashes(m.prefix),
+            prefix_truncated=m.prefix.truncated,
         )
         for m in pb.models
     )
     return LoadReport(board=pb.board, status=serving_status_from_pb(pb.status), sequence=pb.sequence, models=models)
+
+
+def _prefix_hashes(pb: observe_pb2.PrefixBlocks) -> frozenset[int]:
+    """The advertised block hashes, or none when the daemon hashes blocks of another size than this
+    client (a protocol mismatch: matching them would be wrong, so the router sees no prefix)."""
+    if pb.block_tokens != BLOCK_TOKENS:
+        return frozenset()
+    return frozenset(pb.hashes)

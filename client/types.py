@@ -197,6 +197,10 @@ class ModelInfo:
         model_max_length: tokenizer model_max_length clamped to `context`.
         tokenizer_json: the package's tokenizer.json, byte for byte (empty before validation).
         chat_template: Jinja2 chat template ("" if none).
+        prefill_fixed_ms / prefill_ms_per_token: the package's declared prefill cost: n tokens take
+            about fixed + n * per_token milliseconds on the device (0 = not declared).
+        decode_step_ms: one decode step of one sequence at a short context (0 = not declared).
+        prefill_chunk_tokens: longest prefill job; longer prompts run in chunks (0 = unknown).
     """
 
     alias: str
@@ -215,6 +219,10 @@ class ModelInfo:
     model_max_length: int
     tokenizer_json: bytes
     chat_template: str
+    prefill_fixed_ms: float = 0.0
+    prefill_ms_per_token: float = 0.0
+    decode_step_ms: float = 0.0
+    prefill_chunk_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -225,7 +233,12 @@ class ModelLoad:
         alias / generation / state: which model and where it is in its lifecycle.
         ready: Submit would be admitted now (READY on a SERVING board).
         queue_depth: jobs queued. running: jobs holding a lane.
-        free_lanes / lanes_total: lanes FREE / lanes of the current generation.
+        free_lanes / lanes_total: lanes FREE or PARKED / lanes of the current generation.
+        parked_lanes: of free_lanes, those holding a finished conversation's KV.
+        pending_prefill_tokens: prompt tokens still to prefill for jobs admitted there.
+        prefix_hashes: chained block hashes of what the lanes hold (`calculet.client.prefix`);
+            empty when prefix reuse is off.
+        prefix_truncated: the daemon left blocks out to bound the report.
     """
 
     alias: str
@@ -236,6 +249,10 @@ class ModelLoad:
     running: int
     free_lanes: int
     lanes_total: int
+    parked_lanes: int = 0
+    pending_prefill_tokens: int = 0
+    prefix_hashes: frozenset[int] = frozenset()
+    prefix_truncated: bool = False
 
 
 @dataclass(frozen=True)

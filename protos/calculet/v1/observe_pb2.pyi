@@ -18,6 +18,7 @@ class LaneState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LANE_STATE_RESERVED: _ClassVar[LaneState]
     LANE_STATE_ACTIVE: _ClassVar[LaneState]
     LANE_STATE_UNKNOWN: _ClassVar[LaneState]
+    LANE_STATE_PARKED: _ClassVar[LaneState]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -38,6 +39,7 @@ LANE_STATE_FREE: LaneState
 LANE_STATE_RESERVED: LaneState
 LANE_STATE_ACTIVE: LaneState
 LANE_STATE_UNKNOWN: LaneState
+LANE_STATE_PARKED: LaneState
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_QUEUED: JobState
 JOB_STATE_PREFILL: JobState
@@ -225,7 +227,7 @@ class DeviceCapabilities(_message.Message):
     def __init__(self, max_inflight: _Optional[int] = ..., ping_pong: _Optional[bool] = ..., max_resident_configurations: _Optional[int] = ..., lane_selection: _Optional[bool] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error")
+    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens")
     ALIAS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +238,8 @@ class ModelStatus(_message.Message):
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     READY_AT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_CHUNK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
     state: _common_pb2.ModelState
@@ -246,19 +250,45 @@ class ModelStatus(_message.Message):
     queues: QueueDepths
     ready_at: _timestamp_pb2.Timestamp
     error: _common_pb2.ErrorStatus
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ...) -> None: ...
+    prefix_cache: PrefixCacheStatus
+    prefill_chunk_tokens: int
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ...) -> None: ...
+
+class PrefixCacheStatus(_message.Message):
+    __slots__ = ("enabled", "min_tokens", "parked_lanes", "hit_tokens", "miss_tokens", "hits", "misses", "evictions", "dropped")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PARKED_LANES_FIELD_NUMBER: _ClassVar[int]
+    HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MISS_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    min_tokens: int
+    parked_lanes: int
+    hit_tokens: int
+    miss_tokens: int
+    hits: int
+    misses: int
+    evictions: int
+    dropped: int
+    def __init__(self, enabled: _Optional[bool] = ..., min_tokens: _Optional[int] = ..., parked_lanes: _Optional[int] = ..., hit_tokens: _Optional[int] = ..., miss_tokens: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., evictions: _Optional[int] = ..., dropped: _Optional[int] = ...) -> None: ...
 
 class LaneStatus(_message.Message):
-    __slots__ = ("index", "state", "job_id", "kv_length")
+    __slots__ = ("index", "state", "job_id", "kv_length", "parked_s")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     KV_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    PARKED_S_FIELD_NUMBER: _ClassVar[int]
     index: int
     state: LaneState
     job_id: str
     kv_length: int
-    def __init__(self, index: _Optional[int] = ..., state: _Optional[_Union[LaneState, str]] = ..., job_id: _Optional[str] = ..., kv_length: _Optional[int] = ...) -> None: ...
+    parked_s: float
+    def __init__(self, index: _Optional[int] = ..., state: _Optional[_Union[LaneState, str]] = ..., job_id: _Optional[str] = ..., kv_length: _Optional[int] = ..., parked_s: _Optional[float] = ...) -> None: ...
 
 class QueueDepths(_message.Message):
     __slots__ = ("decode_ready", "short_prefill", "long_prefill")
@@ -407,7 +437,7 @@ class LoadReport(_message.Message):
     def __init__(self, board: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class ModelLoad(_message.Message):
-    __slots__ = ("alias", "generation", "state", "ready", "queue_depth", "running", "free_lanes", "lanes_total")
+    __slots__ = ("alias", "generation", "state", "ready", "queue_depth", "running", "free_lanes", "lanes_total", "parked_lanes", "pending_prefill_tokens", "prefix")
     ALIAS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -416,6 +446,9 @@ class ModelLoad(_message.Message):
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     FREE_LANES_FIELD_NUMBER: _ClassVar[int]
     LANES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PARKED_LANES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
     state: _common_pb2.ModelState
@@ -424,7 +457,20 @@ class ModelLoad(_message.Message):
     running: int
     free_lanes: int
     lanes_total: int
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., ready: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., free_lanes: _Optional[int] = ..., lanes_total: _Optional[int] = ...) -> None: ...
+    parked_lanes: int
+    pending_prefill_tokens: int
+    prefix: PrefixBlocks
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., ready: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., free_lanes: _Optional[int] = ..., lanes_total: _Optional[int] = ..., parked_lanes: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ..., prefix: _Optional[_Union[PrefixBlocks, _Mapping]] = ...) -> None: ...
+
+class PrefixBlocks(_message.Message):
+    __slots__ = ("block_tokens", "hashes", "truncated")
+    BLOCK_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    HASHES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    block_tokens: int
+    hashes: _containers.RepeatedScalarFieldContainer[int]
+    truncated: bool
+    def __init__(self, block_tokens: _Optional[int] = ..., hashes: _Optional[_Iterable[int]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class GetModelRequest(_message.Message):
     __slots__ = ("alias",)
@@ -443,7 +489,7 @@ class GetModelResponse(_message.Message):
     def __init__(self, model: _Optional[_Union[ModelSummary, _Mapping]] = ..., tokenizer_json: _Optional[bytes] = ..., chat_template: _Optional[str] = ...) -> None: ...
 
 class ModelSummary(_message.Message):
-    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "model_role", "family", "quantization", "vocab_size", "context", "lanes", "eos_token_ids", "bos_token_id", "pad_token_id", "model_max_length")
+    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "model_role", "family", "quantization", "vocab_size", "context", "lanes", "eos_token_ids", "bos_token_id", "pad_token_id", "model_max_length", "prefill_fixed_ms", "prefill_ms_per_token", "decode_step_ms", "prefill_chunk_tokens")
     ALIAS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -459,6 +505,10 @@ class ModelSummary(_message.Message):
     BOS_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     PAD_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_FIXED_MS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_MS_PER_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    DECODE_STEP_MS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_CHUNK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
     state: _common_pb2.ModelState
@@ -474,4 +524,8 @@ class ModelSummary(_message.Message):
     bos_token_id: int
     pad_token_id: int
     model_max_length: int
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., model_role: _Optional[str] = ..., family: _Optional[str] = ..., quantization: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context: _Optional[int] = ..., lanes: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., bos_token_id: _Optional[int] = ..., pad_token_id: _Optional[int] = ..., model_max_length: _Optional[int] = ...) -> None: ...
+    prefill_fixed_ms: float
+    prefill_ms_per_token: float
+    decode_step_ms: float
+    prefill_chunk_tokens: int
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., model_role: _Optional[str] = ..., family: _Optional[str] = ..., quantization: _Optional[str] = ..., vocab_size: _Optional[int] = ..., context: _Optional[int] = ..., lanes: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., bos_token_id: _Optional[int] = ..., pad_token_id: _Optional[int] = ..., model_max_length: _Optional[int] = ..., prefill_fixed_ms: _Optional[float] = ..., prefill_ms_per_token: _Optional[float] = ..., decode_step_ms: _Optional[float] = ..., prefill_chunk_tokens: _Optional[int] = ...) -> None: ...
