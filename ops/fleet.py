@@ -80,8 +80,9 @@ class FleetConfig:
         host, port: where the gateway listens.
         time_scale: calsim wall seconds per modelled second (0 = never sleep).
         policy: "continuous" or "serial".
-        daemon_args: extra flags for every daemon.
+        daemon_args: extra flags for every daemon, after the fleet's own (`calctl up --daemon-arg`).
         gateway_command: builds the gateway's argv (injectable so tests can run a stand-in).
+        gateway_args: extra flags for the gateway, after `gateway_command`'s (`calctl up --gateway-arg`).
     """
 
     workdir: Path
@@ -95,6 +96,7 @@ class FleetConfig:
     policy: str = "continuous"
     daemon_args: tuple[str, ...] = ()
     gateway_command: GatewayCommand = gateway_argv
+    gateway_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -321,9 +323,8 @@ class LocalFleet:
             )
             for i in range(config.boards)
         ]
-        self.gateway = Child(
-            "gateway", "gateway", config.gateway_command(self.listen, self.targets), self.log_dir / "gateway.log"
-        )
+        gateway_argv = [*config.gateway_command(self.listen, self.targets), *config.gateway_args]
+        self.gateway = Child("gateway", "gateway", gateway_argv, self.log_dir / "gateway.log")
         self._stopping = False
 
     # ------------------------------------------------------------------ addresses

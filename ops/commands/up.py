@@ -37,6 +37,10 @@ EXIT_OK, EXIT_FAILED = 0, 1
 MAX_BOARDS = 64
 WATCH_S = 1.0  # longest sleep of the foreground watch when no signal arrives
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Flags the fleet sets itself (fleet.py): an extra argument may not repeat them (the later one would
+# win and break the fleet: another socket, another model, another time scale than the banner says).
+DAEMON_OWN_FLAGS = ("--board", "--listen", "--runtime-dir", "--models-root", "--model", "--time-scale", "--policy")
+GATEWAY_OWN_FLAGS = ("--listen", "--daemon")
 
 
 # ---------------------------------------------------------------- arguments
@@ -93,6 +97,36 @@ def host_name(text: str) -> str:
     return text
 
 
+def extra_args(role: str, own_flags: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    """argparse type of `--daemon-arg` / `--gateway-arg`: one value, split like a shell would
+    (`--daemon-arg '--prefix-reuse on'` or `--daemon-arg=--prefix-reuse=on`), into flags for every
+    `role` process.
+
+    Raises (when called):
+        argparse.ArgumentTypeError: the value is empty or unbalanced, does not start with a flag,
+            or names a flag of `own_flags` (the fleet sets those itself).
+    """
+
+    def parse(text: str) -> tuple[str, ...]:
+        try:
+            words = tuple(shlex.split(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+        if not words:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {role} flags, e.g. '--log-level DEBUG'")
+        if not words[0].startswith("-"):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {role} flags, starting with '--'")
+        for word in words:
+            name = word.partition("=")[0]
+            if name in own_flags:
+                raise argparse.ArgumentTypeError(
+                    f"{text!r}: {name} is set by calctl up itself for every {role} ({', '.join(own_flags)})"
+                )
+        return words
+
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--boards", type=board_count, required=True, metavar="N", help="calsim boards (daemons) to run")
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS), help="model package each board serves")
@@ -111,6 +145,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="continuous", choices=("continuous", "serial"), help="daemon scheduling")
     parser.add_argument(
         "--startup-timeout", type=seconds, default=120.0, metavar="S", help="seconds to wait for readiness (120)"
+    )
+    parser.add_argument(
+        "--daemon-arg",
+        type=extra_args("daemon", DAEMON_OWN_FLAGS),
+        action="append",
+        default=[],
+        metavar="FLAGS",
+        help="extra flags for every daemon, shell-split, repeatable (e.g. --daemon-arg '--prefix-reuse on')",
+    )
+    parser.add_argument(
+        "--gateway-arg",
+        type=extra_args("gateway", GATEWAY_OWN_FLAGS),
+        action="append",
+        default=[],
+        metavar="FLAGS",
+        help="extra flags for the gateway, shell-split, repeatable (e.g. --gateway-arg '--routing prefix')",
     )
     # Tests run a stand-in gateway module; operators have no reason to change it.
     parser.add_argument("--gateway-module", default=GATEWAY_MODULE, help=argparse.SUPPRESS)
@@ -285,7 +335,9 @@ def fleet_config(args: argparse.Namespace) -> FleetConfig:
         port=args.port,
         time_scale=args.time_scale,
         policy=args.policy,
+        daemon_args=tuple(word for words in args.daemon_arg for word in words),
         gateway_command=partial(gateway_argv, module=args.gateway_module),
+        gateway_args=tuple(word for words in args.gateway_arg for word in words),
     )
 
 
