@@ -214,8 +214,8 @@ class CalsimDevice(VirtualDevice):
         self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO
     ) -> CalsimSubmission:
         """See `VirtualDevice.submit`. Order of checks: device alive; the attempt gets its index
-        and fault (device_lost fires here); model handle (ModelReleased); the job (InvalidJob);
-        bank (EngineBusy); buffers (BufferInUse); lanes (LaneBusy); injected submit_error
+        and fault (device_lost fires here); model handle (ModelReleased); the job (InvalidJob); a row
+        past its lane's valid KV (StaleKV); bank (EngineBusy); buffers (BufferInUse); lanes (LaneBusy); injected submit_error
         (SubmitFailed). Only then is anything held."""
         with self._cond:
             self._engine.ensure_alive()
@@ -231,6 +231,7 @@ class CalsimDevice(VirtualDevice):
             if not isinstance(engine_slot, EngineSlot):
                 raise InvalidJob(f"engine_slot must be an EngineSlot, got {engine_slot!r}")
             resolved = resolve_job(job, m.geometry, self._buffers)
+            m.kv.check(resolved.rows)
             bank = self._engine.pick_bank(engine_slot)
             self._engine.check_free(m.config_id, resolved)
             if fault is not None and fault.kind is FaultKind.SUBMIT_ERROR:
@@ -239,7 +240,7 @@ class CalsimDevice(VirtualDevice):
             durations = job_durations(
                 m.manifest.timing, sub.task_type, sub.batch, resolved.rows, resolved.input_bytes, resolved.output_bytes
             )
-            accepted = self._engine.accept(index, m, m.kernel, job, resolved, bank, fault, durations)
+            accepted = self._engine.accept(index, m, m.kernel, m.kv, job, resolved, bank, fault, durations)
             return CalsimSubmission(self._engine, accepted)
 
     def counters(self) -> JobCounters:
@@ -305,14 +306,20 @@ class CalsimDevice(VirtualDevice):
             opened.add(lane)
 
     def close_lane(self, model: ConfiguredModel, lane: int) -> None:
-        """See `VirtualDevice.close_lane`."""
+        """See `VirtualDevice.close_lane`. KV Free poisons the lane: its KV is overwritten with
+        garbage and its valid length drops to 0, so a daemon that still trusts it gets StaleKV (or,
+        with a stale past_kv_len of 0 and old tokens, different logits), never the old answer."""
         with self._cond:
             self._engine.ensure_alive()
             m = self._lane_of(model, lane)
             opened = self._open_lanes.get(m.config_id, set())
             if lane not in opened:
                 raise InvalidJob(f"KV lane {lane} of {m.name!r} is not open")
+            self._engine.wait_kernel_idle()  # the worker may be inside a kernel call on other lanes
+            self._own(m)  # released while we waited?
             opened.discard(lane)
+            m.kernel.corrupt_lane(lane, np.random.default_rng([self._plan.seed, m.config_id, lane, 0xF4EE]))
+            m.kv.lost((lane,))
 
     def _lane_of(self, model: ConfiguredModel, lane: int) -> CalsimModel:
         """Raises: ModelReleased (stale handle), InvalidJob (lane out of range)."""
@@ -331,7 +338,7 @@ class CalsimDevice(VirtualDevice):
             self._engine.wait_kernel_idle()
             self._own(model)  # it may have been released while we waited
             for m in list(self._models.values()):
-                self._engine.reset_model(m.config_id, m.kernel, m.lanes)
+                self._engine.reset_model(m.config_id, m.kernel, m.kv)
                 m.state.move(ConfigState.RELEASED)
                 del self._models[m.config_id]
                 self._open_lanes.pop(m.config_id, None)

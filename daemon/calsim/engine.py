@@ -42,6 +42,7 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.calsim.job import Job, Step
 from calculet.daemon.calsim.job_check import ResolvedJob
 from calculet.daemon.calsim.kernel import Kernel
+from calculet.daemon.calsim.lane_kv import LaneKV
 from calculet.daemon.calsim.timing import JobDurations
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.errors import BufferInUse, DeviceLost, EngineBusy, LaneBusy
@@ -183,6 +184,7 @@ class ComputeEngine:
         job_id: int,
         model: ConfiguredModel,
         kernel: Kernel,
+        lane_kv: LaneKV,
         spec: JobSpec,
         resolved: ResolvedJob,
         bank: EngineSlot,
@@ -199,7 +201,7 @@ class ComputeEngine:
         schedule = self.clock.place(bank, durations, delay, hang)
         if idle:
             self.pacer.anchor(schedule.queued)
-        job = Job(job_id, model, kernel, spec, resolved, bank, fault, durations, schedule)
+        job = Job(job_id, model, kernel, lane_kv, spec, resolved, bank, fault, durations, schedule)
         self._banks[bank].append(job)
         for buf in resolved.outputs.values():
             poison_rows(buf.array, len(resolved.rows))
@@ -247,7 +249,7 @@ class ComputeEngine:
             self._corrupt(job)
             self._end(job, JobStatus.CCU_EXCEPTION)
 
-    def reset_model(self, config_id: int, kernel: Kernel, lanes: int) -> None:
+    def reset_model(self, config_id: int, kernel: Kernel, lane_kv: LaneKV) -> None:
         """The model's in-flight jobs end CCU_EXCEPTION and all its lanes are cleared; other
         models' jobs continue (re-planned if they waited behind one of its hung jobs).
 
@@ -260,8 +262,9 @@ class ComputeEngine:
         self.clock.settle_reset(aborted, survivors, self.clock.reset_time(aborted))
         for job in aborted:
             self._end(job, JobStatus.CCU_EXCEPTION)
-        for lane in range(lanes):
+        for lane in range(kernel.lanes):
             kernel.clear_lane(lane)
+        lane_kv.clear()
         self._cond.notify_all()
 
     def lose(self, reason: str) -> None:
@@ -359,6 +362,8 @@ class ComputeEngine:
         if not job.finished:
             job.logits = logits
             job.failure = failure
+            if failure is None:
+                job.lane_kv.written(job.resolved.rows)  # the kernel wrote the rows' KV
 
     def _finish(self, job: Job) -> None:
         if job.failure is not None or job.logits is None:
@@ -375,6 +380,7 @@ class ComputeEngine:
         """What a CCU exception mid-write leaves: garbage in every lane the job named."""
         for lane in job.resolved.lanes:
             job.kernel.corrupt_lane(lane, np.random.default_rng([self._seed, job.job_id, lane]))
+        job.lane_kv.lost(job.resolved.lanes)
 
     def _end(self, job: Job, status: JobStatus) -> None:
         job.status.move(status)

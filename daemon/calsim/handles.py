@@ -20,6 +20,7 @@ from calculet.daemon.calsim.faults import Fault
 from calculet.daemon.calsim.job import Job
 from calculet.daemon.calsim.job_check import ModelGeometry
 from calculet.daemon.calsim.kernel import Kernel
+from calculet.daemon.calsim.lane_kv import LaneKV
 from calculet.daemon.calsim.memory import ChipNeed
 from calculet.daemon.device.api import ConfiguredModel, Submission
 from calculet.daemon.device.errors import InvalidJob, WaitTimeout
@@ -42,7 +43,7 @@ class CalsimModel(ConfiguredModel):
     """A package configured on a calsim board. Owns its kernel (and so its KV lanes) until released.
 
     Attributes (beyond `ConfiguredModel`): owner (the device that configured it), manifest,
-    package_dir, kernel, needs (bytes per chip), geometry (what job validation needs), state
+    package_dir, kernel, kv (valid KV length per lane), needs (bytes per chip), geometry (what job validation needs), state
     (CONFIGURED -> RELEASED).
     """
 
@@ -66,6 +67,7 @@ class CalsimModel(ConfiguredModel):
         self.manifest = manifest
         self.package_dir = package_dir
         self.kernel = kernel
+        self.kv = LaneKV(self.lanes)  # valid KV length per lane: stale rows are refused (StaleKV)
         self.needs = needs
         contexts = {d.name: min(self.lane_context, d.context) for d in manifest.submodels}
         self.geometry = ModelGeometry(self.submodels, self.lanes, contexts)

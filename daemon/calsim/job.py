@@ -21,6 +21,7 @@ import numpy as np
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.calsim.job_check import ResolvedJob
 from calculet.daemon.calsim.kernel import Kernel
+from calculet.daemon.calsim.lane_kv import LaneKV
 from calculet.daemon.calsim.timing import JobDurations
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.types import EngineSlot, JobSpec, JobStatus, JobTimestamps
@@ -97,6 +98,7 @@ class Job:
     Args:
         job_id: the submit attempt index that created it (unique, increasing).
         model / kernel: the configured model and its kernel (which owns the lanes' KV).
+        lane_kv: the model's valid KV length per lane (`lane_kv.py`), updated when the job writes.
         spec / resolved: what was submitted and its looked-up buffers and rows.
         bank: the engine bank it occupies.
         fault: the injected fault it carries, if any.
@@ -108,6 +110,7 @@ class Job:
         job_id: int,
         model: ConfiguredModel,
         kernel: Kernel,
+        lane_kv: LaneKV,
         spec: JobSpec,
         resolved: ResolvedJob,
         bank: EngineSlot,
@@ -118,6 +121,7 @@ class Job:
         self.job_id = job_id
         self.model = model
         self.kernel = kernel
+        self.lane_kv = lane_kv
         self.spec = spec
         self.resolved = resolved
         self.bank = bank

@@ -181,6 +181,8 @@ class VirtualDevice(ABC):
 
         Raises:
             InvalidJob: malformed job (checked before anything is held).
+            StaleKV: a row's past_kv_len exceeds the KV its lane validly holds (a runtime that tracks
+                lane lengths, as calsim does, refuses it; one that does not computes on garbage).
             EngineBusy: the engine bank (every bank for AUTO) already has a job in flight.
             BufferInUse: a named buffer is held by an in-flight job.
             LaneBusy: a named lane is being advanced by an in-flight job.
@@ -226,7 +228,8 @@ class VirtualDevice(ABC):
     @abstractmethod
     def close_lane(self, model: ConfiguredModel, lane: int) -> None:
         """Give a KV lane's space back (CalRT KV Free) after the sequence holding it ended; no job
-        uses it any more. The daemon calls it outside its locks, before it opens the lane again.
+        uses it any more. The daemon calls it outside its locks, before it opens the lane again. Its
+        KV contents are gone: the next job on the lane starts at past_kv_len 0.
 
         Raises:
             InvalidJob: the lane is out of range.

@@ -46,6 +46,13 @@ class InvalidJob(DeviceError):
     kind = ErrorKind.INVALID_ARGUMENT
 
 
+class StaleKV(InvalidJob):
+    """A row's `past_kv_len` exceeds what its lane validly holds: the daemon trusts KV the device
+    freed, cleared, corrupted or never wrote (a lane closed by KV Free, a configuration reset, a
+    job that ended CCU_EXCEPTION). Nothing was submitted. A daemon bug, raised loudly rather than
+    computing on poison."""
+
+
 class EngineBusy(DeviceError):
     """The requested engine bank (or, for AUTO, every bank) already has a job in flight."""
 

@@ -158,7 +158,7 @@ def test_lane_advanced_by_an_in_flight_job_is_refused(device: CalsimDevice, mode
     first = device.submit(model, decode_spec(a, [(2, 0, 1)]))
     assert gate.entered.wait(5)
     with pytest.raises(LaneBusy, match=f"lane 2 is being advanced by in-flight job {first.job_id}"):
-        device.submit(model, decode_spec(b, [(2, 1, 1)]))
+        device.submit(model, decode_spec(b, [(2, 0, 1)]))
     other = device.configure(tmp_path, make_manifest("other"))
     c = make_bufs(device, other, DECODE1)
     same_lane_other_model = device.submit(other, decode_spec(c, [(2, 0, 1)]))  # lanes are per model

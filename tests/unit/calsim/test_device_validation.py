@@ -154,7 +154,8 @@ def test_engine_slot_must_be_an_engine_slot(device: CalsimDevice, model: CalsimM
         device.submit(model, decode_spec(bufs, [(0, 0, 1)]), "ping")  # type: ignore[arg-type]
 
 
-def _valid(task: str, rows: list[tuple[int, int, int]]) -> bool:
+def _valid(task: str, rows: list[tuple[int, int, int]], held: dict[int, int]) -> bool:
+    """`held`: the KV each lane validly holds (what accepted jobs wrote), by the test's own count."""
     batch, max_tokens = (1, BUCKET) if task == PREFILL else (4, 1)
     lanes = [r[0] for r in rows]
     return (
@@ -162,19 +163,23 @@ def _valid(task: str, rows: list[tuple[int, int, int]]) -> bool:
         and len(set(lanes)) == len(lanes)
         and all(0 <= lane < LANES for lane in lanes)
         and all(past >= 0 and 1 <= cur <= max_tokens and past + cur <= LANE_CONTEXT for _, past, cur in rows)
+        and all(past <= held.get(lane, 0) for lane, past, _ in rows)
     )
 
 
 def test_random_rows_are_accepted_exactly_when_valid(device: CalsimDevice, model: CalsimModel) -> None:
     bufs = {PREFILL: make_bufs(device, model, PREFILL), DECODE4: make_bufs(device, model, DECODE4)}
-    row = st.tuples(st.integers(-1, LANES), st.integers(-2, LANE_CONTEXT + 2), st.integers(-1, BUCKET + 1))
+    past = st.one_of(st.just(0), st.integers(-2, LANE_CONTEXT + 2))
+    row = st.tuples(st.integers(-1, LANES), past, st.integers(-1, BUCKET + 1))
+    held: dict[int, int] = {}  # lane -> valid KV length, kept across examples as the device keeps it
 
     @settings(max_examples=80, deadline=None)
     @given(st.sampled_from([PREFILL, DECODE4]), st.lists(row, max_size=5))
     def check(task: str, rows: list[tuple[int, int, int]]) -> None:
         spec = bufs[task].spec([RowSpec(*r) for r in rows])
-        if _valid(task, rows):
+        if _valid(task, rows, held):
             assert device.submit(model, spec).wait(5) is JobStatus.DONE
+            held.update({lane: past + cur for lane, past, cur in rows})
         else:
             with pytest.raises(InvalidJob):
                 device.submit(model, spec)

@@ -137,7 +137,7 @@ def test_guard_refuses_a_lane_another_unfinished_job_advances(
 ) -> None:
     a, b = bufs(guard, model), bufs(guard, model, DECODE4)
     first = guard.submit(model, decode_spec(a, [(2, 0, 1)]), EngineSlot.PING)
-    busy = decode_spec(b, [(0, 0, 5), (2, 1, 6)])
+    busy = decode_spec(b, [(0, 0, 5), (2, 0, 6)])
     with pytest.raises(LaneBusy, match=f"lane 2 of model 'tiny' is being advanced by job {first.job_id}"):
         guard.submit(model, busy, EngineSlot.PONG)
     underneath_accepts(guard, model, busy, EngineSlot.PONG)
@@ -272,7 +272,7 @@ def test_calsim_without_checks_accepts_what_a_real_runtime_accepts(tmp_path: Pat
         kernels.built[0].gate = gate
         first = device.submit(model, decode_spec(a, [(0, 0, 1)]), EngineSlot.PING)
         assert gate.entered.wait(5)  # `first` is in flight until the gate opens
-        same_bank_lane = device.submit(model, decode_spec(b, [(0, 1, 2)]), EngineSlot.PING)
+        same_bank_lane = device.submit(model, decode_spec(b, [(0, 0, 2)]), EngineSlot.PING)
         third = device.submit(model, decode_spec(c, [(1, 0, 3)]))
         shared = decode_spec(c, [(2, 0, 4)])
         fourth = device.submit(model, shared)  # c is named by `third` too
