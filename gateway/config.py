@@ -14,6 +14,7 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     daemon-cert = "/etc/calculet/gateway.pem"           # with daemon-key: mutual TLS
     daemon-key = "/etc/calculet/gateway.key"
     daemon-server-name = "calculet-daemon"              # the name in the daemons' certificates
+    routing = "prefix"                 # or "load": the load-only rule, for comparison (docs/gateway.md)
 
 The files are read here, once, at start-up: an unreadable or empty one is a bad setting (exit 2).
 Secrets never appear in `GatewayConfig`'s repr.
@@ -32,12 +33,13 @@ from calculet.client.channel import call_metadata, check_server_name, read_pem_f
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.telemetry.logs import LOG_FORMATS
 from calculet.gateway.api.auth import read_api_keys, read_secret_lines
+from calculet.gateway.fleet.routing_policy import RoutingMode
 
 KEYS = frozenset(
     {
         "listen", "daemons", "dns", "dns-interval", "dns-hosts-file", "load-interval-ms", "max-attempts",
         "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
-        "daemon-server-name", "log-format",
+        "daemon-server-name", "log-format", "routing",
     }
 )  # fmt: skip
 TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
@@ -60,6 +62,8 @@ class GatewayConfig:
         daemon_token: the token (the file's first).
     daemon_tls: TLS to `host:port` daemons (None = plaintext); its files were checked here and are
         read again by each new daemon connection.
+    routing: how boards are picked: by estimated time to first token with prefix reuse (prefix),
+        or by load alone (load).
     """
 
     listen: str = "127.0.0.1:8000"
@@ -77,6 +81,7 @@ class GatewayConfig:
     daemon_token_file: str = ""
     daemon_token: str | None = field(default=None, repr=False)
     daemon_tls: TlsConfig | None = None
+    routing: RoutingMode = RoutingMode.PREFIX
 
 
 def _check_listen(listen: str) -> None:
@@ -131,6 +136,7 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         api_key_file=_optional_text(settings, "api-key-file"),
         daemon_token_file=_optional_text(settings, "daemon-token-file"),
         daemon_tls=_daemon_tls(settings),
+        routing=_routing(settings),
     )
     if cfg.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")
@@ -144,6 +150,15 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
     if cfg.daemon_token_file:
         cfg = replace(cfg, daemon_token=_daemon_token(Path(cfg.daemon_token_file)))
     return cfg
+
+
+def _routing(settings: dict[str, Any]) -> RoutingMode:
+    """Raises: InvalidArgument: not one of the routing modes."""
+    value = _text(settings, "routing", GatewayConfig.routing.value)
+    modes = [mode.value for mode in RoutingMode]
+    if value not in modes:
+        raise InvalidArgument(f"routing: one of {', '.join(modes)}, got {value!r}")
+    return RoutingMode(value)
 
 
 def _text(settings: dict[str, Any], key: str, default: str) -> str:

@@ -38,6 +38,7 @@ from calculet.gateway.fleet.connection import ClientConnection
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
+from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.serving.choice import RetryPolicy
 from calculet.gateway.serving.service import GatewayService
 
@@ -58,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-interval-ms", type=int, help="WatchLoad report period asked of daemons (1000)")
     p.add_argument("--max-attempts", type=int, help="submits per choice across boards, retries included (6)")
     p.add_argument("--failover-wait", type=float, help="mid-stream seconds to wait for a board to come back (15)")
+    p.add_argument(
+        "--routing",
+        choices=[mode.value for mode in RoutingMode],
+        help="prefix: lowest estimated time to first token, prefix reuse included (default); load: load only",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (INFO)")
     p.add_argument("--log-format", choices=("text", "json"), help="text (default) or json: one object a line")
     p.add_argument(
@@ -90,6 +96,7 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "daemon-cert",
         "daemon-key",
         "daemon-server-name",
+        "routing",
     ):
         value = getattr(args, key.replace("-", "_"))
         if value is not None:
@@ -126,7 +133,8 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
         await fleet.start()
         gc.freeze()  # start-up objects out of the collector's way (DESIGN.md section 9: GC pauses)
         try:
-            yield GatewayService(fleet, Router(fleet), RetryPolicy(cfg.max_attempts, cfg.failover_wait_s))
+            router = Router(fleet, cfg.routing)
+            yield GatewayService(fleet, router, RetryPolicy(cfg.max_attempts, cfg.failover_wait_s))
         finally:
             await fleet.close()
 
@@ -190,7 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"calculet-gateway: {err}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, cfg.log_format)
-    log.info("gateway on %s; daemons %s; dns %s", cfg.listen, list(cfg.daemons), list(cfg.dns))
+    log.info(
+        "gateway on %s; daemons %s; dns %s; routing %s", cfg.listen, list(cfg.daemons), list(cfg.dns), cfg.routing.value
+    )
     log.info(
         "access: API keys %s; daemon token %s; daemon TLS %s",
         f"required ({len(cfg.api_keys)} from {cfg.api_key_file})" if cfg.api_keys else "off (the API is open)",

@@ -71,18 +71,23 @@ async def respond(
         CalculetError: before any byte is sent (the exception handlers answer it).
     """
     prepared = await streaming.unless_disconnected(request, prepare)
-    metrics: GatewayMetrics = request.app.state.metrics
-    events = metrics.watch(prepared.events(), prepared.model, prepared.prompt_token_count, started)
-    if stream:
-        first = await streaming.first_event(request, events)
-        sse = streaming.sse_chat if chat else streaming.sse_completion
-        body = sse(prepared, first, events, logprobs=logprobs, include_usage=include_usage)
-        return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
-    states = await streaming.unless_disconnected(request, streaming.collect(prepared, events, chat=chat))
+    handed_off = False  # the SSE body closes `prepared` once it runs
+    try:
+        metrics: GatewayMetrics = request.app.state.metrics
+        events = metrics.watch(prepared.events(), prepared.model, prepared.prompt_token_count, started)
+        if stream:
+            first = await streaming.first_event(request, events)
+            sse = streaming.sse_chat if chat else streaming.sse_completion
+            body = sse(prepared, first, events, logprobs=logprobs, include_usage=include_usage)
+            handed_off = True
+            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        states = await streaming.unless_disconnected(request, streaming.collect(prepared, events, chat=chat))
+    finally:
+        if not handed_off:
+            prepared.close()  # every placement released, even of choices whose events never ran
     answer = formats.chat_response if chat else formats.completion_response
-    return json_response(
-        answer(prepared.request_id, prepared.created, prepared.model, states, prepared.prompt_token_count, logprobs)
-    )
+    used = streaming.usage_of(prepared, states)
+    return json_response(answer(prepared.request_id, prepared.created, prepared.model, states, used, logprobs))
 
 
 def create_app(

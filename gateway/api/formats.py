@@ -3,8 +3,9 @@
 Shapes follow OpenAI's API reference: `chat.completion` / `chat.completion.chunk` and
 `text_completion`; logprobs as `choices[].logprobs.content[]` (chat) or the legacy
 `tokens/token_logprobs/top_logprobs/text_offset` lists (completions); usage with
-`prompt_tokens`, `completion_tokens`, `total_tokens`. No I/O; `ChoiceState` accumulates one
-choice for the non-streamed answer.
+`prompt_tokens`, `completion_tokens`, `total_tokens` and `prompt_tokens_details.cached_tokens`
+(prompt tokens the boards served from KV rather than prefilled). No I/O; `ChoiceState`
+accumulates one choice for the non-streamed answer.
 """
 
 from __future__ import annotations
@@ -17,11 +18,21 @@ from calculet.gateway.serving.choice import ChoiceDelta
 from calculet.gateway.text.model_text import ModelText
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object.
+
+    Args:
+        prompt_tokens: each prompt once.
+        completion_tokens: every choice's.
+        cached_tokens: of `prompt_tokens`, those served from KV (`Prepared.cached_token_count`).
+    Returns:
+        `{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}`.
+    """
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -75,6 +86,7 @@ class ChoiceState:
     text: str = ""
     finish_reason: str | None = None
     completion_tokens: int = 0
+    cached_tokens: int = 0
     chat_lp: list[dict[str, Any]] = field(default_factory=list)
     legacy_lp: CompletionLogprobs = field(default_factory=CompletionLogprobs)
 
@@ -88,8 +100,9 @@ class ChoiceState:
 
 
 def chat_response(
-    rid: str, created: int, model: str, choices: list[ChoiceState], prompt_tokens: int, logprobs: bool
+    rid: str, created: int, model: str, choices: list[ChoiceState], used: dict[str, Any], logprobs: bool
 ) -> dict[str, Any]:
+    """A whole chat answer; `used`: its `usage` object."""
     return {
         "id": rid,
         "object": "chat.completion",
@@ -104,13 +117,14 @@ def chat_response(
             }
             for c in choices
         ],
-        "usage": usage(prompt_tokens, sum(c.completion_tokens for c in choices)),
+        "usage": used,
     }
 
 
 def completion_response(
-    rid: str, created: int, model: str, choices: list[ChoiceState], prompt_tokens: int, logprobs: bool
+    rid: str, created: int, model: str, choices: list[ChoiceState], used: dict[str, Any], logprobs: bool
 ) -> dict[str, Any]:
+    """A whole text completion answer; `used`: its `usage` object."""
     return {
         "id": rid,
         "object": "text_completion",
@@ -125,7 +139,7 @@ def completion_response(
             }
             for c in choices
         ],
-        "usage": usage(prompt_tokens, sum(c.completion_tokens for c in choices)),
+        "usage": used,
     }
 
 

@@ -5,6 +5,11 @@ happen before any output (every board overloaded or draining) still become a pro
 and a client that leaves during the prefill cancels its jobs at once. `sse_chat` / `sse_completion`
 turn choice events into `data: {...}` lines (tokens that arrived together become one event) and
 end with `data: [DONE]`; an error after the first byte is sent in-band as `data: {"error": ...}`.
+Usage (non-streamed, or streamed with `stream_options.include_usage`) counts each prompt once,
+its cached tokens by its first choice's `ChoiceEnd` (`Prepared.cached_token_count`).
+
+Ownership: the SSE bodies and `collect` consume a `Prepared`'s events; the SSE bodies close the
+`Prepared` when they end (however they end), releasing any placement still held.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ async def sse_chat(
     rid, created, model, text = prepared.request_id, prepared.created, prepared.model, prepared.text
     started: set[int] = set()
     completion_tokens = 0
+    cached: dict[int, int] = {}
     try:
         async for index, event in _chain(first, events):
             out = []
@@ -94,15 +100,18 @@ async def sse_chat(
                 out.append(sse(formats.chat_chunk(rid, created, model, choice, include_usage)))
             elif isinstance(event, ChoiceEnd):
                 completion_tokens += event.completion_tokens
+                cached[index] = event.cached_tokens
                 choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": event.finish_reason}
                 out.append(sse(formats.chat_chunk(rid, created, model, choice, include_usage)))
             yield b"".join(out)
         if include_usage:
-            used = formats.usage(prepared.prompt_token_count, completion_tokens)
+            used = formats.usage(prepared.prompt_token_count, completion_tokens, prepared.cached_token_count(cached))
             yield sse(formats.chat_chunk(rid, created, model, None, with_usage=False) | {"choices": [], "usage": used})
     except CalculetError as err:
         log.warning("%s: stream failed: %s", rid, err)
         yield sse(error_body(err))
+    finally:
+        prepared.close()
     yield DONE
 
 
@@ -111,6 +120,7 @@ async def sse_completion(
 ) -> AsyncIterator[bytes]:
     rid, created, model, text = prepared.request_id, prepared.created, prepared.model, prepared.text
     completion_tokens = 0
+    cached: dict[int, int] = {}
     offsets: dict[int, int] = {}
     try:
         async for index, event in _chain(first, events):
@@ -124,16 +134,19 @@ async def sse_completion(
                 choice = {"index": index, "text": event.text, "logprobs": lp, "finish_reason": None}
             else:
                 completion_tokens += event.completion_tokens
+                cached[index] = event.cached_tokens
                 choice = {"index": index, "text": "", "logprobs": None, "finish_reason": event.finish_reason}
             yield sse(formats.completion_chunk(rid, created, model, choice, include_usage))
         if include_usage:
-            used = formats.usage(prepared.prompt_token_count, completion_tokens)
+            used = formats.usage(prepared.prompt_token_count, completion_tokens, prepared.cached_token_count(cached))
             yield sse(
                 formats.completion_chunk(rid, created, model, None, with_usage=False) | {"choices": [], "usage": used}
             )
     except CalculetError as err:
         log.warning("%s: stream failed: %s", rid, err)
         yield sse(error_body(err))
+    finally:
+        prepared.close()
     yield DONE
 
 
@@ -148,4 +161,12 @@ async def collect(prepared: Prepared, events: Events, *, chat: bool) -> list[for
         else:
             state.finish_reason = event.finish_reason
             state.completion_tokens = event.completion_tokens
+            state.cached_tokens = event.cached_tokens
     return states
+
+
+def usage_of(prepared: Prepared, states: list[formats.ChoiceState]) -> dict[str, Any]:
+    """The usage object of a non-streamed answer."""
+    cached = {state.index: state.cached_tokens for state in states}
+    completion = sum(state.completion_tokens for state in states)
+    return formats.usage(prepared.prompt_token_count, completion, prepared.cached_token_count(cached))

@@ -1,9 +1,11 @@
 """`Board`: the gateway's live picture of one daemon, fed by its WatchLoad and health streams.
 
 Ownership: a `Board` owns its `DaemonConnection` and the two watcher tasks reading it; the
-`Fleet` owns the boards (creates, starts and removes them). Requests borrow a board between
-`acquire` and `release` so the router counts this gateway's jobs there as they are now, not as
-the last load report (once a second) had them.
+`Fleet` owns the boards (creates, starts and removes them). This gateway's work on a board is
+counted by `Placement`s (`placement.py`, the only caller of the `count_*` methods): jobs placed
+here now, and the prompt tokens of those still waiting for their first token, so the router sees
+this gateway's work as it is now, not as the last load report (once a second) had it. Other
+gateways' work is what the last report counted beyond this gateway's own at the time it arrived.
 
 States (one table, `BOARD_TRANSITIONS`): CONNECTING until the first load report; UP while both
 streams flow; DOWN when either breaks (the watchers reconnect with capped exponential backoff,
@@ -22,6 +24,7 @@ from calculet.client.types import LoadReport, ModelLoad, ServingStatus
 from calculet.daemon.errors import CalculetError
 from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.gateway.fleet.connection import DaemonConnection
+from calculet.gateway.fleet.scoring.inputs import BoardView
 
 log = logging.getLogger("calculet.gateway.board")
 
@@ -60,8 +63,10 @@ class Board:
         self.life = Lifecycle(f"board {conn.target}", BoardState.CONNECTING, BOARD_TRANSITIONS, self._logged)
         self.report: LoadReport | None = None
         self.health = ServingStatus.NOT_SERVING
-        self.placed = 0  # jobs of this gateway running here now
+        self.placed = 0  # jobs of this gateway placed here now
+        self.pending_tokens = 0  # prompt tokens of those placements still waiting for their first token
         self._placed_at_report = 0  # `placed` when the current report arrived
+        self._pending_at_report = 0  # `pending_tokens` when the current report arrived
         self.epoch = 0  # times the board came UP: a new epoch after DOWN may be a restarted daemon
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -103,27 +108,67 @@ class Board:
         m = self.model(alias)
         return m is not None and m.ready
 
-    def load(self, alias: str) -> float:
-        """Queued + running jobs per lane: what the last report counted beyond this gateway's own
-        jobs then (other gateways'), plus this gateway's jobs now. Reports come once a second, so
-        a job that ended since is not counted, and one placed since is."""
+    def jobs(self, alias: str) -> int:
+        """Queued + running jobs of `alias` here: what the last report counted beyond this
+        gateway's own jobs then (other gateways'), plus this gateway's jobs now. Reports come once
+        a second, so a job that ended since is not counted, and one placed since is. 0 without a
+        report of the model."""
         m = self.model(alias)
         if m is None:
-            return float("inf")
-        others = max(0, m.queue_depth + m.running - self._placed_at_report)
-        return (others + self.placed) / max(1, m.lanes_total)
+            return self.placed
+        return max(0, m.queue_depth + m.running - self._placed_at_report) + self.placed
 
-    def placed_load(self, alias: str) -> float:
-        """Jobs this gateway has running here per lane: exact and never stale, so it breaks ties
-        between boards whose (lagging) reports look alike."""
+    def pending(self, alias: str) -> int:
+        """Prompt tokens still to prefill here: other gateways' (the last report's count beyond
+        this gateway's own then, as `jobs` does) plus this gateway's placements without a first
+        token now."""
         m = self.model(alias)
-        return self.placed / max(1, m.lanes_total) if m is not None else float("inf")
+        others = 0 if m is None else max(0, m.pending_prefill_tokens - self._pending_at_report)
+        return others + self.pending_tokens
 
-    def acquire(self) -> None:
+    def load(self, alias: str) -> float:
+        """`jobs` per lane (inf when the model is not reported here)."""
+        m = self.model(alias)
+        return self.jobs(alias) / max(1, m.lanes_total) if m is not None else float("inf")
+
+    def view(self, alias: str, *, fixed_ms: float, per_token_ms: float, turnover_ms: float) -> BoardView:
+        """This board as the scorers see it, now.
+
+        Args:
+            alias: the model.
+            fixed_ms / per_token_ms: the package's prefill cost.
+            turnover_ms: how long a lane stays taken.
+        Returns:
+            A snapshot (plain numbers).
+        """
+        m = self.model(alias)
+        return BoardView(
+            target=self.target,
+            lanes=max(1, m.lanes_total) if m is not None else 1,
+            jobs=self.jobs(alias),
+            own_jobs=self.placed,
+            pending_tokens=self.pending(alias),
+            prefix_hashes=m.prefix_hashes if m is not None else frozenset(),
+            fixed_ms=fixed_ms,
+            per_token_ms=per_token_ms,
+            turnover_ms=turnover_ms,
+        )
+
+    # ---- what placements count (only `Placement` calls these) ----------------------------
+
+    def count_placement(self, tokens: int) -> None:
+        """A choice was placed here: one job, `tokens` prompt tokens to prefill."""
         self.placed += 1
+        self.pending_tokens += tokens
 
-    def release(self) -> None:
+    def count_first_token(self, tokens: int) -> None:
+        """A placed choice's first token came: its `tokens` are prefilled."""
+        self.pending_tokens -= tokens
+
+    def uncount_placement(self, pending_tokens: int) -> None:
+        """A placed choice left: one job fewer, and its `pending_tokens` if it never started."""
         self.placed -= 1
+        self.pending_tokens -= pending_tokens
 
     def mark_down(self, why: str) -> None:
         """A request saw the board fail (e.g. a dead channel) before the watchers did."""
@@ -159,7 +204,7 @@ class Board:
         got = False
         async for report in self.conn.watch_load():
             got = True
-            self.report, self._placed_at_report = report, self.placed
+            self.report, self._placed_at_report, self._pending_at_report = report, self.placed, self.pending_tokens
             if self.state is not BoardState.UP:
                 self.life.move(BoardState.UP)
                 self.epoch += 1

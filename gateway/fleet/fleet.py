@@ -1,13 +1,14 @@
-"""`Fleet`: the set of boards, kept in step with discovery, and the model texts they serve.
+"""`Fleet`: the set of boards, kept in step with discovery, and the packages they serve.
 
 Ownership: the fleet owns every `Board` (and through it each connection) from `sync` adding it
-until `sync` removes it or `close`. A removed board is stopped only once no request of this
-gateway still runs on it, so its streams are not cut by the gateway itself (they fail over if the
-daemon really went away).
+until `sync` removes it or `close`. A removed board is stopped only once no placement of this
+gateway is left on it (`released`, told by every `Placement` at its release), so its streams are
+not cut by the gateway itself (they fail over if the daemon really went away).
 
-Model texts: a model's tokenizer and chat template come from a board's GetModel and are cached by
-package hash (boards running the same package share one `ModelText`; a rollout with two packages
-of one alias keeps two). Data flow: router picks a board -> `model_text(board, alias)` -> encode.
+Packages: `packages` (`PackageCatalog`) knows which package each board serves an alias from and
+holds each package's text and costs, from GetModel, once per board generation and once per
+package hash. Data flow: service -> candidates -> `packages.identify` -> render and tokenize once
+per package -> router places the choices on boards serving that package.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from calculet.daemon.errors import Unavailable
 from calculet.gateway.fleet.board import Board, BoardState
 from calculet.gateway.fleet.connection import DaemonConnection
 from calculet.gateway.fleet.discovery import Discovery
-from calculet.gateway.text.model_text import ModelFacts, ModelText
+from calculet.gateway.fleet.packages import PackageCatalog
 
 log = logging.getLogger("calculet.gateway.fleet")
 
@@ -43,11 +43,10 @@ class Fleet:
         self._refresh_s = refresh_s
         self.boards: dict[str, Board] = {}
         self._retiring: dict[str, Board] = {}
-        self._texts: dict[str, ModelText] = {}  # package hash -> text
-        self._board_models: dict[tuple[str, str, int], str] = {}  # (target, alias, generation) -> package hash
+        self.packages = PackageCatalog()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._text_lock = asyncio.Lock()  # one GetModel + tokenizer build at a time, not one per request
+        self._stopping: set[asyncio.Task[None]] = set()  # retired boards being stopped
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -63,7 +62,7 @@ class Fleet:
             await asyncio.gather(self._task, return_exceptions=True)
         boards = [*self.boards.values(), *self._retiring.values()]
         self.boards, self._retiring = {}, {}
-        await asyncio.gather(*(b.stop() for b in boards), return_exceptions=True)
+        await asyncio.gather(*(b.stop() for b in boards), *self._stopping, return_exceptions=True)
 
     async def sync(self) -> None:
         """One discovery round: add new targets, retire vanished ones."""
@@ -82,11 +81,14 @@ class Fleet:
             await self._stop_if_idle(board)
         self._notify()
 
-    async def released(self, board: Board) -> None:
-        """A request left `board`; stop it if it was retired and is now idle."""
-        board.release()
-        if board.target in self._retiring:
-            await self._stop_if_idle(board)
+    def released(self, board: Board) -> None:
+        """A placement on `board` was released; stop the board (in a task of its own) if it was
+        retired and no placement is left on it."""
+        if board.placed == 0 and self._retiring.get(board.target) is board:
+            del self._retiring[board.target]
+            task = asyncio.get_running_loop().create_task(board.stop(), name=f"stop {board.target}")
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     async def _stop_if_idle(self, board: Board) -> None:
         if board.placed == 0 and self._retiring.pop(board.target, None) is not None:
@@ -129,42 +131,3 @@ class Fleet:
 
     def any_up(self) -> bool:
         return any(b.state is BoardState.UP for b in self.boards.values())
-
-    def cached_text(self, board: Board, alias: str) -> ModelText | None:
-        m = board.model(alias)
-        if m is None:
-            return None
-        digest = self._board_models.get((board.target, alias, m.generation))
-        return self._texts.get(digest) if digest is not None else None
-
-    async def model_text(self, board: Board, alias: str) -> ModelText:
-        """The tokenizer/template of `alias` as `board` serves it (GetModel once per package).
-
-        Raises:
-            CalculetError: GetModel failed (NotFound, Unavailable) or the package's text is broken.
-        """
-        cached = self.cached_text(board, alias)
-        if cached is not None:
-            return cached
-        async with self._text_lock:
-            return self.cached_text(board, alias) or await self._fetch_text(board, alias)
-
-    async def _fetch_text(self, board: Board, alias: str) -> ModelText:
-        info = await board.conn.get_model(alias)
-        if not info.tokenizer_json:
-            raise Unavailable(f"model {alias!r} on {board.name} has no tokenizer yet")
-        text = self._texts.get(info.package_hash)
-        if text is None:
-            facts = ModelFacts(
-                alias=alias,
-                package_hash=info.package_hash,
-                vocab_size=info.vocab_size,
-                context=info.context,
-                eos_token_ids=tuple(info.eos_token_ids),
-                bos_token_id=info.bos_token_id,
-            )
-            # Building a 150k-token tokenizer takes a moment: keep it off the event loop.
-            text = await asyncio.to_thread(ModelText, facts, info.tokenizer_json, info.chat_template)
-            self._texts[info.package_hash] = text
-        self._board_models[(board.target, alias, info.generation)] = info.package_hash
-        return text

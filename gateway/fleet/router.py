@@ -1,69 +1,138 @@
-"""`Router`: which board gets the next request (DESIGN.md section 7).
+"""`Router`: which board gets the next choice, counted there before anything awaits (DESIGN.md
+section 7; the shape of llm-d's endpoint picker: filters, then a policy over scored candidates).
 
-Only boards where the model is Ready on a SERVING, reachable daemon are candidates. Among them:
-- with a session key (the request's `user` or `x-session-id` header): rendezvous hashing picks
-  the same board for the same key while it stays a candidate and has spare capacity (load < 1:
-  fewer queued + running jobs than lanes), so a session's prefix can be reused there; when that
-  board is full the request falls back to the rule below rather than queueing behind it;
-- otherwise the power of two choices: two candidates at random, the one with the lower load
-  (`Board.load`: queued + running per lane, this gateway's own jobs counted as they are now, other
-  gateways' as the last report had them; on a tie, the fewer jobs of this gateway). It is nearly as
-  good as least-loaded and does not stampede one board when reports are stale;
-- except that a request never queues behind a full board while another has a free lane: when
-  both sampled boards are full (load >= 1), the least loaded candidate is taken if it has room.
-  At saturation (closed loop, clients = lanes of the fleet) the two choices alone miss the one
-  board with a free lane half the time on 4 boards, and the request waits a whole request there.
+Filters, in order: the board serves the model (its latest report says READY on a SERVING board,
+its health Watch says SERVING, its streams are up), it is not excluded (the boards a choice
+already failed on), and it serves the request's package (the one whose tokenizer made the
+tokens; `PackageCatalog.known`). Then the policy (`--routing`, `RoutingMode`): `prefix`
+(`TtftPolicy`: the lowest estimated time to first token) or `load` (`LoadPolicy`: the load-only
+rule of before).
+
+Reserve at pick: `place` chooses a board and creates its `Placement` in one synchronous step,
+which counts the choice's job and uncached prompt tokens on the board at once, so the next pick,
+even in the same event-loop turn, sees it: a burst of 64 requests on 4 boards of 16 lanes goes
+16/16/16/16 instead of wherever the last load report pointed them all. The caller owns the
+placement (`placement.py`).
+
+Turnover: a placement released by a choice that completed is a sample of how long a choice
+holds a lane (`Turnover`, per alias), which the lane-wait scorer uses.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
+import time
 from collections.abc import Callable, Collection
 
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.load_policy import LoadPolicy
+from calculet.gateway.fleet.packages import ModelPackage
+from calculet.gateway.fleet.placement import Placement
+from calculet.gateway.fleet.routing_policy import RoutingMode, RoutingPolicy
+from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.fleet.scoring.prefix import uncached_tokens
+from calculet.gateway.fleet.ttft_policy import TtftPolicy
+from calculet.gateway.fleet.turnover import Turnover
+
+
+def make_policy(mode: RoutingMode, rng: random.Random | None = None) -> RoutingPolicy:
+    """The policy of a `--routing` mode.
+
+    Args:
+        mode: prefix or load.
+        rng: the policy's randomness (seeded in tests).
+    Returns:
+        The policy.
+    """
+    return TtftPolicy(rng) if mode is RoutingMode.PREFIX else LoadPolicy(rng)
 
 
 class Router:
-    """Picks boards for requests.
+    """Picks boards for choices and counts each pick on its board.
 
     Args:
-        fleet: the boards.
-        rng: randomness for the two choices (seeded in tests).
+        fleet: the boards and their packages.
+        mode: the routing policy (prefix by default).
+        rng: the policy's randomness (seeded in tests).
+        clock: monotonic seconds, for choice durations (the turnover).
     """
 
-    def __init__(self, fleet: Fleet, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        mode: RoutingMode = RoutingMode.PREFIX,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._fleet = fleet
-        self._rng = rng or random.Random()
+        self.mode = mode
+        self.policy = make_policy(mode, rng)
+        self.turnover = Turnover()
+        self._clock = clock
 
     def candidates(self, alias: str, exclude: Collection[str] = ()) -> list[Board]:
+        """Boards serving `alias` now (ready, not draining, streams up), less `exclude` (targets)."""
         return [b for b in self._fleet.serving(alias) if b.target not in exclude]
 
-    def pick(self, alias: str, *, exclude: Collection[str] = (), session: str = "") -> Board | None:
-        """A board for one request of `alias`, or None when no candidate is left."""
-        boards = self.candidates(alias, exclude)
-        if not boards:
+    def eligible(self, request: RouteRequest, exclude: Collection[str] = ()) -> list[tuple[Board, BoardView]]:
+        """The candidates that also serve the request's package, each with its view now.
+
+        Args:
+            request: the choice.
+            exclude: targets to leave out.
+        Returns:
+            (board, view) pairs; boards whose package is not known yet are left out
+            (`PackageCatalog.identify` learns them).
+        """
+        found = []
+        for board in self.candidates(request.alias, exclude):
+            package = self._fleet.packages.known(board, request.alias)
+            if package is not None and package.package_hash == request.package_hash:
+                found.append((board, self._view(board, request.alias, package)))
+        return found
+
+    def choose(self, request: RouteRequest, exclude: Collection[str] = ()) -> tuple[Board, BoardView] | None:
+        """The board the policy picks for `request`, without counting it anywhere.
+
+        Args:
+            request: the choice.
+            exclude: targets to leave out.
+        Returns:
+            (board, its view), or None when no eligible board is left.
+        """
+        eligible = self.eligible(request, exclude)
+        if not eligible:
             return None
-        if session:
-            preferred = max(boards, key=lambda b: _affinity(session, b.target))
-            if preferred.load(alias) < 1.0:
-                return preferred
-        if len(boards) == 1:
-            return boards[0]
-        rank = _ranking(alias)
-        best = min(self._rng.sample(boards, 2), key=rank)
-        if best.load(alias) < 1.0:
-            return best
-        roomiest = min(self._rng.sample(boards, len(boards)), key=rank)  # shuffled: ties split at random
-        return roomiest if roomiest.load(alias) < 1.0 else best
+        chosen = self.policy.choose(request, [view for _, view in eligible])
+        return next((board, view) for board, view in eligible if view is chosen)
 
+    def place(self, request: RouteRequest, exclude: Collection[str] = ()) -> Placement | None:
+        """Choose a board for `request` and count the choice there, in one synchronous step.
 
-def _ranking(alias: str) -> Callable[[Board], tuple[float, float]]:
-    """Lower is better: the load, then this gateway's own jobs per lane."""
-    return lambda board: (board.load(alias), board.placed_load(alias))
+        Args:
+            request: the choice.
+            exclude: targets to leave out.
+        Returns:
+            The placement, owned by the caller from now on (release it exactly once: the
+            choice ended there, failed there or moves on), or None when no eligible board is left.
+        """
+        chosen = self.choose(request, exclude)
+        if chosen is None:
+            return None
+        board, view = chosen
+        return Placement(board, request.alias, uncached_tokens(request, view), self._clock(), self._released)
 
+    def _view(self, board: Board, alias: str, package: ModelPackage) -> BoardView:
+        costs = package.costs
+        return board.view(
+            alias,
+            fixed_ms=costs.prefill_fixed_ms,
+            per_token_ms=costs.prefill_ms_per_token,
+            turnover_ms=self.turnover.ms(alias),
+        )
 
-def _affinity(session: str, target: str) -> int:
-    digest = hashlib.blake2b(f"{session}\x00{target}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+    def _released(self, placement: Placement, completed: bool) -> None:
+        if completed:
+            self.turnover.observe(placement.alias, self._clock() - placement.placed_at)
+        self._fleet.released(placement.board)

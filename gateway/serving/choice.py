@@ -1,20 +1,27 @@
 """`ChoiceRunner`: one choice of one request, kept alive across boards until it really ends.
 
-Data flow: the service gives a `ChoiceSubmit` (prompt tokens, seed, limits), the model's text and the
-first board. The runner submits there and turns the daemon's token chunks into `ChoiceDelta`s
-(text from the `Detokenizer`, cut by the `StopMatcher`), then one `ChoiceEnd`.
+Data flow: the service gives a `ChoiceSubmit` (prompt tokens, seed, limits), the package's text,
+the prompt's `RouteRequest` and the choice's first `Placement` (a board already counted for it).
+The runner submits there and turns the daemon's token chunks into `ChoiceDelta`s (text from the
+`Detokenizer`, cut by the `StopMatcher`), then one `ChoiceEnd` (with the daemon Final's cached
+prompt tokens, for usage).
 
 Retry and failover (DESIGN.md "Recovery without loss"): every token received is remembered. When
 a board refuses the job (UNAVAILABLE, RESOURCE_EXHAUSTED, NOT_FOUND during a rollout) or its
 stream breaks (daemon killed, drained with interruption: UNAVAILABLE), the same `ChoiceSubmit` goes to
 another board with `resume_tokens` = the tokens received so far and the same seed. Sampling draws
 are keyed by (seed, completion index), so the continuation is exactly the undisturbed run's and
-the client never sees the switch. Only boards serving the same package (same tokenizer) qualify.
-Mid-stream, when no other board is left, the runner waits up to `failover_wait_s` for one to come
-(back) up; before the first token it fails at once, so the client can go elsewhere.
+the client never sees the switch. Only boards serving the same package (same tokenizer) qualify:
+the router places the retry like any pick (`Router.place`, counted before anything awaits), its
+request covering the prompt and the tokens to resume. Mid-stream, when no other board is left,
+the runner waits up to `failover_wait_s` for one to come (back) up; before the first token it
+fails at once, so the client can go elsewhere.
 
 Ownership: the runner owns the daemon streams it opens (closes them; cancels the job when the
-reader stops early or a stop string matched) and the board it borrowed (`acquire`/`released`).
+reader stops early or a stop string matched) and its current `Placement`: the first one from the
+service, then each one it places itself. It releases a placement when the attempt on that board
+ends, however it ends; `close` releases one it still holds (a runner that never ran), and `run`
+calls it on the way out, so no path leaves a count on a board.
 """
 
 from __future__ import annotations
@@ -23,15 +30,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 
-from calculet.client.types import FinishReason, TokenChunk, TokenLogprob
+from calculet.client.types import FinalEvent, FinishReason, TokenChunk, TokenLogprob
 from calculet.daemon.errors import CalculetError, ErrorKind, Overloaded, Unavailable
-from calculet.gateway.fleet.board import Board
-from calculet.gateway.fleet.connection import ChoiceSubmit
+from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonStream
 from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.placement import Placement
 from calculet.gateway.fleet.router import Router
+from calculet.gateway.fleet.scoring.inputs import RouteRequest
 from calculet.gateway.serving.observer import NoObserver, ServingObserver
 from calculet.gateway.serving.tracing import PlainScope, RequestScope
 from calculet.gateway.text.detokenizer import Detokenizer
@@ -51,6 +59,9 @@ def _background(coro: Coroutine[None, None, None]) -> None:
 
 # Kinds after which the same request may succeed on another board.
 RETRYABLE = frozenset({ErrorKind.UNAVAILABLE, ErrorKind.OVERLOADED, ErrorKind.NOT_FOUND})
+# After a stop string cancels the job: how long to wait for its Final (its usage) before ending the
+# choice without it. The daemon answers a cancel within a device step; this only bounds a stuck one.
+FINAL_AFTER_CANCEL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -64,10 +75,18 @@ class ChoiceDelta:
 
 @dataclass(frozen=True)
 class ChoiceEnd:
-    """The choice is over: OpenAI finish_reason ("stop" or "length") and tokens generated."""
+    """The choice is over.
+
+    Attributes:
+        finish_reason: OpenAI's "stop" or "length".
+        completion_tokens: tokens generated (streamed before a failover included).
+        cached_tokens: prompt tokens the last board served from KV instead of prefilling (its
+            daemon Final's `usage.cached_tokens`; 0 when the Final did not come).
+    """
 
     finish_reason: str
     completion_tokens: int
+    cached_tokens: int = 0
 
 
 ChoiceEvent = ChoiceDelta | ChoiceEnd
@@ -85,14 +104,16 @@ class ChoiceRunner:
     """Runs one choice to its end over the fleet.
 
     Args:
-        fleet / router: the boards and how to pick one.
-        text: the model's tokenizer (its package hash restricts which boards may continue).
+        fleet / router: the boards and how to place a choice on one.
+        text: the package's tokenizer (its package hash restricts which boards may continue).
         job: the request, seed included.
         stops: stop strings.
-        first: the board the service already picked (its text was used to tokenize).
+        first: the choice's first placement (owned by the runner from now on).
         policy: retry budget.
         observer: told of each retry and failover (metrics).
         scope: the request's id and trace: each attempt's Submit carries its metadata.
+        route: the prompt's routing request (its block hashes, reused on a failover); built from
+            `job` when not given.
     """
 
     def __init__(
@@ -102,15 +123,18 @@ class ChoiceRunner:
         text: ModelText,
         job: ChoiceSubmit,
         stops: tuple[str, ...],
-        first: Board,
+        first: Placement,
         policy: RetryPolicy,
         observer: ServingObserver | None = None,
         scope: RequestScope | None = None,
+        route: RouteRequest | None = None,
     ) -> None:
         self._fleet, self._router, self._text, self._job = fleet, router, text, job
         self._observer = observer or NoObserver()
         self._scope: RequestScope = scope or PlainScope()
-        self._first: Board | None = first
+        self._placement: Placement | None = first
+        self._fresh = True  # `_placement` is the service's, not attempted yet
+        self._route = route
         self._policy = policy
         self._tokens: list[int] = []
         self._detok = Detokenizer(text.tokenizer, text.tokenizer_size)
@@ -121,6 +145,12 @@ class ChoiceRunner:
         self._failed: dict[str, int] = {}  # board target -> its epoch when this choice failed there
         self.failovers = 0
 
+    def close(self) -> None:
+        """Release the placement the runner holds, if any (a runner that never ran, or one cut
+        short). Idempotent; `run` calls it on the way out."""
+        self._fresh = False
+        self._release(completed=False)
+
     async def run(self) -> AsyncGenerator[ChoiceEvent, None]:
         """The choice's events: deltas, then one ChoiceEnd.
 
@@ -130,62 +160,79 @@ class ChoiceRunner:
         """
         attempts, last_err = 0, None
         wait_until: float | None = None
-        while True:
-            board = await self._next_board(wait_until)
-            if board is None:
-                if self._tokens and wait_until is None:
-                    wait_until = time.monotonic() + self._policy.failover_wait_s
-                    continue
-                raise self._give_up(last_err)
-            if attempts >= self._policy.max_attempts:
-                raise self._give_up(last_err)
-            if attempts:  # another board after a failed attempt: a failover once tokens were streamed
-                self._observer.resubmitted(self._job.model, mid_stream=bool(self._tokens))
-            attempts += 1
-            attempt = self._scope.attempt(board.target, len(self._tokens))
-            error: BaseException | None = None
-            board.acquire()
-            try:
-                async with contextlib.aclosing(self._attempt(board, attempt.metadata)) as events:
-                    async for event in events:
-                        yield event
-                        if isinstance(event, ChoiceEnd):
-                            return
-            except CalculetError as err:
-                error = err
-                if err.kind not in RETRYABLE:
+        try:
+            while True:
+                placement = await self._next_placement(wait_until)
+                if placement is None:
+                    if self._tokens and wait_until is None:
+                        wait_until = time.monotonic() + self._policy.failover_wait_s
+                        continue
+                    raise self._give_up(last_err)
+                if attempts >= self._policy.max_attempts:
+                    raise self._give_up(last_err)
+                if attempts:  # another board after a failed attempt: a failover once tokens were streamed
+                    self._observer.resubmitted(self._job.model, mid_stream=bool(self._tokens))
+                attempts += 1
+                board = placement.board
+                attempt = self._scope.attempt(board.target, len(self._tokens))
+                error: BaseException | None = None
+                completed = False
+                try:
+                    async with contextlib.aclosing(self._attempt(placement, attempt.metadata)) as events:
+                        async for event in events:
+                            completed = isinstance(event, ChoiceEnd)
+                            yield event
+                            if completed:
+                                return
+                except CalculetError as err:
+                    error = err
+                    if err.kind not in RETRYABLE:
+                        raise
+                    last_err = err
+                    self._failed[board.target] = board.epoch
+                    if self._tokens:
+                        self.failovers += 1
+                    log.info(
+                        "request %s: choice on %s failed after %d tokens (%s); trying another board",
+                        self._scope.request_id or "-", board.target, len(self._tokens), err,
+                        extra={"request_id": self._scope.request_id, "board": board.target},
+                    )  # fmt: skip
+                except BaseException as exc:  # cancelled (client gone) or a bug: the attempt ends with it
+                    error = exc
                     raise
-                last_err = err
-                self._failed[board.target] = board.epoch
-                if self._tokens:
-                    self.failovers += 1
-                log.info(
-                    "request %s: choice on %s failed after %d tokens (%s); trying another board",
-                    self._scope.request_id or "-", board.target, len(self._tokens), err,
-                    extra={"request_id": self._scope.request_id, "board": board.target},
-                )  # fmt: skip
-            except BaseException as exc:  # cancelled (client gone) or a bug: the attempt ends with it
-                error = exc
-                raise
-            finally:
-                attempt.end(error)
-                await self._fleet.released(board)
+                finally:
+                    attempt.end(error)
+                    self._release(completed=completed)
+        finally:
+            self.close()
 
-    async def _attempt(self, board: Board, metadata: Sequence[tuple[str, str]]) -> AsyncGenerator[ChoiceEvent, None]:
-        """Submit on `board` (with the attempt's `metadata`) and stream until the job's end.
+    def _release(self, *, completed: bool) -> None:
+        placement, self._placement = self._placement, None
+        if placement is not None:
+            placement.release(completed=completed)
+
+    async def _attempt(
+        self, placement: Placement, metadata: Sequence[tuple[str, str]]
+    ) -> AsyncGenerator[ChoiceEvent, None]:
+        """Submit on the placement's board (with the attempt's `metadata`) and stream until the
+        job's end; the first chunk ends the placement's prefill.
 
         Raises: CalculetError."""
+        board = placement.board
         stream = await board.conn.start(self._job, self._tokens, metadata)
         finished = False
         try:
-            async for chunk in stream.chunks():
+            chunks = stream.chunks()
+            async for chunk in chunks:
+                placement.first_token()
                 delta = self._take(chunk)
                 if delta is not None:
                     yield delta
                 if self._stops.stopped:
                     finished = True
                     await stream.cancel()
-                    yield ChoiceEnd("stop", len(self._tokens))
+                    stopped = await _final_after_cancel(chunks, stream, board.target)
+                    yield ChoiceEnd("stop", len(self._tokens), _cached(stopped))
                     return
             final = stream.final
             finished = True
@@ -200,7 +247,7 @@ class ChoiceRunner:
             if text:
                 yield ChoiceDelta(text, (), ())
             reason = "length" if final.reason is FinishReason.LENGTH and not self._stops.stopped else "stop"
-            yield ChoiceEnd(reason, len(self._tokens))
+            yield ChoiceEnd(reason, len(self._tokens), _cached(final))
         finally:
             if not finished:
                 # The reader went away (client disconnected) or the stream failed: make sure the
@@ -222,28 +269,38 @@ class ChoiceRunner:
             return None
         return ChoiceDelta(text, chunk.tokens, chunk.logprobs)
 
-    async def _next_board(self, wait_until: float | None) -> Board | None:
-        """The next board to try: one serving the same package and not failed in its current epoch.
-        None when the router has none left (after waiting for fleet changes until `wait_until`)."""
-        if self._first is not None:
-            first, self._first = self._first, None
-            return first
+    async def _next_placement(self, wait_until: float | None) -> Placement | None:
+        """The placement of the next attempt: the service's first, then a board serving the same
+        package and not failed in its current epoch, placed by the router. None when none is left
+        (after waiting for fleet changes until `wait_until`)."""
+        if self._fresh:
+            self._fresh = False
+            return self._placement
+        alias = self._job.model
         while True:
-            exclude = {t for t, epoch in self._failed.items() if self._same_epoch(t, epoch)}
-            board = self._router.pick(self._job.model, exclude=exclude, session=self._job.session_id)
-            if board is None:
-                remaining = 0.0 if wait_until is None else wait_until - time.monotonic()
-                if remaining <= 0:
-                    return None
-                await self._fleet.wait_changed(remaining)
-                continue
-            try:
-                text = await self._fleet.model_text(board, self._job.model)  # cached after the first
-            except CalculetError:
-                text = None
-            if text is not None and text.facts.package_hash == self._text.facts.package_hash:
-                return board
-            self._failed[board.target] = board.epoch  # another package (or none): never this choice's text
+            # Boards whose package this gateway has not asked yet are learnt first (GetModel,
+            # once per board generation); nothing awaits between the exclusions and the placement.
+            await self._fleet.packages.identify(alias, self._router.candidates(alias, self._excluded()))
+            placement = self._router.place(self._route_request(), self._excluded())
+            if placement is not None:
+                self._placement = placement
+                return placement
+            remaining = 0.0 if wait_until is None else wait_until - time.monotonic()
+            if remaining <= 0:
+                return None
+            await self._fleet.wait_changed(remaining)
+
+    def _excluded(self) -> set[str]:
+        return {t for t, epoch in self._failed.items() if self._same_epoch(t, epoch)}
+
+    def _route_request(self) -> RouteRequest:
+        """What the next board must hold before the next token: the prompt and the tokens to resume."""
+        if self._route is None:
+            package = self._text.facts.package_hash
+            self._route = RouteRequest.build(self._job.model, package, self._job.prompt_tokens, self._job.session_id)
+        if not self._tokens:
+            return self._route
+        return self._route.continued([*self._job.prompt_tokens, *self._tokens])
 
     def _same_epoch(self, target: str, epoch: int) -> bool:
         board = self._fleet.boards.get(target)
@@ -258,3 +315,38 @@ class ChoiceRunner:
         )
         err.__cause__ = last_err
         return err
+
+
+def _cached(final: FinalEvent | None) -> int:
+    """The Final's cached prompt tokens (0 without a Final)."""
+    return final.usage.cached_tokens if final is not None else 0
+
+
+async def _final_after_cancel(
+    chunks: AsyncIterator[TokenChunk], stream: DaemonStream, target: str
+) -> FinalEvent | None:
+    """After the runner cancelled the job (a stop string matched): its Final, for the usage.
+
+    Reads and drops what the daemon still sends (tokens sampled before the cancel took effect,
+    then the CANCELLED Final). The choice is complete whatever happens here, so a stream that
+    breaks, or a Final that does not come within `FINAL_AFTER_CANCEL_S`, costs only the cached-token
+    figure (logged, reported as 0).
+
+    Args:
+        chunks: the stream's chunk iterator, part-way through.
+        stream: the stream (its `final`).
+        target: the board, for the log.
+    Returns:
+        The Final, or None.
+    """
+    try:
+        async with asyncio.timeout(FINAL_AFTER_CANCEL_S):
+            async for _ in chunks:
+                pass
+    except TimeoutError:
+        log.info("board %s: no Final within %.1f s of a cancel; cached tokens unknown", target, FINAL_AFTER_CANCEL_S)
+        return None
+    except CalculetError as err:
+        log.info("board %s: stream broke after a cancel (%s); cached tokens unknown", target, err)
+        return None
+    return stream.final

@@ -3,7 +3,9 @@
 Each choice runs in its own task and pushes `(choice index, event)` into one queue; the merged
 iterator yields them in arrival order and re-raises the first error. Closing the iterator early
 (client gone) cancels every task, whose runners then cancel their daemon jobs. One choice needs
-no task: its events are yielded directly.
+no task: its events are yielded directly. However it ends, every runner is closed on the way out
+(`ChoiceRunner.close`), so a runner whose task was cancelled before it ever ran still releases
+its placement.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ async def merged(runners: Sequence[ChoiceRunner]) -> AsyncGenerator[tuple[int, C
         CalculetError: the first error of any choice (the others are then cancelled).
     """
     if len(runners) == 1:
-        async with contextlib.aclosing(runners[0].run()) as events:
-            async for event in events:
-                yield 0, event
+        try:
+            async with contextlib.aclosing(runners[0].run()) as events:
+                async for event in events:
+                    yield 0, event
+        finally:
+            runners[0].close()
         return
     queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
 
@@ -53,4 +58,8 @@ async def merged(runners: Sequence[ChoiceRunner]) -> AsyncGenerator[tuple[int, C
     finally:
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            for runner in runners:
+                runner.close()

@@ -1,10 +1,23 @@
 """`GatewayService`: an OpenAI request, from parsed body to choice events, over the fleet.
 
-Data flow: `prepare_chat` / `prepare_completion` check the model, pick the first board, fetch the
-model's text there, render and tokenize the prompt, check it against the context, fix the seed,
-and build one `ChoiceRunner` per choice — all before any byte of the response, so every refusal
-gets its own HTTP status. `Prepared.events()` then yields `(choice index, event)` as they come.
-Everything raises typed `CalculetError`s; the HTTP layer maps them in one place.
+Data flow: `prepare_chat` / `prepare_completion` find the boards serving the model, learn which
+package each serves (`PackageCatalog.identify`: GetModel once per board generation), render and
+tokenize the prompt once per package among them (normally one), check it against the context,
+fix the seed, then place every choice on a board of the chosen package (`Router.place`: counted
+on its board before anything awaits) and build one `ChoiceRunner` per choice — all before any
+byte of the response, so every refusal gets its own HTTP status. `Prepared.events()` then yields
+`(choice index, event)` as they come. Everything raises typed `CalculetError`s; the HTTP layer
+maps them in one place.
+
+Several packages of one alias (a rollout): a prompt that one package refuses (too long for its
+context, its template refuses the messages) goes to another that takes it; among those that do,
+the package whose best board ranks best by the routing policy serves the request (all its
+choices, so one tokenizer renders every choice's text). When every package refuses, the refusal
+of the package on the most boards is the answer.
+
+Ownership: the placements belong to the runners from their creation; the `Prepared` owns the
+runners until its events are read: `events()` (once started) or `close()` (when they never will
+be) releases every placement still held.
 
 Seeds: the request's seed, or one drawn here, so that a failover can resend it. Choice i of a
 request samples with seed + i (mod 2**64): the same request and seed give the same choices.
@@ -15,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from calculet.client import SamplingParams
@@ -25,7 +38,9 @@ from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.connection import ChoiceSubmit
 from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.packages import ModelPackage
 from calculet.gateway.fleet.router import Router
+from calculet.gateway.fleet.scoring.inputs import RouteRequest
 from calculet.gateway.serving.choice import ChoiceEvent, ChoiceRunner, RetryPolicy
 from calculet.gateway.serving.merge import merged
 from calculet.gateway.serving.observer import NoObserver, ServingObserver
@@ -36,16 +51,23 @@ SEED_SPACE = 2**64
 # Prompts longer than this (characters) are tokenized in a worker thread, off the event loop.
 INLINE_TOKENIZE_CHARS = 4096
 
+Tokenize = Callable[[ModelPackage], Awaitable[list[list[int]]]]
+"""A request's prompts tokenized with one package's text (raises InvalidArgument when it cannot)."""
+
 
 @dataclass
 class Prepared:
-    """A request ready to run: its model text, prompts and one runner per choice."""
+    """A request ready to run: its package's text, prompts and one runner per choice.
+
+    Runner i serves prompt i // choices_per_prompt (choices of one prompt are consecutive).
+    """
 
     model: str
     text: ModelText
     prompt_tokens: list[list[int]]
     runners: list[ChoiceRunner]
     request_id: str
+    choices_per_prompt: int = 1
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -53,8 +75,29 @@ class Prepared:
         """Usage's prompt_tokens: each prompt once, however many choices it has (as OpenAI counts)."""
         return sum(len(p) for p in self.prompt_tokens)
 
+    def cached_token_count(self, cached: Mapping[int, int]) -> int:
+        """Usage's prompt_tokens_details.cached_tokens, counted like prompt_tokens: each prompt
+        once, by its first choice's figure (capped at the prompt's length: after a failover the
+        daemon's figure may include resumed tokens).
+
+        Args:
+            cached: choice index -> its `ChoiceEnd.cached_tokens` (choices that ended).
+        Returns:
+            The sum over prompts.
+        """
+        n = self.choices_per_prompt
+        return sum(min(cached.get(i * n, 0), len(prompt)) for i, prompt in enumerate(self.prompt_tokens))
+
     def events(self) -> AsyncGenerator[tuple[int, ChoiceEvent], None]:
+        """Every choice's events as they come; once started, closing it ends every choice and
+        releases its placement."""
         return merged(self.runners)
+
+    def close(self) -> None:
+        """Release every placement a runner still holds (events never read, or cut short).
+        Idempotent."""
+        for runner in self.runners:
+            runner.close()
 
 
 class GatewayService:
@@ -80,56 +123,71 @@ class GatewayService:
         """`scope`: the request's id and trace (its attempts' Submit metadata).
 
         Raises: CalculetError (404 unknown model, 503 nothing serves it, 400 bad request)."""
-        board, text = await self._model(req.model, session)
+        packages = await self._packages(req.model)
         messages = [m.template_view() for m in req.messages]
-        prompt = text.render_chat(messages, add_generation_prompt=req.add_generation_prompt)
-        tokens = await self._encode(text, prompt)
-        limits = (req.token_limit(), req.logprobs_count())
-        return self._prepare(req, session, board, text, [tokens], limits, "chatcmpl", scope)
+
+        async def tokenize(package: ModelPackage) -> list[list[int]]:
+            prompt = package.text.render_chat(messages, add_generation_prompt=req.add_generation_prompt)
+            return [await self._encode(package.text, prompt)]
+
+        return await self._prepare(req, session, packages, tokenize, "chatcmpl", scope)
 
     async def prepare_completion(
         self, req: CompletionRequest, session: str, scope: RequestScope | None = None
     ) -> Prepared:
         """Raises: CalculetError (as `prepare_chat`)."""
         prompts = req.prompts()
-        board, text = await self._model(req.model, session)
-        token_lists = []
-        for i, prompt in enumerate(prompts):
-            if isinstance(prompt, str):
-                token_lists.append(await self._encode(text, prompt))
-            else:
+        packages = await self._packages(req.model)
+
+        async def tokenize(package: ModelPackage) -> list[list[int]]:
+            text = package.text
+            token_lists = []
+            for i, prompt in enumerate(prompts):
+                if isinstance(prompt, str):
+                    token_lists.append(await self._encode(text, prompt))
+                    continue
                 bad = next((t for t in prompt if not 0 <= t < text.facts.vocab_size), None)
                 if bad is not None:
                     raise InvalidArgument(f"prompt[{i}]: token id {bad} is outside the vocabulary")
                 token_lists.append(list(prompt))
-        limits = (req.token_limit(), req.logprobs_count())
-        return self._prepare(req, session, board, text, token_lists, limits, "cmpl", scope)
+            return token_lists
+
+        return await self._prepare(req, session, packages, tokenize, "cmpl", scope)
 
     async def model_context(self, alias: str) -> int:
         """The context length of `alias` as a serving board reports it (0 if none serves it now)."""
         for board in self.fleet.serving(alias):
             try:
-                return (await self.fleet.model_text(board, alias)).facts.context  # cached after the first
+                return (await self.fleet.packages.of(board, alias)).text.facts.context  # cached after the first
             except CalculetError:
                 continue
         return 0
 
-    async def _model(self, alias: str, session: str) -> tuple[Board, ModelText]:
-        board = self.router.pick(alias, session=session)
-        if board is None:
+    async def _packages(self, alias: str) -> list[tuple[ModelPackage, list[Board]]]:
+        """The packages the boards serving `alias` run, each with its boards, the most boards first.
+
+        Raises:
+            ModelNotFound: no board knows the model (and some board is reachable).
+            Unavailable: it is known but ready nowhere, no board is reachable, or no serving
+                board answered GetModel.
+            CalculetError: every serving board's GetModel failed: the first failure.
+        """
+        boards = self.router.candidates(alias)
+        if not boards:
             if alias in self.fleet.known_models():
                 raise Unavailable(f"model {alias!r} is not ready on any board (loading, draining or unhealthy)")
             if not self.fleet.any_up():
                 raise Unavailable("no board is reachable")  # it may well exist: nobody can say
             raise ModelNotFound(f"model {alias!r} does not exist on any board")
-        return board, await self.fleet.model_text(board, alias)
-
-    def _spread(self, alias: str, session: str, board: Board, text: ModelText) -> Board:
-        """The first board of a further choice: the router's pick when it serves the same package."""
-        other = self.router.pick(alias, session=session)
-        if other is not None and self.fleet.cached_text(other, alias) is text:
-            return other
-        return board
+        errors = await self.fleet.packages.identify(alias, boards)
+        groups: dict[str, tuple[ModelPackage, list[Board]]] = {}
+        for board in boards:
+            package = self.fleet.packages.known(board, alias)
+            if package is not None:
+                groups.setdefault(package.package_hash, (package, []))[1].append(board)
+        if not groups:
+            raise errors[0] if errors else Unavailable(f"model {alias!r}: no serving board described it")
+        return sorted(groups.values(), key=lambda group: -len(group[1]))
 
     @staticmethod
     async def _encode(text: ModelText, prompt: str) -> list[int]:
@@ -137,72 +195,134 @@ class GatewayService:
             return await asyncio.to_thread(text.encode, prompt)
         return text.encode(prompt)
 
-    def _prepare(
+    async def _prepare(
         self,
         req: ChatCompletionRequest | CompletionRequest,
         session: str,
-        board: Board,
-        text: ModelText,
-        prompts: Sequence[list[int]],
-        limits: tuple[int | None, int | None],
+        packages: Sequence[tuple[ModelPackage, list[Board]]],
+        tokenize: Tokenize,
         id_prefix: str,
         scope: RequestScope | None,
     ) -> Prepared:
-        """`limits`: (max_tokens, logprobs) of the request."""
-        max_tokens, logprobs = limits
-        context = text.facts.context
-        for i, tokens in enumerate(prompts):
-            where = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
-            if not tokens:
-                raise InvalidArgument(f"{where}: empty after tokenization")
-            if len(tokens) >= context:
-                raise InvalidArgument(
-                    f"{where}: {len(tokens)} tokens; the model's context is {context} tokens "
-                    "(prompt plus at least one completion token)"
-                )
-            if max_tokens is not None and len(tokens) + max_tokens > context:
-                raise InvalidArgument(
-                    f"max_tokens: {max_tokens} completion tokens after a {len(tokens)}-token prompt exceed "
-                    f"the model's context of {context} tokens"
-                )
+        """Tokenize once per package, pick the package, then place every choice (no await from
+        the first placement on).
+
+        Raises: InvalidArgument (every package refused the prompt), Unavailable (no board left)."""
+        max_tokens = req.token_limit()
+        options: list[tuple[ModelPackage, list[list[int]]]] = []
+        refusal: InvalidArgument | None = None
+        for package, _ in packages:
+            try:
+                prompts = await tokenize(package)
+                _check_prompts(prompts, package.text.facts.context, max_tokens)
+            except InvalidArgument as err:
+                refusal = refusal or err
+                continue
+            options.append((package, prompts))
+        if not options:
+            assert refusal is not None  # `packages` is never empty
+            raise refusal
+        # From here on nothing awaits: the choices are counted on their boards as they are placed.
+        package, prompts, routes = self._choose_package(req.model, session, options)
+        runners = self._place_choices(req, session, package, list(zip(prompts, routes, strict=True)), scope)
+        rid = f"{id_prefix}-{secrets.token_hex(12)}"
+        return Prepared(req.model, package.text, prompts, runners, rid, req.n)
+
+    def _choose_package(
+        self, alias: str, session: str, options: Sequence[tuple[ModelPackage, list[list[int]]]]
+    ) -> tuple[ModelPackage, list[list[int]], list[RouteRequest]]:
+        """The package whose best board ranks best for the first prompt, its prompts and their
+        routing requests.
+
+        Raises: Unavailable: no eligible board is left for any package (they went away meanwhile)."""
+        best: tuple[float, ModelPackage, list[list[int]], list[RouteRequest]] | None = None
+        for package, prompts in options:
+            routes = [RouteRequest.build(alias, package.package_hash, tokens, session) for tokens in prompts]
+            if len(options) == 1:
+                return package, prompts, routes
+            chosen = self.router.choose(routes[0])
+            if chosen is None:
+                continue
+            rank = self.router.policy.rank(routes[0], chosen[1])
+            if best is None or rank < best[0]:
+                best = (rank, package, prompts, routes)
+        if best is None:
+            raise Unavailable(f"model {alias!r}: no board is left to serve it")
+        return best[1], best[2], best[3]
+
+    def _place_choices(
+        self,
+        req: ChatCompletionRequest | CompletionRequest,
+        session: str,
+        package: ModelPackage,
+        prompts: Sequence[tuple[list[int], RouteRequest]],
+        scope: RequestScope | None,
+    ) -> list[ChoiceRunner]:
+        """One runner per choice (n per prompt), each with its placement, counted as placed.
+
+        Raises: Unavailable: no board left for the first choice (they went away meanwhile)."""
         seed = secrets.randbits(63) if req.seed is None else req.seed % SEED_SPACE
-        top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
         runners: list[ChoiceRunner] = []
-        for tokens in prompts:
-            for i in range(req.n):
-                sampling = SamplingParams(
-                    seed=(seed + i) % SEED_SPACE,
-                    temperature=req.temperature,
-                    top_k=top_k,
-                    top_p=req.top_p,
-                    min_p=req.min_p,
-                    repetition_penalty=req.repetition_penalty,
-                    presence_penalty=req.presence_penalty,
-                    frequency_penalty=req.frequency_penalty,
-                    logprobs=logprobs,
-                )
-                job = ChoiceSubmit(
-                    model=req.model,
-                    prompt_tokens=tuple(tokens),
-                    sampling=sampling,
-                    max_tokens=max_tokens,
-                    stop_token_ids=tuple(req.stop_token_ids or ()),
-                    ignore_eos=req.ignore_eos,
-                    priority=req.priority,
-                    session_id=session,
-                )
-                first = self._spread(req.model, session, board, text) if runners else board
-                runners.append(
-                    ChoiceRunner(
-                        self.fleet,
-                        self.router,
-                        text,
-                        job,
-                        req.stop_strings(),
-                        first,
-                        self.policy,
-                        self.observer,
-                        scope,
-                    )
-                )
-        return Prepared(req.model, text, [list(p) for p in prompts], runners, f"{id_prefix}-{secrets.token_hex(12)}")
+        try:
+            for tokens, route in prompts:
+                for i in range(req.n):
+                    job = _choice_job(req, session, tokens, (seed + i) % SEED_SPACE)
+                    placement = self.router.place(route)
+                    if placement is None:
+                        raise Unavailable(f"model {req.model!r}: no board is left to serve it")
+                    runner = ChoiceRunner(
+                        self.fleet, self.router, package.text, job, req.stop_strings(), placement, self.policy,
+                        self.observer, scope, route,
+                    )  # fmt: skip
+                    runners.append(runner)
+        except BaseException:
+            for runner in runners:
+                runner.close()
+            raise
+        return runners
+
+
+def _choice_job(
+    req: ChatCompletionRequest | CompletionRequest, session: str, tokens: list[int], seed: int
+) -> ChoiceSubmit:
+    """What one choice submits: the prompt's tokens and the request's limits, with its own seed."""
+    top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
+    sampling = SamplingParams(
+        seed=seed,
+        temperature=req.temperature,
+        top_k=top_k,
+        top_p=req.top_p,
+        min_p=req.min_p,
+        repetition_penalty=req.repetition_penalty,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        logprobs=req.logprobs_count(),
+    )
+    return ChoiceSubmit(
+        model=req.model,
+        prompt_tokens=tuple(tokens),
+        sampling=sampling,
+        max_tokens=req.token_limit(),
+        stop_token_ids=tuple(req.stop_token_ids or ()),
+        ignore_eos=req.ignore_eos,
+        priority=req.priority,
+        session_id=session,
+    )
+
+
+def _check_prompts(prompts: Sequence[list[int]], context: int, max_tokens: int | None) -> None:
+    """Raises: InvalidArgument: a prompt is empty, or it (with max_tokens) does not fit the context."""
+    for i, tokens in enumerate(prompts):
+        where = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+        if not tokens:
+            raise InvalidArgument(f"{where}: empty after tokenization")
+        if len(tokens) >= context:
+            raise InvalidArgument(
+                f"{where}: {len(tokens)} tokens; the model's context is {context} tokens "
+                "(prompt plus at least one completion token)"
+            )
+        if max_tokens is not None and len(tokens) + max_tokens > context:
+            raise InvalidArgument(
+                f"max_tokens: {max_tokens} completion tokens after a {len(tokens)}-token prompt exceed "
+                f"the model's context of {context} tokens"
+            )

@@ -5,6 +5,10 @@ between fakes must give exactly the tokens of an undisturbed run, which is what 
 
 Tokens are byte-level: ids 0..255 are the bytes, 256+ the specials (`<|im_end|>` = EOS = 257),
 so generated text is readable ASCII and the real `Detokenizer`/`StopMatcher` run unchanged.
+
+Prefix reuse: a fake's load reports advertise `prefix_hashes` (what its lanes would hold) and its
+`pending_prefill_tokens`; its Finals count as cached the prompt (+ resume) tokens those hashes
+cover, as a daemon reusing a parked lane would (`calculet.client.prefix`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from calculet.client.prefix import BLOCK_TOKENS, block_hashes, cached_blocks
 from calculet.client.types import (
     FinalEvent,
     FinishReason,
@@ -66,6 +71,14 @@ def model_token(seed: int, prompt: Sequence[int], index: int) -> int:
     return 32 + int.from_bytes(digest, "big") % 95
 
 
+def cached_by(held: frozenset[int], tokens: Sequence[int]) -> int:
+    """Tokens of `tokens` a board holding the block hashes `held` serves from KV (as the daemon
+    counts `usage.cached_tokens`: whole blocks, the last token always prefilled)."""
+    if len(tokens) <= 1:
+        return 0
+    return min(cached_blocks(block_hashes(tokens), held) * BLOCK_TOKENS, len(tokens) - 1)
+
+
 def expected_tokens(job: ChoiceSubmit, count: int) -> list[int]:
     assert job.sampling.seed is not None
     return [model_token(job.sampling.seed, job.prompt_tokens, i) for i in range(count)]
@@ -90,6 +103,10 @@ class FakeDaemon(DaemonConnection):
         eos_at: the completion index at which the model emits EOS (None = never).
         step: an Event the stream waits on before each token when set (a test clock).
         package_hash: which package (tokenizer) this board serves.
+        pending_prefill_tokens / prefix_hashes: what its load reports say (other gateways'
+            prefill work; the block hashes its lanes hold).
+        prefill_fixed_ms / prefill_ms_per_token: the package's declared prefill cost (0 = none).
+        get_model_calls: GetModel calls answered.
     """
 
     target: str
@@ -103,6 +120,11 @@ class FakeDaemon(DaemonConnection):
     eos_at: int | None = None
     step: asyncio.Semaphore | None = None
     package_hash: str = "pkg-a"
+    pending_prefill_tokens: int = 0
+    prefix_hashes: frozenset[int] = frozenset()
+    prefill_fixed_ms: float = 0.0
+    prefill_ms_per_token: float = 0.0
+    get_model_calls: int = 0
     submitted: list[Submitted] = field(default_factory=list)
     closed: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -146,13 +168,17 @@ class FakeDaemon(DaemonConnection):
         return FakeStream(self, record, die_after)
 
     async def get_model(self, alias: str) -> ModelInfo:
+        if self._dead:
+            raise Unavailable(f"{self.target} is gone")
         if alias != ALIAS:
             raise NotFound(f"model {alias!r}")
+        self.get_model_calls += 1
         return ModelInfo(
             alias=ALIAS, generation=1, state=ModelState.READY, package_name="fake", package_hash=self.package_hash,
             family="test", quantization="none", vocab_size=300, context=CONTEXT, lanes=self.lanes,
             eos_token_ids=(EOS,), bos_token_id=None, pad_token_id=None, model_max_length=CONTEXT,
             tokenizer_json=byte_tokenizer_json(), chat_template=CHAT_TEMPLATE,
+            prefill_fixed_ms=self.prefill_fixed_ms, prefill_ms_per_token=self.prefill_ms_per_token,
         )  # fmt: skip
 
     async def watch_load(self) -> AsyncIterator[LoadReport]:  # type: ignore[override]
@@ -160,7 +186,11 @@ class FakeDaemon(DaemonConnection):
         while not self._dead:
             changed = self._changed
             state = ModelState.READY if self.ready else ModelState.DRAINING
-            model = ModelLoad(ALIAS, 1, state, self.ready, self.queue_depth, self.running, self.lanes, self.lanes)
+            free = max(0, self.lanes - self.running)
+            model = ModelLoad(
+                ALIAS, 1, state, self.ready, self.queue_depth, self.running, free, self.lanes,
+                pending_prefill_tokens=self.pending_prefill_tokens, prefix_hashes=self.prefix_hashes,
+            )  # fmt: skip
             yield LoadReport(self.target, ServingStatus.SERVING, seq, (model,))
             seq += 1
             await changed.wait()
@@ -206,8 +236,9 @@ class FakeStream(DaemonStream):
         reason = FinishReason.CANCELLED if self._record.cancelled else (
             FinishReason.STOP if index and index - 1 == self._daemon.eos_at else FinishReason.LENGTH
         )  # fmt: skip
+        cached = cached_by(self._daemon.prefix_hashes, (*job.prompt_tokens, *resume))
         self._final = FinalEvent(
-            sent, reason, Usage(len(job.prompt_tokens), index, 0, len(resume)), Timings(0, 0, 0, 0, 0), None,
+            sent, reason, Usage(len(job.prompt_tokens), index, cached, len(resume)), Timings(0, 0, 0, 0, 0), None,
             EOS if reason is FinishReason.STOP else None, 1, 0,
         )  # fmt: skip
 

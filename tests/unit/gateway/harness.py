@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.fleet.discovery import Discovery
 from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.placement import Placement
 from calculet.gateway.fleet.router import Router
+from calculet.gateway.fleet.routing_policy import RoutingMode
+from calculet.gateway.fleet.scoring.inputs import RouteRequest
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, RetryPolicy
 from calculet.gateway.serving.service import GatewayService, Prepared
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
@@ -29,14 +32,47 @@ async def until(fleet: Fleet, condition: Callable[[], bool], what: str) -> None:
 
 
 async def start_service(
-    *daemons: FakeDaemon, policy: RetryPolicy | None = None, seed: int = 0
+    *daemons: FakeDaemon, policy: RetryPolicy | None = None, seed: int = 0, mode: RoutingMode = RoutingMode.PREFIX
 ) -> tuple[Fleet, GatewayService]:
     by_target = {d.target: d for d in daemons}
     fleet = Fleet(Discovery([d.target for d in daemons], []), lambda t: by_target[t])
     await fleet.start()
     await until(fleet, lambda: all(b.state is BoardState.UP for b in fleet.boards.values()), "boards up")
-    service = GatewayService(fleet, Router(fleet, random.Random(seed)), policy or RetryPolicy(6, 0.5))
+    service = GatewayService(fleet, Router(fleet, mode, random.Random(seed)), policy or RetryPolicy(6, 0.5))
     return fleet, service
+
+
+async def routed(fleet: Fleet, tokens: Sequence[int] = (72, 105, 33), session: str = "") -> RouteRequest:
+    """A routing request for `tokens` of the fakes' model (package "pkg-a"), once every board's
+    package is known (as the service learns them before it places a choice)."""
+    await fleet.packages.identify(ALIAS, list(fleet.boards.values()))
+    return RouteRequest.build(ALIAS, "pkg-a", tokens, session)
+
+
+def fill(
+    fleet: Fleet, router: Router, request: RouteRequest, target: str, count: int, *, started: bool = True
+) -> list[Placement]:
+    """`count` placements on board `target` (every other board excluded); `started`: their first
+    token came (so they count as jobs, not as pending prefill work)."""
+    others = [t for t in fleet.boards if t != target]
+    placements = []
+    for _ in range(count):
+        placement = router.place(request, exclude=others)
+        assert placement is not None and placement.board.target == target
+        if started:
+            placement.first_token()
+        placements.append(placement)
+    return placements
+
+
+def counts(fleet: Fleet) -> dict[str, tuple[int, int]]:
+    """target -> (this gateway's jobs there, their pending prefill tokens)."""
+    return {t: (b.placed, b.pending_tokens) for t, b in fleet.boards.items()}
+
+
+def no_placements(fleet: Fleet) -> bool:
+    """Every count back to 0 (nothing leaked)."""
+    return all(v == (0, 0) for v in counts(fleet).values())
 
 
 def completion(prompt: str | list[int], **fields: object) -> CompletionRequest:

@@ -1,6 +1,9 @@
-"""Fleet, discovery and router over fake boards: only Ready boards get work, the two choices
-prefer the less loaded board (this gateway's jobs counted as they are now, not as a lagging report
-had them), a free lane anywhere beats queueing, sessions stick, DNS changes add and retire boards."""
+"""Fleet, discovery and router over fake boards: only Ready boards serving the request's package
+get work; under either routing mode (`prefix`, the TTFT estimate, and `load`) the less loaded
+board wins (this gateway's jobs counted as they are now, not as a lagging report had them, and
+other gateways' as the report had them), a free lane anywhere beats queueing, sessions stick
+while their board has room; DNS changes add and retire boards (a retired board is stopped once
+its last placement is released)."""
 
 from __future__ import annotations
 
@@ -17,107 +20,157 @@ from calculet.gateway.fleet.board import BOARD_TRANSITIONS, BoardState
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver, Resolver
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
+from calculet.gateway.fleet.routing_policy import RoutingMode
+from calculet.gateway.fleet.scoring.inputs import RouteRequest
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import start_service, until
+from tests.unit.gateway.harness import fill, routed, start_service, until
+
+BOTH_MODES = pytest.mark.parametrize("mode", list(RoutingMode))
 
 
-def test_only_ready_boards_are_candidates() -> None:
+def picks(router: Router, request: RouteRequest, count: int) -> Counter[str]:
+    """Where `count` picks of `request` go (chosen, not placed: the state does not change)."""
+    chosen = [router.choose(request) for _ in range(count)]
+    return Counter(c[0].target for c in chosen if c is not None)
+
+
+@BOTH_MODES
+def test_only_ready_boards_serving_the_package_are_candidates(mode: RoutingMode) -> None:
     async def scenario() -> None:
         a, b = FakeDaemon("a"), FakeDaemon("b")
-        fleet, service = await start_service(a, b)
+        other = FakeDaemon("other", package_hash="pkg-b")  # another tokenizer: never for these tokens
+        fleet, service = await start_service(a, b, other, mode=mode)
+        request = await routed(fleet)
+        assert set(picks(service.router, request, 60)) == {"a", "b"}
         a.set_ready(False)  # drained
         await until(fleet, lambda: not fleet.boards["a"].can_serve(ALIAS), "a draining")
-        picks = Counter(service.router.pick(ALIAS).target for _ in range(50))  # type: ignore[union-attr]
-        assert picks == {"b": 50}
+        assert picks(service.router, request, 50) == {"b": 50}
         b.kill()
         await until(fleet, lambda: fleet.boards["b"].state is BoardState.DOWN, "b down")
-        assert service.router.pick(ALIAS) is None
-        assert service.router.pick("other-model") is None
+        assert service.router.choose(request) is None and service.router.place(request) is None
+        assert service.router.choose(RouteRequest.build("other-model", "pkg-a", [1, 2])) is None
         await fleet.close()
 
     asyncio.run(scenario())
 
 
-def test_two_choices_prefer_the_less_loaded_board() -> None:
+@BOTH_MODES
+def test_the_less_loaded_board_wins(mode: RoutingMode) -> None:
     async def scenario() -> None:
         busy, idle = FakeDaemon("busy", queue_depth=8), FakeDaemon("idle")
         fleet, _ = await start_service(busy, idle)
-        router = Router(fleet, random.Random(1))
-        assert all(router.pick(ALIAS).target == "idle" for _ in range(20))  # type: ignore[union-attr]
+        router = Router(fleet, mode, random.Random(1))
+        request = await routed(fleet)
+        assert picks(router, request, 20) == {"idle": 20}
         # Jobs this gateway placed count before the daemon's next report shows them.
-        fleet.boards["idle"].placed = 40
-        assert router.pick(ALIAS).target == "busy"  # type: ignore[union-attr]
+        fill(fleet, router, request, "idle", 40)
+        assert picks(router, request, 20) == {"busy": 20}
         await fleet.close()
 
     asyncio.run(scenario())
 
 
-def test_a_lagging_report_does_not_hide_a_lane_this_gateway_freed() -> None:
+@BOTH_MODES
+def test_a_lagging_report_does_not_hide_a_lane_this_gateway_freed(mode: RoutingMode) -> None:
     async def scenario() -> None:
         a, b = FakeDaemon("a"), FakeDaemon("b")
         fleet, _ = await start_service(a, b)
-        router = Router(fleet, random.Random(3))
-        for daemon in (a, b):  # this gateway fills both boards, and their reports say so
-            for _ in range(daemon.lanes):
-                fleet.boards[daemon.target].acquire()
+        router = Router(fleet, mode, random.Random(3))
+        request = await routed(fleet)
+        placed = {d.target: fill(fleet, router, request, d.target, d.lanes) for d in (a, b)}
+        for daemon in (a, b):  # this gateway filled both boards, and their reports say so
             daemon.running = daemon.lanes
             daemon.report_now()
         await until(fleet, lambda: _reported_running(fleet, "a") == _reported_running(fleet, "b") == 4, "reports")
-        fleet.boards["a"].release()  # a job on a ended; a's report still says 4 running
+        placed["a"][0].release(completed=True)  # a job on a ended; a's report still says 4 running
         assert fleet.boards["a"].load(ALIAS) == 0.75 and fleet.boards["b"].load(ALIAS) == 1.0
-        assert Counter(router.pick(ALIAS).target for _ in range(40)) == {"a": 40}  # type: ignore[union-attr]
+        assert picks(router, request, 40) == {"a": 40}
         await fleet.close()
 
     asyncio.run(scenario())
 
 
-def test_other_gateways_jobs_in_the_report_still_count() -> None:
+@BOTH_MODES
+def test_other_gateways_jobs_in_the_report_still_count(mode: RoutingMode) -> None:
     async def scenario() -> None:
         shared, ours = FakeDaemon("shared", running=4), FakeDaemon("ours")
         fleet, _ = await start_service(shared, ours)
-        router = Router(fleet, random.Random(4))
-        fleet.boards["ours"].placed = 2
+        router = Router(fleet, mode, random.Random(4))
+        request = await routed(fleet)
+        fill(fleet, router, request, "ours", 2)
         assert fleet.boards["shared"].load(ALIAS) == 1.0 and fleet.boards["ours"].load(ALIAS) == 0.5
-        assert Counter(router.pick(ALIAS).target for _ in range(40)) == {"ours": 40}  # type: ignore[union-attr]
+        assert picks(router, request, 40) == {"ours": 40}
         await fleet.close()
 
     asyncio.run(scenario())
 
 
-def test_a_free_lane_anywhere_beats_queueing_behind_a_full_board() -> None:
+def test_other_gateways_prefill_work_in_the_report_counts_beyond_this_gateways_own() -> None:
+    async def scenario() -> None:
+        a, b = FakeDaemon("a", prefill_ms_per_token=1.0), FakeDaemon("b", prefill_ms_per_token=1.0)
+        fleet, _ = await start_service(a, b)
+        router = Router(fleet, RoutingMode.PREFIX, random.Random(6))
+        request = await routed(fleet)
+        mine = fill(fleet, router, request, "a", 1, started=False)[0]
+        mine_tokens = mine.tokens
+        a.pending_prefill_tokens = 500 + mine_tokens  # the report counts this gateway's job too
+        a.report_now()
+        await until(fleet, lambda: _reported_pending(fleet, "a") == 500 + mine_tokens, "a's report")
+        assert fleet.boards["a"].pending(ALIAS) == 500 + mine_tokens  # not twice
+        mine.first_token()  # its prefill is done; the report (a second old) still counts it
+        assert fleet.boards["a"].pending(ALIAS) == 500
+        assert picks(router, request, 20) == {"b": 20}  # 500 ms of others' prefill ahead on a
+        a.pending_prefill_tokens = 0
+        a.report_now()
+        await until(fleet, lambda: _reported_pending(fleet, "a") == 0, "a's next report")
+        assert fleet.boards["a"].pending(ALIAS) == 0
+        mine.release()
+        assert set(picks(router, request, 40)) == {"a", "b"}
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
+@BOTH_MODES
+def test_a_free_lane_anywhere_beats_queueing_behind_a_full_board(mode: RoutingMode) -> None:
     async def scenario() -> None:
         boards = [FakeDaemon(f"b{i}") for i in range(4)]
         fleet, _ = await start_service(*boards)
-        router = Router(fleet, random.Random(5))
-        for board in fleet.boards.values():
-            board.placed = 4  # full
-        fleet.boards["b2"].placed = 3
+        router = Router(fleet, mode, random.Random(5))
+        request = await routed(fleet)
+        held = {b.target: fill(fleet, router, request, b.target, 4) for b in boards}  # all full
+        held["b2"].pop().release(completed=True)
         # Two choices alone would miss b2 half the time (3 of the 6 pairs leave it out).
-        assert Counter(router.pick(ALIAS).target for _ in range(60)) == {"b2": 60}  # type: ignore[union-attr]
-        fleet.boards["b2"].placed = 4  # all full: still an answer (the daemon queues it)
-        assert router.pick(ALIAS) is not None
-        fleet.boards["b1"].placed, fleet.boards["b3"].placed = 3, 3  # free lanes on two: both used
-        assert set(Counter(router.pick(ALIAS).target for _ in range(60))) == {"b1", "b3"}  # type: ignore[union-attr]
+        assert picks(router, request, 60) == {"b2": 60}
+        fill(fleet, router, request, "b2", 1)  # all full: still an answer (the daemon queues it)
+        assert router.choose(request) is not None
+        held["b1"].pop().release(completed=True)
+        held["b3"].pop().release(completed=True)  # free lanes on two: both used
+        assert set(picks(router, request, 60)) == {"b1", "b3"}
         await fleet.close()
 
     asyncio.run(scenario())
 
 
-def test_sessions_stick_to_one_board_and_spread_over_boards() -> None:
+@BOTH_MODES
+def test_sessions_stick_to_one_board_and_spread_over_boards(mode: RoutingMode) -> None:
     async def scenario() -> None:
         boards = [FakeDaemon(f"b{i}") for i in range(4)]
         fleet, _ = await start_service(*boards)
-        router = Router(fleet, random.Random(2))
+        router = Router(fleet, mode, random.Random(2))
+        await routed(fleet)
         homes = {}
         for s in range(40):
-            targets = {router.pick(ALIAS, session=f"s{s}").target for _ in range(5)}  # type: ignore[union-attr]
+            request = RouteRequest.build(ALIAS, "pkg-a", [72, 105], session=f"s{s}")
+            targets = set(picks(router, request, 5))
             assert len(targets) == 1
             homes[s] = targets.pop()
         assert len(set(homes.values())) >= 3  # rendezvous hashing spreads sessions
         # A full home board does not hold its sessions hostage.
         full = homes[0]
-        fleet.boards[full].placed = 100
-        assert router.pick(ALIAS, session="s0").target != full  # type: ignore[union-attr]
+        request = RouteRequest.build(ALIAS, "pkg-a", [72, 105], session="s0")
+        fill(fleet, router, request, full, 100)
+        assert full not in picks(router, request, 20)
         await fleet.close()
 
     asyncio.run(scenario())
@@ -126,6 +179,11 @@ def test_sessions_stick_to_one_board_and_spread_over_boards() -> None:
 def _reported_running(fleet: Fleet, target: str) -> int:
     model = fleet.boards[target].model(ALIAS)
     return -1 if model is None else model.running
+
+
+def _reported_pending(fleet: Fleet, target: str) -> int:
+    model = fleet.boards[target].model(ALIAS)
+    return -1 if model is None else model.pending_prefill_tokens
 
 
 class ScriptedResolver(Resolver):
@@ -157,12 +215,19 @@ def test_dns_changes_add_and_retire_boards() -> None:
         assert sorted(fleet.boards) == ["10.0.0.1:7000", "10.0.0.2:7000", "unix:static.sock"]
         resolver.answers["boards"] = ["10.0.0.2", "10.0.0.3"]
         leaving = fleet.boards["10.0.0.1:7000"]
-        leaving.acquire()  # a request still runs there
+        await until(fleet, lambda: leaving.state is BoardState.UP, "10.0.0.1 up")
+        router = Router(fleet)
+        request = await routed(fleet)
+        running = fill(fleet, router, request, leaving.target, 2)  # requests still run there
         await fleet.sync()
         assert sorted(fleet.boards) == ["10.0.0.2:7000", "10.0.0.3:7000", "unix:static.sock"]
         assert leaving.state is BoardState.REMOVED and not made["10.0.0.1:7000"].closed
-        await fleet.released(leaving)  # the last request left: now it is closed
-        assert made["10.0.0.1:7000"].closed
+        running[0].release(completed=True)
+        assert not made["10.0.0.1:7000"].closed  # one is left
+        running[1].release()  # the last request left: now it is stopped and closed
+        running[1].release()  # a second release changes nothing
+        assert leaving.placed == 0
+        await until(fleet, lambda: made["10.0.0.1:7000"].closed, "retired board closed")
         await fleet.close()
         assert all(d.closed for d in made.values())
 
