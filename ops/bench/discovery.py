@@ -5,6 +5,8 @@
   `--daemon` names the daemons.
 - `model_vocab(targets, vocab_of)`: the model's vocabulary size from the first daemon that answers
   `GetModel` (synthetic prompts draw their token ids below it), unless `--vocab` gives it.
+- `first_answer(targets, ask, what, hint)`: the same for any question (the multi-turn workload asks
+  for the model's tokenizer).
 
 Raises typed errors: `Unavailable` when the gateway cannot be asked or no daemon answers (the
 message says how to do without: `--daemon`, `--vocab`).
@@ -13,11 +15,14 @@ message says how to do without: `--daemon`, `--vocab`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import httpx
 import orjson
 
 from calculet.daemon.errors import CalculetError, Unavailable
+
+T = TypeVar("T")
 
 
 async def gateway_boards(http: httpx.AsyncClient, where: str) -> list[str]:
@@ -43,11 +48,20 @@ async def model_vocab(targets: Sequence[str], vocab_of: Callable[[str], Awaitabl
     Raises:
         Unavailable: no target (say which failed and why), with the hint to give --vocab.
     """
+    return await first_answer(targets, vocab_of, "the model's vocabulary size", "give --vocab N")
+
+
+async def first_answer(targets: Sequence[str], ask: Callable[[str], Awaitable[T]], what: str, hint: str) -> T:
+    """`ask(target)` of the first target that answers, in order.
+
+    Raises:
+        Unavailable: no target answered: `cannot learn <what> (<target>: <why>; ...); <hint>`.
+    """
     problems = []
     for target in targets:
         try:
-            return await vocab_of(target)
+            return await ask(target)
         except CalculetError as err:
             problems.append(f"{target}: {err.kind.value}: {err}")
     detail = "; ".join(problems) if problems else "no daemon to ask"
-    raise Unavailable(f"cannot learn the model's vocabulary size ({detail}); give --vocab N")
+    raise Unavailable(f"cannot learn {what} ({detail}); {hint}")

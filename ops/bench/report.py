@@ -15,7 +15,7 @@ from typing import Any
 
 from calculet.ops.bench.device_stats import BoardUtilization
 from calculet.ops.bench.runner import BenchResult
-from calculet.ops.bench.summary import LatencyStats
+from calculet.ops.bench.summary import BenchSummary, LatencyStats
 
 SCHEMA = "calculet.bench/1"
 
@@ -47,6 +47,18 @@ def board_json(board: BoardUtilization) -> dict[str, Any]:
     }
 
 
+def goodput_json(s: BenchSummary) -> dict[str, Any] | None:
+    """The requests meeting every SLO, and their output tokens, per second of the window (None without one)."""
+    if s.good_requests is None:
+        return None
+    return {
+        "good_requests": s.good_requests,
+        "requests_per_s": s.goodput,
+        "output_tokens": s.good_output_tokens,
+        "output_tokens_per_s": s.goodput_tokens,
+    }
+
+
 def report_json(result: BenchResult, config: dict[str, Any]) -> dict[str, Any]:
     """The report of `result`; `config` is the command's description of the run."""
     s = result.summary
@@ -69,7 +81,7 @@ def report_json(result: BenchResult, config: dict[str, Any]) -> dict[str, Any]:
             "output_tokens_per_s": s.output_throughput,
             "total_tokens_per_s": s.total_token_throughput,
         },
-        "goodput": None if s.good_requests is None else {"good_requests": s.good_requests, "requests_per_s": s.goodput},
+        "goodput": goodput_json(s),
         "latency_ms": {name: latency_ms(getattr(s, name)) for name in ("ttft", "tpot", "itl", "e2e")},
         "device": {"busy_ratio": result.busy_ratio, "boards": [board_json(b) for b in result.boards]},
         "errors": list(s.errors),

@@ -7,7 +7,7 @@
   the last measured request's end (success or failure).
 - Request throughput = completed / window; output token throughput = output tokens of completed
   requests / window; total token throughput adds their prompt tokens. Goodput = requests meeting
-  every SLO (slo module) / window; None without `--slo`.
+  every SLO (slo module) / window, and their output tokens / window; None without `--slo`.
 - `errors` keeps the first `MAX_ERRORS` failures' messages, in request order.
 """
 
@@ -66,6 +66,8 @@ class BenchSummary:
     itl: LatencyStats
     e2e: LatencyStats
     itl_by_chunk_requests: int
+    good_output_tokens: int | None = None
+    goodput_tokens: float | None = None
 
 
 def _rate(count: float, seconds: float) -> float | None:
@@ -81,7 +83,9 @@ def summarize(records: Sequence[RequestRecord], window_start: float, slo: Slo) -
     duration = max(ends) - window_start if ends else 0.0
     output = sum(r.output_tokens for r in done)
     prompt = sum(r.prompt_tokens or 0 for r in done)
-    good = sum(1 for lat in latencies if slo.met(lat)) if slo.given else None
+    met = [r for r, lat in zip(done, latencies, strict=True) if slo.met(lat)] if slo.given else None
+    good = None if met is None else len(met)
+    good_tokens = None if met is None else sum(r.output_tokens for r in met)
     return BenchSummary(
         requests=len(records),
         completed=len(done),
@@ -101,4 +105,6 @@ def summarize(records: Sequence[RequestRecord], window_start: float, slo: Slo) -
         itl=LatencyStats.of([v for lat in latencies for v in lat.itls]),
         e2e=LatencyStats.of([lat.e2e for lat in latencies]),
         itl_by_chunk_requests=sum(1 for lat in latencies if lat.itl_by_chunk),
+        good_output_tokens=good_tokens,
+        goodput_tokens=None if good_tokens is None else _rate(good_tokens, duration),
     )

@@ -1,8 +1,8 @@
 """The human-readable report of a run: rich tables built from the JSON report (so the two can never
 disagree): the run (counts, window, throughput, goodput), latencies (mean and percentiles in ms),
 the device (busy ratio and phase seconds per board), the timing model when the report has one
-(`timing_table.py`), and the first errors. A figure that could not
-be computed shows as "n/a".
+(`timing_table.py`), the turns of a multi-turn run (`multiturn/table.py`), and the first errors. A
+figure that could not be computed shows as "n/a".
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from calculet.ops.bench.multiturn.table import turn_table
 from calculet.ops.bench.timing_table import timing_table
 
 NA = "n/a"
@@ -44,12 +45,15 @@ def run_table(report: dict[str, Any]) -> Table:
     if good is not None:
         slo = ", ".join(f"{k} <= {v:g} ms" for k, v in config["slo_ms"].items())
         table.add_row(f"goodput ({slo})", f"{_num(good['requests_per_s'])} req/s ({good['good_requests']} good)")
+        table.add_row("goodput output tokens/s", _num(good.get("output_tokens_per_s"), ".1f"))
     return table
 
 
 def _schedule(schedule: dict[str, Any]) -> str:
     if schedule["mode"] == "closed":
         return f"closed loop, concurrency {schedule['concurrency']}"
+    if schedule["mode"] == "conversations":
+        return f"{schedule['users']} conversations of {schedule['turns']} turns"
     return f"open loop, {schedule['rate']} req/s, burstiness {schedule['burstiness']}"
 
 
@@ -82,6 +86,8 @@ def device_table(report: dict[str, Any]) -> Table:
 def render_report(report: dict[str, Any]) -> RenderableType:
     """Every table of the report, and its errors, as one renderable."""
     parts: list[RenderableType] = [run_table(report), latency_table(report)]
+    if "multiturn" in report:
+        parts.append(turn_table(report))
     if report["device"]["boards"]:
         parts.append(device_table(report))
     if "timing_model" in report:

@@ -13,6 +13,11 @@ targets whose Status is read (the `--daemon`s, or the gateway's `/ready` boards)
 report also relates the run to the package's timing model (`relative.timing_json`: the limit and
 every figure over the modelled device time at `--time-scale`; the policy from the first board's
 Status). `calctl bench suite` (bench_suite.py) calls `measure` for each of its runs.
+
+`--workload multiturn` runs conversations instead of independent requests (issue 19): its flags
+(`calculet.ops.bench.multiturn.flags`) go through `_multiturn` and the multi-turn harness
+(`calculet.ops.bench.multiturn`), through a gateway's chat API only; the report gains a `multiturn`
+section. A flag of the other workload with it, or one of its flags without it, is a usage error.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import random
 import sys
 from collections.abc import Callable
@@ -31,11 +35,20 @@ from typing import Any
 from calculet.client import AsyncDaemonClient
 from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.gateway.api.auth import read_secret_lines
+from calculet.ops.bench.arg_types import count_arg, non_negative_arg, positive_arg, typed_arg
 from calculet.ops.bench.backend import BenchBackend
 from calculet.ops.bench.daemon_backend import DaemonBackend
 from calculet.ops.bench.device_model import DeviceModel
-from calculet.ops.bench.discovery import gateway_boards, model_vocab
+from calculet.ops.bench.discovery import first_answer, gateway_boards, model_vocab
 from calculet.ops.bench.gateway_backend import GatewayAddress, GatewayBackend, open_http
+from calculet.ops.bench.multiturn import flags as multiturn_flags
+from calculet.ops.bench.multiturn.chat import ChatBackend
+from calculet.ops.bench.multiturn.plot import write_turn_plot
+from calculet.ops.bench.multiturn.report import multiturn_json
+from calculet.ops.bench.multiturn.run import run_multiturn
+from calculet.ops.bench.multiturn.text import TokenCounter
+from calculet.ops.bench.multiturn.tokenizer import counter_from_file, counter_from_json
+from calculet.ops.bench.multiturn.workload import build_workload
 from calculet.ops.bench.plot import require_matplotlib, write_plot
 from calculet.ops.bench.progress import progress_bar
 from calculet.ops.bench.relative import TimingContext, timing_json
@@ -62,61 +75,7 @@ DEFAULT_REQUESTS = 100
 DEFAULT_LENGTH = 128
 OBSERVE_TIMEOUT_S = 10.0  # a board that does not answer Status or GetModel in this long is reported n/a
 STDOUT = "-"
-
-
-def typed_arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type from a parser that raises InvalidArgument (a usage error, exit 2)."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except InvalidArgument as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-
-    return convert
-
-
-def count_arg(minimum: int) -> Callable[[str], int]:
-    """argparse type: a whole number >= `minimum`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise InvalidArgument(f"{text!r}: expected a whole number") from None
-        if value < minimum:
-            raise InvalidArgument(f"{text!r}: must be at least {minimum}")
-        return value
-
-    return typed_arg(parse)
-
-
-def _positive(*, allow_inf: bool) -> Callable[[str], float]:
-    """argparse type: a number > 0 (and `inf` when allowed)."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise InvalidArgument(f"{text!r}: expected a number") from None
-        if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
-            raise InvalidArgument(f"{text!r}: must be a number > 0{' (or inf)' if allow_inf else ''}")
-        return value
-
-    return typed_arg(parse)
-
-
-def _parse_non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidArgument(f"{text!r}: expected a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise InvalidArgument(f"{text!r}: must be a finite number >= 0")
-    return value
-
-
-_non_negative = typed_arg(_parse_non_negative)
+REQUESTS, MULTITURN = "requests", "multiturn"
 
 
 def _length(flag: str) -> Callable[[str], LengthSpec]:
@@ -134,26 +93,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load = parser.add_argument_group("load")
     shape = load.add_mutually_exclusive_group()
     shape.add_argument("--concurrency", type=count_arg(1), metavar="N", help="closed loop: N in flight (1)")
-    shape.add_argument("--rate", type=_positive(allow_inf=True), metavar="R", help="open loop: R requests/s")
-    load.add_argument("--burstiness", type=_positive(allow_inf=True), metavar="B", help="with --rate (1 = Poisson)")
+    shape.add_argument("--rate", type=positive_arg(allow_inf=True), metavar="R", help="open loop: R requests/s")
+    load.add_argument("--burstiness", type=positive_arg(allow_inf=True), metavar="B", help="with --rate (1 = Poisson)")
     requests_help = f"measured requests ({DEFAULT_REQUESTS}; with --prompts, one per prompt)"
     load.add_argument("--requests", type=count_arg(1), metavar="N", help=requests_help)
     load.add_argument("--warmup", type=count_arg(0), default=0, metavar="N", help="warm-up requests, not counted (0)")
     work = parser.add_argument_group("workload")
-    fixed = LengthSpec(DEFAULT_LENGTH, DEFAULT_LENGTH)
+    workload_help = "independent requests, or conversations of several turns through --gateway (requests)"
+    work.add_argument("--workload", choices=(REQUESTS, MULTITURN), help=workload_help)
     for flag, what in (("--prompt-len", "random prompt tokens"), ("--output-len", "max_tokens")):
         length_help = f"{what}, fixed or uniform in LO..HI ({DEFAULT_LENGTH})"
-        work.add_argument(flag, type=_length(flag), default=fixed, metavar="N|LO:HI", help=length_help)
+        work.add_argument(flag, type=_length(flag), metavar="N|LO:HI", help=length_help)
     prompts_help = 'JSONL, one a line: {"prompt": str} or {"prompt_tokens": [int]}, optional "max_tokens"'
     work.add_argument("--prompts", type=Path, metavar="FILE", help=prompts_help)
     vocab_help = "random prompt token ids are < N (default: the model's vocabulary, from GetModel)"
     work.add_argument("--vocab", type=count_arg(1), metavar="N", help=vocab_help)
     work.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens tokens")
     work.add_argument("--seed", type=count_arg(0), default=0, help="seed of workload, arrivals and sampling (0)")
+    multiturn_flags.add_arguments(parser)
     out = parser.add_argument_group("report")
     out.add_argument("--slo", type=typed_arg(Slo.parse), metavar="ttft:MS,tpot:MS", help="goodput objectives")
     timeout_help = "seconds per call and between streamed bytes (600)"
-    out.add_argument("--timeout", type=_positive(allow_inf=False), default=600.0, metavar="S", help=timeout_help)
+    out.add_argument("--timeout", type=positive_arg(allow_inf=False), default=600.0, metavar="S", help=timeout_help)
     json_help = "write the JSON report to OUT; alone: print it instead of the table"
     out.add_argument("--json", nargs="?", const=STDOUT, metavar="OUT", help=json_help)
     out.add_argument("--plot", type=Path, metavar="OUT.png", help="plot latency percentiles and throughput")
@@ -163,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     package_help = "the package the boards serve: relate every figure to its timing model and give the limit"
     model.add_argument("--timing-package", type=Path, metavar="DIR", help=package_help)
     scale_help = "the boards' calsim --time-scale, wall s per modelled s (1; needs --timing-package)"
-    model.add_argument("--time-scale", type=_non_negative, metavar="F", help=scale_help)
+    model.add_argument("--time-scale", type=non_negative_arg, metavar="F", help=scale_help)
 
 
 @dataclass(frozen=True)
@@ -184,6 +145,7 @@ def _settings(args: argparse.Namespace) -> _Settings:
     key file, bad TLS; ManifestError: --timing-package has no readable manifest."""
     if args.model is None:
         raise UsageError("the following arguments are required: --model")
+    _check_workload_flags(args)
     if args.time_scale is not None and args.timing_package is None:
         raise InvalidArgument("--time-scale says how fast the --timing-package runs: give --timing-package too")
     if args.burstiness is not None and args.rate is None:
@@ -198,6 +160,23 @@ def _settings(args: argparse.Namespace) -> _Settings:
         schedule = ClosedLoop(args.concurrency or 1)
     model = DeviceModel.from_package(args.timing_package) if args.timing_package is not None else None
     return _Settings(args, access_from(args), gateway, api_key, schedule, args.slo or Slo(), model)
+
+
+def _check_workload_flags(args: argparse.Namespace) -> None:
+    """Raises: UsageError: a flag of the other workload, or a multi-turn run without --gateway."""
+    if args.workload != MULTITURN:
+        mine = multiturn_flags.given(args)
+        if mine:
+            raise UsageError(f"{', '.join(mine)}: only with --workload multiturn")
+        return
+    theirs = multiturn_flags.foreign(args)
+    if theirs:
+        raise UsageError(
+            f"{', '.join(theirs)}: not with --workload multiturn (its load is --users, --turns, --think-time; "
+            "its lengths --system-tokens, --user-tokens, --answer-tokens)"
+        )
+    if args.gateway is None:
+        raise UsageError("--workload multiturn talks to a gateway's chat API: give --gateway URL")
 
 
 def _open_client(settings: _Settings, *, observe: bool = False) -> Callable[[str], AsyncDaemonClient]:
@@ -229,11 +208,13 @@ async def _workload(settings: _Settings, targets: list[str]) -> tuple[list[Bench
     """warm-up + measured requests, and their description for the report."""
     args = settings.args
     rng = random.Random(f"calctl-bench:{args.seed}:workload")
+    fixed = LengthSpec(DEFAULT_LENGTH, DEFAULT_LENGTH)
+    prompt_len, output_len = args.prompt_len or fixed, args.output_len or fixed
     if args.prompts is not None:
-        loaded = load_jsonl(args.prompts, args.output_len, rng)
+        loaded = load_jsonl(args.prompts, output_len, rng)
         total = args.warmup + (args.requests or len(loaded))
         described = {"source": "file", "path": str(args.prompts), "prompts": len(loaded)}
-        return cycle_to(loaded, total), described | {"output_len": args.output_len.as_list()}
+        return cycle_to(loaded, total), described | {"output_len": output_len.as_list()}
     vocab = args.vocab
     if vocab is None:
         open_client = _open_client(settings, observe=True)
@@ -244,15 +225,18 @@ async def _workload(settings: _Settings, targets: list[str]) -> tuple[list[Bench
 
         vocab = await model_vocab(targets, vocab_of)
     total = args.warmup + (args.requests or DEFAULT_REQUESTS)
-    requests = synthetic_requests(total, args.prompt_len, args.output_len, vocab, rng)
-    described = {"source": "random", "prompt_len": args.prompt_len.as_list(), "vocab": vocab}
-    return requests, described | {"output_len": args.output_len.as_list()}
+    requests = synthetic_requests(total, prompt_len, output_len, vocab, rng)
+    described = {"source": "random", "prompt_len": prompt_len.as_list(), "vocab": vocab}
+    return requests, described | {"output_len": output_len.as_list()}
 
 
-def _config(settings: _Settings, backend: BenchBackend, targets: list[str], workload: dict[str, Any]) -> dict[str, Any]:
+def _config(
+    settings: _Settings, target: dict[str, object], targets: list[str], workload: dict[str, Any]
+) -> dict[str, Any]:
+    """The report's `config`: `target` is the backend's description, `targets` the status daemons."""
     args = settings.args
     return {
-        "target": backend.describe() | {"status_daemons": targets},
+        "target": target | {"status_daemons": targets},
         "model": args.model,
         "warmup": args.warmup,
         "schedule": settings.schedule.describe(),
@@ -301,11 +285,63 @@ async def _bench(settings: _Settings) -> tuple[BenchResult, dict[str, Any]]:
             result = await run_bench(backend, settings.schedule, plan, status_of, on_done)
     finally:
         await backend.close()
-    report = report_json(result, _config(settings, backend, targets, workload))
+    report = report_json(result, _config(settings, backend.describe(), targets, workload))
     if timing is not None:
         concurrency = settings.schedule.concurrency if isinstance(settings.schedule, ClosedLoop) else None
         report["timing_model"] = timing_json(timing, result, concurrency)
     return result, report
+
+
+async def _token_counter(settings: _Settings, targets: list[str]) -> TokenCounter:
+    """The model's tokenizer: `--tokenizer FILE`, else the first board's GetModel.
+
+    Raises:
+        InvalidArgument, FailedPrecondition: the file; Unavailable: no board answered.
+    """
+    args = settings.args
+    if args.tokenizer is not None:
+        return counter_from_file(args.tokenizer)
+    open_client = _open_client(settings, observe=True)
+
+    async def tokenizer_of(target: str) -> bytes:
+        async with open_client(target) as client:
+            return (await client.get_model(args.model)).tokenizer_json
+
+    data = await first_answer(targets, tokenizer_of, "the model's tokenizer", "give --tokenizer FILE")
+    return counter_from_json(data, f"model {args.model!r}'s tokenizer.json")
+
+
+async def _multiturn(settings: _Settings) -> tuple[BenchResult, dict[str, Any]]:
+    """The `--workload multiturn` run: conversations through the gateway's chat API."""
+    args, gateway = settings.args, settings.gateway
+    assert gateway is not None  # _check_workload_flags
+    spec = multiturn_flags.spec_from(args)
+    http = open_http(gateway, timeout_s=args.timeout, api_key=settings.api_key)
+    backend = ChatBackend(http, gateway, args.model, seed=args.seed, send_user=bool(args.send_user))
+    try:
+        targets = list(dict.fromkeys(args.daemon or await gateway_boards(http, gateway.text)))
+        timing = await _timing_context(settings, targets)
+        workload = build_workload(spec, await _token_counter(settings, targets), args.warmup)
+        progress = sys.stdout.isatty() if args.progress is None else args.progress
+        with progress_bar(spec.users * spec.turns, enabled=progress) as on_done:
+            status_of = status_reader(_open_client(settings, observe=True))
+            done = run_multiturn(workload, backend.send, settings.slo, targets, status_of, lambda t: on_done(t.record))
+            result = await done
+    finally:
+        await backend.close()
+    config = _config(settings, backend.describe(), targets, workload.describe()) | {"ignore_eos": True}
+    config["schedule"] = {"mode": "conversations", "users": spec.users, "turns": spec.turns}
+    report = report_json(result.bench, config)
+    if timing is not None:
+        report["timing_model"] = timing_json(timing, result.bench, None)
+    duration = result.bench.summary.duration_s
+    report["multiturn"] = multiturn_json(result.turns, spec.users, spec.turns, timing, duration)
+    return result.bench, report
+
+
+def _measure(settings: _Settings) -> tuple[BenchResult, dict[str, Any]]:
+    run_it = _multiturn if settings.args.workload == MULTITURN else _bench
+    return asyncio.run(run_it(settings))
 
 
 def measure(args: argparse.Namespace) -> tuple[BenchResult, dict[str, Any]]:
@@ -317,14 +353,14 @@ def measure(args: argparse.Namespace) -> tuple[BenchResult, dict[str, Any]]:
     Raises:
         UsageError, CalculetError: as `run` (bad flags, unusable target).
     """
-    return asyncio.run(_bench(_settings(args)))
+    return _measure(_settings(args))
 
 
 def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.plot is not None:
         require_matplotlib()
-    result, report = asyncio.run(_bench(settings))
+    result, report = _measure(settings)
     text = json.dumps(report, indent=2)
     if args.json == STDOUT:
         print(text)
@@ -332,7 +368,9 @@ def run(args: argparse.Namespace) -> int:
         console().print(render_report(report))
         if args.json is not None:
             Path(args.json).write_text(text + "\n", encoding="utf-8")
-    if args.plot is not None:
+    if args.plot is not None and "multiturn" in report:
+        write_turn_plot(args.plot, report, result.records, result.window_start)
+    elif args.plot is not None:
         write_plot(args.plot, report, result.records, result.window_start)
     summary = result.summary
     if summary.failed:

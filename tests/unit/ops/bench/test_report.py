@@ -61,7 +61,9 @@ def test_the_json_report_has_the_documented_keys_in_milliseconds() -> None:
     }  # fmt: skip
     assert report["duration_s"] == 1.0
     assert report["throughput"]["requests_per_s"] == 2.0 and report["throughput"]["output_tokens_per_s"] == 4.0
-    assert report["goodput"] == {"good_requests": 1, "requests_per_s": 1.0}  # ttft 125 ms yes, 500 ms no
+    # ttft 125 ms yes (request 0, 2 output tokens), 500 ms no
+    good = {"good_requests": 1, "requests_per_s": 1.0, "output_tokens": 2, "output_tokens_per_s": 2.0}
+    assert report["goodput"] == good
     ttft = report["latency_ms"]["ttft"]
     assert ttft == {"count": 2, "mean": 312.5, "p50": 312.5, "p90": pytest.approx(462.5), "p99": pytest.approx(496.25)}
     assert report["latency_ms"]["tpot"]["count"] == 2

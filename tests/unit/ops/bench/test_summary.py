@@ -49,6 +49,7 @@ def test_counts_throughput_and_window() -> None:
     assert s.total_token_throughput == pytest.approx((8 + 16) / 4.0)
     assert s.errors == ("request 2: unavailable: board down",)
     assert s.good_requests is None and s.goodput is None  # no SLO given
+    assert s.good_output_tokens is None and s.goodput_tokens is None
     assert s.ttft.count == 2 and s.ttft.mean == pytest.approx((0.125 + 0.25) / 2)
     assert s.tpot.mean == pytest.approx((0.09375 + 0.625) / 2)
     assert s.e2e.p50 == pytest.approx((0.5 + 1.5) / 2)
@@ -57,20 +58,24 @@ def test_counts_throughput_and_window() -> None:
 
 
 @pytest.mark.parametrize(
-    ("slo", "good"),
+    ("slo", "good", "tokens"),
     [
-        ("ttft:200", 1),  # 125 ms passes, 250 ms does not
-        ("ttft:250", 2),  # the limit itself passes
-        ("tpot:100", 1),
-        ("ttft:1000,tpot:500", 1),  # both meet the TTFT, only one the TPOT
-        ("e2e:1500", 2),
-        ("e2e:400", 0),
+        ("ttft:200", 1, 5),  # 125 ms passes (request 0, 5 tokens), 250 ms does not
+        ("ttft:250", 2, 8),  # the limit itself passes
+        ("tpot:100", 1, 5),
+        ("ttft:1000,tpot:700", 2, 8),
+        ("ttft:1000,tpot:500", 1, 5),  # both meet the TTFT, only one the TPOT
+        ("e2e:1500", 2, 8),
+        ("e2e:1000", 1, 5),  # request 1's E2E is 1.5 s
+        ("e2e:400", 0, 0),
     ],
 )
-def test_goodput_counts_requests_meeting_every_objective(slo: str, good: int) -> None:
+def test_goodput_counts_requests_meeting_every_objective(slo: str, good: int, tokens: int) -> None:
     s = summarize(_run(), window_start=0.0, slo=Slo.parse(slo))
     assert s.good_requests == good
     assert s.goodput == pytest.approx(good / 4.0)
+    assert s.good_output_tokens == tokens  # the good requests' output tokens, over the 4 s window
+    assert s.goodput_tokens == pytest.approx(tokens / 4.0)
 
 
 def test_a_single_token_request_meets_any_tpot_objective() -> None:
