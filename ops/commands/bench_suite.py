@@ -15,6 +15,10 @@ bad flags.
 Data flow: flags -> matrix (`suite.matrix`) -> packages (`suite.packages`) -> runs (`expand`) ->
 estimates and time scales (`suite.estimate`) -> `suite.runner.run_fleet` per configuration, each run
 through `bench.measure` -> `SuiteDocument` -> report and plots.
+
+`--multiturn` runs issue 19's comparison instead (`suite.multiturn_suite`): the multi-turn workload
+on 1 and 4 boards with prefix reuse off and on, load-only and prefix+cost routing, and the issue's
+targets in the report. A matrix flag with it, or one of its flags without it, is a usage error.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from calculet.daemon.errors import InvalidArgument
 from calculet.ops.bench.runner import BenchResult
+from calculet.ops.bench.suite import multiturn_flags
 from calculet.ops.bench.suite.document import SuiteDocument
 from calculet.ops.bench.suite.estimate import AUTO_FLOOR, CPU_SHARE, auto_time_scale, estimate
 from calculet.ops.bench.suite.matrix import (
@@ -40,10 +45,11 @@ from calculet.ops.bench.suite.matrix import (
     full_matrix,
     quick_matrix,
 )
+from calculet.ops.bench.suite.multiturn_suite import run_comparison
 from calculet.ops.bench.suite.packages import SuitePackage, ensure
 from calculet.ops.bench.suite.runner import FleetPlan, SuiteContext, run_fleet
 from calculet.ops.commands.bench import count_arg, typed_arg
-from calculet.ops.commands.daemon_cmds import EXIT_OK, problem
+from calculet.ops.commands.daemon_cmds import EXIT_OK, UsageError, problem
 from calculet.ops.sim_packages import PRESETS
 from calculet.ops.sim_packages.build import check_decode_batches
 
@@ -111,6 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=count_arg(0), default=0, help="prompts and sampling seed (0)")
     parser.add_argument("--startup-timeout", type=count_arg(1), default=120, metavar="S", help="fleet readiness (120)")
     parser.add_argument("--no-plot", action="store_true", help="no plots (they need matplotlib)")
+    multiturn_flags.add_arguments(parser)
 
 
 def _say(text: str) -> None:
@@ -127,7 +134,34 @@ def suite_command(args: argparse.Namespace) -> str:
     words += ["--concurrency", ",".join(map(str, args.concurrency))] if args.concurrency else []
     words += ["--requests", str(args.requests)] if args.requests else []
     words += ["--time-scale", AUTO if args.time_scale is None else f"{args.time_scale:g}"]
+    words += _multiturn_words(args) if args.multiturn else []
     return shlex.join([*words, "--seed", str(args.seed)])
+
+
+def _multiturn_words(args: argparse.Namespace) -> list[str]:
+    """The comparison's flags, defaults applied, for the canonical command line."""
+    s = multiturn_flags.sizes_from(args)
+    think = f"{s.think.low:g}" if s.think.low == s.think.high else f"{s.think.low:g}:{s.think.high:g}"
+    words = ["--multiturn", "--boards", ",".join(map(str, args.boards or multiturn_flags.DEFAULT_BOARDS))]
+    words += ["--users-per-lane", f"{s.users_per_lane:g}", "--turns", str(s.turns)]
+    words += ["--system-tokens", str(s.system_tokens), "--user-tokens", str(s.user_tokens)]
+    words += ["--answer-tokens", str(s.answer_tokens), "--think-time", think]
+    words += ["--slo", args.slo] if args.slo else []
+    for flag, values in (("--daemon-arg", args.daemon_arg), ("--gateway-arg", args.gateway_arg)):
+        words += [f"{flag}={shlex.join(v)}" for v in values or ()]
+    return words
+
+
+def _check_mode_flags(args: argparse.Namespace) -> None:
+    """Raises: UsageError: matrix flags with --multiturn, or multi-turn flags without it."""
+    if args.multiturn:
+        theirs = multiturn_flags.foreign(args)
+        if theirs:
+            raise UsageError(f"{', '.join(theirs)}: not with --multiturn (it runs its own fleets and workload)")
+    else:
+        mine = multiturn_flags.given(args)
+        if mine:
+            raise UsageError(f"{', '.join(mine)}: only with --multiturn")
 
 
 def _packages(entries: Sequence[MatrixEntry], args: argparse.Namespace, models_root: Path) -> dict[str, SuitePackage]:
@@ -213,6 +247,12 @@ def _matrix(args: argparse.Namespace) -> tuple[MatrixEntry, ...]:
 def run(
     args: argparse.Namespace, measure_fn: Callable[[list[str]], tuple[BenchResult, dict[str, Any]]] = measure
 ) -> int:
+    _check_mode_flags(args)
+    if args.multiturn:
+        failed = run_comparison(args, suite_command(args), measure_fn, _say)
+        if failed:
+            return problem(f"bench suite: {len(failed)} failed: {', '.join(failed[:5])}")
+        return EXIT_OK
     selection = Selection(args.configs, args.workloads, args.concurrency, args.targets, args.requests)
     entries = _matrix(args)
     selection.check(entries)

@@ -2,10 +2,11 @@
 
 `SuiteDocument` owns the document while the suite runs: every run record is appended and the JSON
 rewritten at once (so an interrupted suite leaves what it measured), the configurations are added
-as their fleets finish, and `write_report` renders the markdown (report.py) and, when matplotlib is
-there, the plots (plot.py) into `<dir>/plots/`. Keys: `schema`, `command`, `preset`, `mode`,
-`seed`, `host` (`cpus`, `host_cpu_us_per_token`), `time_scale_rule`, `configs[]`, `runs[]`
-(docs/benchmarking.md, "bench suite").
+as their fleets finish, and `write_report` renders the markdown (report.py; for the multi-turn
+comparison, mode `multiturn`, multiturn_report.py) and, when matplotlib is there, the plots (plot.py,
+multiturn_plot.py) into `<dir>/plots/`. Keys: `schema`, `command`, `preset`, `mode`, `seed`, `host`
+(`cpus`, `host_cpu_us_per_token`), `time_scale_rule`, `configs[]`, `runs[]`, and for the multi-turn
+comparison `multiturn` (its sizes) and `targets[]` (docs/benchmarking.md, "bench suite").
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from calculet.ops.bench.suite.multiturn_plot import write_multiturn_plot
+from calculet.ops.bench.suite.multiturn_report import render_multiturn_markdown
+from calculet.ops.bench.suite.multiturn_targets import suite_targets
 from calculet.ops.bench.suite.plot import write_plots
 from calculet.ops.bench.suite.report import render_markdown
 
 SCHEMA = "calculet.bench-suite/1"
+MULTITURN = "multiturn"
 
 
 class SuiteDocument:
@@ -69,9 +74,13 @@ class SuiteDocument:
         report = self.out_dir / "report.md"
         written = [report]
         drawn: list[Path] = []
+        multiturn = self.doc.get("mode") == MULTITURN
         if plots and importlib.util.find_spec("matplotlib") is not None:
-            drawn = write_plots(self.out_dir / "plots", self.doc["runs"])
-        text = render_markdown(self.doc)
+            draw = write_multiturn_plot if multiturn else write_plots
+            drawn = draw(self.out_dir / "plots", self.doc["runs"])
+        if multiturn:
+            self.doc["targets"] = suite_targets(self.doc["runs"])
+        text = render_multiturn_markdown(self.doc) if multiturn else render_markdown(self.doc)
         if drawn:
             text += "\n## Plots\n\n" + "".join(f"![{p.stem}](plots/{p.name})\n" for p in drawn)
         report.write_text(text, encoding="utf-8")

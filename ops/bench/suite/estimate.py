@@ -71,6 +71,11 @@ def auto_time_scale(
     """The time scale of a fleet running `estimates` (module docstring); `floor` replaces `AUTO_FLOOR`
     (the length grid's fleet, `FleetSpec.scale_floor`)."""
     peak = max((e.fleet_tokens_per_s for e in estimates), default=0.0)
+    return time_scale_for_peak(peak, host_s_per_token, cpus, floor)
+
+
+def time_scale_for_peak(peak: float, host_s_per_token: float, cpus: int, floor: float | None = None) -> float:
+    """The rule of `auto_time_scale` for a fleet whose peak is `peak` output tokens per modelled second."""
     needed = host_s_per_token * peak / (CPU_SHARE * max(1, cpus))
     lowest = AUTO_FLOOR if floor is None else floor
     return lowest if needed <= lowest else math.ceil(needed / STEP - 1e-9) * STEP

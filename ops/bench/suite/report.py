@@ -13,41 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-NA = "n/a"
+from calculet.ops.bench.suite.markdown import NA, commands, errors, get, num, pct, table
+
 QUANTILES = ("p50", "p90", "p99")
-
-
-def _num(value: float | None, fmt: str = ".1f") -> str:
-    return NA if value is None else format(value, fmt)
-
-
-def _pct(value: float | None) -> str:
-    return NA if value is None else f"{100 * value:.1f} %"
-
-
-def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    aligns = ["---"] + ["---:"] * (len(header) - 1)
-    return [_row(header), _row(aligns), *(_row(r) for r in rows)]
-
-
-def _get(record: dict[str, Any], *path: str) -> Any:
-    """`record[path[0]][path[1]]...`, None where a level is missing or null."""
-    value: Any = record
-    for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
 
 
 def _quantiles(stats: dict[str, Any] | None, fmt: str = ".1f") -> str:
     if not stats:
         return NA
-    return " / ".join(_num(stats.get(q), fmt) for q in QUANTILES)
+    return " / ".join(num(stats.get(q), fmt) for q in QUANTILES)
 
 
 def _run_label(record: dict[str, Any]) -> list[str]:
@@ -57,16 +31,16 @@ def _run_label(record: dict[str, Any]) -> list[str]:
 def latency_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for r in records:
-        counts = _get(r, "report", "counts") or {}
+        counts = get(r, "report", "counts") or {}
         done = f"{counts.get('completed', 0)} / {counts.get('failed', 0)}" if counts else NA
-        lat = [_quantiles(_get(r, "report", "latency_ms", m)) for m in ("ttft", "tpot", "itl", "e2e")]
+        lat = [_quantiles(get(r, "report", "latency_ms", m)) for m in ("ttft", "tpot", "itl", "e2e")]
         rows.append([*_run_label(r), done, *lat])
     return rows
 
 
 def wall_limit(record: dict[str, Any]) -> float | None:
     """The run's limit in output tokens per WALL second (the modelled limit over the time scale)."""
-    modelled = _get(record, "report", "timing_model", "limit", "output_tokens_per_s")
+    modelled = get(record, "report", "timing_model", "limit", "output_tokens_per_s")
     scale = record["time_scale"]
     return modelled / scale if modelled is not None and scale > 0 else None
 
@@ -74,20 +48,20 @@ def wall_limit(record: dict[str, Any]) -> float | None:
 def throughput_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for r in records:
-        tm = _get(r, "report", "timing_model") or {}
+        tm = get(r, "report", "timing_model") or {}
         rel = tm.get("relative") or {}
         cpu = r.get("host_cpu") or {}
-        host = _pct(cpu.get("host_busy")) + (" (limit!)" if cpu.get("host_limited") else "")
+        host = pct(cpu.get("host_busy")) + (" (limit!)" if cpu.get("host_limited") else "")
         rows.append([
             *_run_label(r),
-            _num(_get(r, "report", "throughput", "output_tokens_per_s")),
-            _num(wall_limit(r)),
-            _num(rel.get("throughput"), ".3f"),
-            _pct(_get(r, "report", "device", "busy_ratio")),
-            _pct(rel.get("busy_of_wall")),
-            *(_num(_get(rel, m, "p50"), ".2f") for m in ("ttft", "tpot", "itl", "e2e")),
-            _num(_get(tm, "tpot_excess_ms", "p50"), ".2f"),
-            _num(cpu.get("us_per_token_serving"), ".0f"),
+            num(get(r, "report", "throughput", "output_tokens_per_s")),
+            num(wall_limit(r)),
+            num(rel.get("throughput"), ".3f"),
+            pct(get(r, "report", "device", "busy_ratio")),
+            pct(rel.get("busy_of_wall")),
+            *(num(get(rel, m, "p50"), ".2f") for m in ("ttft", "tpot", "itl", "e2e")),
+            num(get(tm, "tpot_excess_ms", "p50"), ".2f"),
+            num(cpu.get("us_per_token_serving"), ".0f"),
             host,
         ])  # fmt: skip
     return rows
@@ -100,17 +74,6 @@ THROUGHPUT_HEADER = (
 )  # fmt: skip
 
 
-def _commands(records: Sequence[dict[str, Any]]) -> list[str]:
-    lines = ["<details><summary>the command of each row</summary>", "", "```sh"]
-    for r in records:
-        lines.append(r["command"] or f"# {r['name']}: not run ({r['error']})")
-    return [*lines, "```", "</details>", ""]
-
-
-def _errors(records: Sequence[dict[str, Any]]) -> list[str]:
-    return [f"- `{r['name']}`: {r['error']}" for r in records if r.get("error")]
-
-
 def workload_section(name: str, records: Sequence[dict[str, Any]], made_by: str) -> list[str]:
     """The two tables of one workload, and the commands behind their rows."""
     w = records[0]["workload"]
@@ -118,14 +81,14 @@ def workload_section(name: str, records: Sequence[dict[str, Any]], made_by: str)
     long = f", {100 * w['long_fraction']:g} % long ({w['long_prompt']} tokens)" if w["long_fraction"] else ""
     out = [f"### workload `{name}`: prompts {lo}..{hi} tokens{long}, {w['output']} output tokens", ""]
     out += [f"Made by `{made_by}`; C is the total concurrency (closed loop), scale the calsim time scale.", ""]
-    out += ["Latency, p50 / p90 / p99:", "", *_table(LATENCY_HEADER, latency_rows(records)), ""]
+    out += ["Latency, p50 / p90 / p99:", "", *table(LATENCY_HEADER, latency_rows(records)), ""]
     out += [
         "Throughput against the timing-model limit, and every latency over its modelled floor (p50):",
         "",
-        *_table(THROUGHPUT_HEADER, throughput_rows(records)),
+        *table(THROUGHPUT_HEADER, throughput_rows(records)),
         "",
     ]
-    return out + _commands(records) + _errors(records)
+    return out + commands(records) + errors(records)
 
 
 def config_rows(configs: Sequence[dict[str, Any]]) -> list[list[str]]:
@@ -163,7 +126,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "",
         "## Configurations",
         "",
-        *_table(CONFIG_HEADER, config_rows(doc["configs"])),
+        *table(CONFIG_HEADER, config_rows(doc["configs"])),
         "",
         "## Results by workload",
         "",
