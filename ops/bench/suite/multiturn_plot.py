@@ -44,7 +44,10 @@ def write_multiturn_plot(out_dir: Path, records: Sequence[dict[str, Any]]) -> li
         left.plot(turns, [row["ttft_ms"]["p50"] or float("nan") for row in rows], marker="o", label=r["config"])
         shares = [100 * row["cached_share"] if row["cached_share"] is not None else float("nan") for row in rows]
         middle.plot(turns, shares, marker="o", label=r["config"])
+    turns = sorted({row["turn"] for r in measured for row in r["report"]["multiturn"]["per_turn"]})
     left.set_yscale("log")
+    left.set_xticks(turns)
+    middle.set_xticks(turns)
     left.set_xlabel("turn")
     left.set_ylabel("TTFT p50 (ms)")
     left.set_title("TTFT by turn")
