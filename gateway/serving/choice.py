@@ -145,6 +145,11 @@ class ChoiceRunner:
         self._failed: dict[str, int] = {}  # board target -> its epoch when this choice failed there
         self.failovers = 0
 
+    @property
+    def placement(self) -> Placement | None:
+        """The placement the runner holds now (None between attempts and after the end)."""
+        return self._placement
+
     def close(self) -> None:
         """Release the placement the runner holds, if any (a runner that never ran, or one cut
         short). Idempotent; `run` calls it on the way out."""

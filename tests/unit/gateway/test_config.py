@@ -10,6 +10,7 @@ import pytest
 from calculet.daemon.errors import InvalidArgument
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import GatewayConfig, config_from, read_config
+from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.main import build_parser, settings_from, uvicorn_config
 
 
@@ -120,6 +121,9 @@ def test_a_missing_file_is_refused(tmp_path: Path) -> None:
         ('log-level = "LOUD"', "log-level"),
         ("dns-interval = nan", "dns-interval"),
         ("failover-wait = inf", "failover-wait"),
+        ("routing = 1", "routing"),
+        ('routing = "fastest"', "routing"),
+        ('routing = "PREFIX"', "routing"),
     ],
 )
 def test_wrong_types_are_refused_naming_the_key(tmp_path: Path, line: str, key: str) -> None:
@@ -230,3 +234,13 @@ def test_a_whole_float_is_an_integer(tmp_path: Path) -> None:
     cfg = _from_toml(tmp_path, 'daemons = ["unix:a"]\nload-interval-ms = 1e3\nmax-attempts = 4.0\n')
     assert (cfg.load_interval_ms, cfg.max_attempts) == (1000, 4)
     assert isinstance(cfg.load_interval_ms, int) and isinstance(cfg.max_attempts, int)
+
+
+def test_routing_prefix_by_default_load_by_file_or_flag(tmp_path: Path) -> None:
+    assert _from_args(["--daemon", "unix:a"]).routing is RoutingMode.PREFIX
+    assert _from_toml(tmp_path, 'daemons = ["unix:a"]\nrouting = "load"\n').routing is RoutingMode.LOAD
+    path = _toml(tmp_path, '[gateway]\ndaemons = ["unix:a"]\nrouting = "load"\n')
+    assert _from_args(["--config", str(path), "--routing", "prefix"]).routing is RoutingMode.PREFIX
+    assert _from_args(["--daemon", "unix:a", "--routing", "load"]).routing is RoutingMode.LOAD
+    with pytest.raises(SystemExit):  # argparse refuses other values (exit status 2)
+        build_parser().parse_args(["--daemon", "unix:a", "--routing", "fastest"])

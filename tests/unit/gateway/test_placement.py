@@ -1,0 +1,68 @@
+"""`Placement`: a pick counted on its board at once (one job, its uncached prompt tokens), its
+first token moving the tokens out of the board's pending prefill work, and exactly one release
+however often it is asked for; the lifecycle table; the router's turnover samples."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from calculet.daemon.errors import IllegalTransition
+from calculet.daemon.lifecycle import Lifecycle
+from calculet.gateway.fleet.board import Board
+from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS, Placement, PlacementState
+from calculet.gateway.fleet.router import Router
+from calculet.gateway.fleet.routing_policy import RoutingMode
+from tests.unit.gateway.fakes import ALIAS, FakeDaemon
+from tests.unit.gateway.harness import counts, no_placements, routed, start_service
+
+
+def test_a_placement_counts_until_its_single_release() -> None:
+    board = Board(FakeDaemon("a"))
+    released: list[tuple[Placement, bool]] = []
+    first = Placement(board, ALIAS, 120, 0.0, lambda p, done: released.append((p, done)))
+    second = Placement(board, ALIAS, 30, 0.0, lambda p, done: released.append((p, done)))
+    assert (board.placed, board.pending_tokens) == (2, 150)
+    first.first_token()
+    first.first_token()  # every further chunk: nothing more
+    assert first.state is PlacementState.STREAMING and (board.placed, board.pending_tokens) == (2, 30)
+    first.release(completed=True)
+    first.release()  # a `finally` after the explicit release: nothing more
+    assert (board.placed, board.pending_tokens) == (1, 30) and released == [(first, True)]
+    second.release()  # never started: its tokens leave with it
+    second.first_token()  # a late chunk after the release changes nothing
+    assert (board.placed, board.pending_tokens) == (0, 0) and released == [(first, True), (second, False)]
+    assert second.state is PlacementState.RELEASED
+
+
+def test_placement_lifecycle_table() -> None:
+    life = Lifecycle("placement", PlacementState.PREFILLING, PLACEMENT_TRANSITIONS)
+    life.move(PlacementState.STREAMING)
+    life.move(PlacementState.RELEASED)
+    assert not any(life.can_move(s) for s in PlacementState)  # released is terminal
+    with pytest.raises(IllegalTransition):
+        Lifecycle("placement", PlacementState.STREAMING, PLACEMENT_TRANSITIONS).move(PlacementState.PREFILLING)
+
+
+def test_router_place_counts_before_returning_and_samples_turnover_of_completed_choices() -> None:
+    async def scenario() -> None:
+        fleet, _ = await start_service(FakeDaemon("a"), FakeDaemon("b"))
+        now = [100.0]
+        router = Router(fleet, RoutingMode.PREFIX, random.Random(0), clock=lambda: now[0])
+        request = await routed(fleet, list(range(1, 101)))
+        placement = router.place(request)
+        assert placement is not None and placement.tokens == 100 and placement.placed_at == 100.0
+        assert counts(fleet)[placement.board.target] == (1, 100)  # counted before any await
+        now[0] = 103.5
+        placement.release(completed=True)
+        assert router.turnover.ms(ALIAS) == 3500.0
+        failed = router.place(request)
+        assert failed is not None
+        now[0] = 200.0
+        failed.release()  # not completed (failed, cancelled, moved): no sample
+        assert router.turnover.ms(ALIAS) == 3500.0 and no_placements(fleet)
+        await fleet.close()
+
+    asyncio.run(scenario())
