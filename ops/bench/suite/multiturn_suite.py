@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from calculet.daemon.errors import InvalidArgument
 from calculet.ops.bench.suite.document import MULTITURN, SuiteDocument
 from calculet.ops.bench.suite.estimate import AUTO_FLOOR, CPU_SHARE, time_scale_for_peak
 from calculet.ops.bench.suite.multiturn import comparison_fleets, select
@@ -26,17 +27,26 @@ from calculet.ops.bench.suite.packages import ensure
 from calculet.ops.bench.suite.runner import Measure, SuiteContext
 
 Say = Callable[[str], None]
+MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path holds 108 bytes with the terminating NUL
 
 
 def plans(args: argparse.Namespace, say: Say) -> list[ComparisonPlan]:
     """The comparison's fleets ready to run (the package built if needed).
 
     Raises:
-        InvalidArgument: an unknown configuration (before anything is built), or a conversation
-            that does not fit a lane; CalculetError: the package cannot be built.
+        InvalidArgument: an unknown configuration or a `--dir` too long for the boards' Unix sockets
+            (before anything is built), or a conversation that does not fit a lane; CalculetError:
+            the package cannot be built.
     """
     sizes = sizes_from(args)
     fleets = select(comparison_fleets(args.boards or DEFAULT_BOARDS), args.configs)
+    for fleet in fleets:
+        socket = args.dir.resolve() / "fleets" / fleet.name / f"board{fleet.boards - 1}.sock"
+        if len(str(socket).encode()) > MAX_SOCKET_PATH:
+            raise InvalidArgument(
+                f"--dir {args.dir}: the boards' Unix sockets would be longer than {MAX_SOCKET_PATH} bytes "
+                f"({socket}); choose a shorter --dir"
+            )
     batch = max(args.decode_batches)
     package = ensure(args.dir.resolve() / "models", args.preset, f"b{batch}", batch, say)
     sizes.check_fits(package.model.context)

@@ -279,6 +279,16 @@ def test_an_unknown_configuration_is_refused_before_anything_is_built(
     assert not (tmp_path / "models").exists()
 
 
+def test_a_dir_too_long_for_unix_sockets_is_refused_before_anything_is_built(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    deep = tmp_path / ("d" * 100)
+    code = main([*GOOD, "--dir", str(deep), "--boards", "1"])
+    _, err = capsys.readouterr()
+    assert code == 1 and "the boards' Unix sockets would be longer than 107 bytes" in err
+    assert not deep.exists()
+
+
 def test_a_conversation_longer_than_a_lane_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # the defaults: system 1,005, 5 user messages of 105, 4 answers of 105, the generation prompt 5, the answer 100
     code = main([*GOOD, "--dir", str(tmp_path), "--decode-batches", "4", "--list"])
