@@ -11,6 +11,11 @@ Data flow:
     + device_stats (the daemons' Status utilisation before and after the run, diffed)
     -> report (the JSON schema), table (rich), plot (matplotlib, optional).
 
+`--workload multiturn` (conversations through the gateway's chat API, issue 19) has its own
+workload, backend and per-turn figures in `multiturn/` and reuses the runner's framing, the summary,
+the device figures and the report; `suite/` is `calctl bench suite` (the matrix, and the multi-turn
+comparison).
+
 Everything runs on one asyncio loop; times are `time.perf_counter()` seconds. Only `wire_views`
 touches protobuf; the backends and the runner never do.
 """
