@@ -8,5 +8,9 @@ Data flow (docs/benchmarking.md, "bench suite"):
     configuration; each run a `calctl bench` in-process, host CPU sampled around it) -> the suite
     document (JSON) -> markdown report and plots.
 
-Modules: `matrix`, `prompts`, `packages`, `estimate`, `fleet`, `cpu`, `runner`, `report`, `plot`.
+Modules: `matrix`, `prompts`, `packages`, `estimate`, `fleet`, `cpu`, `runner`, `report`, `plot`,
+`markdown` (shared by the reports), `document`. The multi-turn comparison of issue 19 (`--multiturn`):
+`multiturn_flags` -> `multiturn` (fleets, sizes) -> `multiturn_estimate` -> `multiturn_runner` (one
+fleet, one `calctl bench --workload multiturn`) -> `multiturn_targets`, `multiturn_report`,
+`multiturn_plot`; `multiturn_suite` runs it end to end.
 """
