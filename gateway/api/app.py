@@ -70,7 +70,7 @@ async def respond(
     Raises:
         CalculetError: before any byte is sent (the exception handlers answer it).
     """
-    prepared = await streaming.unless_disconnected(request, prepare)
+    prepared = await streaming.unless_disconnected(request, prepare, Prepared.close)
     handed_off = False  # the SSE body closes `prepared` once it runs
     try:
         metrics: GatewayMetrics = request.app.state.metrics

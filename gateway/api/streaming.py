@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -44,9 +44,16 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+async def unless_disconnected(request: Request, work: Awaitable[T], abandon: Callable[[T], None] | None = None) -> T:
     """Await `work`; cancel it if the client disconnects first.
 
+    Args:
+        request: the HTTP request whose connection is watched.
+        work: what to await.
+        abandon: given a result of `work` that nobody will use (the work finished although the
+            client left, or this call was cancelled), so it can release what the result holds.
+    Returns:
+        The result of `work`.
     Raises:
         CalculetError: (CANCELLED) the client went away; whatever `work` raises.
     """
@@ -54,13 +61,30 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        _drop(task, abandon)  # this call was cancelled: the work's result, if any, has no taker
+        raise
     finally:
         watcher.cancel()
     if not task.done():
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        _drop(task, abandon)
         raise CalculetError("client disconnected", kind=ErrorKind.CANCELLED)
     return task.result()
+
+
+def _drop(task: asyncio.Future[T], abandon: Callable[[T], None] | None) -> None:
+    """Cancel `task`; hand a result it produces anyway to `abandon`."""
+    task.cancel()
+    if abandon is None:
+        return
+
+    def done(finished: asyncio.Future[T]) -> None:
+        if not finished.cancelled() and finished.exception() is None:
+            abandon(finished.result())
+
+    task.add_done_callback(done)
 
 
 async def first_event(request: Request, events: Events) -> tuple[int, ChoiceEvent] | None:

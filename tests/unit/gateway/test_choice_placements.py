@@ -1,7 +1,8 @@
 """No placement leaks: every count a choice puts on a board (one job, its uncached prompt tokens)
 goes back to 0 however the choice ends (done, stop string, several choices, a failover, refusals
 retried elsewhere, every board refusing, an error no board can fix, the reader leaving, a request
-whose events are never read or whose reader is cancelled at any point), and a failover's new board
+whose events are never read or whose reader is cancelled at any point, a request prepared for an
+HTTP caller that is gone), and a failover's new board
 is counted before its Submit, with the prompt and the resumed tokens as its prefill work."""
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import asyncio
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument, Overloaded, Unavailable
+from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
+from calculet.gateway.api.streaming import unless_disconnected
 from calculet.gateway.fleet.placement import PlacementState
 from calculet.gateway.serving.choice import RetryPolicy
+from calculet.gateway.serving.service import Prepared
 from tests.unit.gateway.fakes import FakeDaemon, model_token
 from tests.unit.gateway.harness import completion, counts, no_placements, run_all, start_service, until
 
@@ -141,6 +144,51 @@ def test_a_reader_cancelled_at_any_point_leaves_no_counts(turns: int) -> None:
         prepared.close()  # what the HTTP layer does on the way out (a no-op once the events ran)
         assert no_placements(fleet)
         assert all(p is not None and p.state is PlacementState.RELEASED for p in placements)
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
+class _Connection:
+    """The ASGI side of an HTTP request: `receive` returns a disconnect once `leave` is set."""
+
+    def __init__(self) -> None:
+        self.leave = asyncio.Event()
+
+    async def receive(self) -> dict[str, str]:
+        await self.leave.wait()
+        return {"type": "http.disconnect"}
+
+
+def test_a_request_prepared_for_a_caller_that_is_gone_is_released() -> None:
+    async def scenario() -> None:
+        fleet, service = await start_service(FakeDaemon("a"), FakeDaemon("b"))
+        connection = _Connection()
+        gate = asyncio.Event()
+
+        async def prepare() -> Prepared:
+            await gate.wait()  # the caller is cancelled while this waits; then it finishes anyway
+            return await service.prepare_completion(completion(PROMPT, max_tokens=4, n=2), "")
+
+        caller = asyncio.create_task(unless_disconnected(connection, prepare(), Prepared.close))  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # the caller is waiting on the work
+        caller.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await until(fleet, lambda: no_placements(fleet), "placements of the abandoned request released")
+
+        # The client leaves first: the work is cancelled, its placements never made.
+        slow = asyncio.Event()
+
+        async def never() -> Prepared:
+            await slow.wait()
+            return await service.prepare_completion(completion(PROMPT), "")
+
+        connection.leave.set()
+        with pytest.raises(CalculetError, match="client disconnected"):
+            await unless_disconnected(connection, never(), Prepared.close)  # type: ignore[arg-type]
+        assert no_placements(fleet)
         await fleet.close()
 
     asyncio.run(scenario())
