@@ -220,8 +220,7 @@ class GatewayService:
                 continue
             options.append((package, prompts))
         if not options:
-            assert refusal is not None  # `packages` is never empty
-            raise refusal
+            raise refusal or Unavailable(f"model {req.model!r}: no package serves it")
         # From here on nothing awaits: the choices are counted on their boards as they are placed.
         package, prompts, routes = self._choose_package(req.model, session, options)
         runners = self._place_choices(req, session, package, list(zip(prompts, routes, strict=True)), scope)

@@ -106,6 +106,7 @@ class FakeDaemon(DaemonConnection):
         pending_prefill_tokens / prefix_hashes: what its load reports say (other gateways'
             prefill work; the block hashes its lanes hold).
         prefill_fixed_ms / prefill_ms_per_token: the package's declared prefill cost (0 = none).
+        context: the package's context (tokens a sequence may hold).
         get_model_calls: GetModel calls answered.
     """
 
@@ -124,6 +125,7 @@ class FakeDaemon(DaemonConnection):
     prefix_hashes: frozenset[int] = frozenset()
     prefill_fixed_ms: float = 0.0
     prefill_ms_per_token: float = 0.0
+    context: int = CONTEXT
     get_model_calls: int = 0
     submitted: list[Submitted] = field(default_factory=list)
     closed: bool = False
@@ -175,8 +177,8 @@ class FakeDaemon(DaemonConnection):
         self.get_model_calls += 1
         return ModelInfo(
             alias=ALIAS, generation=1, state=ModelState.READY, package_name="fake", package_hash=self.package_hash,
-            family="test", quantization="none", vocab_size=300, context=CONTEXT, lanes=self.lanes,
-            eos_token_ids=(EOS,), bos_token_id=None, pad_token_id=None, model_max_length=CONTEXT,
+            family="test", quantization="none", vocab_size=300, context=self.context, lanes=self.lanes,
+            eos_token_ids=(EOS,), bos_token_id=None, pad_token_id=None, model_max_length=self.context,
             tokenizer_json=byte_tokenizer_json(), chat_template=CHAT_TEMPLATE,
             prefill_fixed_ms=self.prefill_fixed_ms, prefill_ms_per_token=self.prefill_ms_per_token,
         )  # fmt: skip

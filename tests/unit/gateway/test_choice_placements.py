@@ -52,7 +52,8 @@ def test_counts_while_running_and_none_after_a_normal_end_or_a_stop_string() -> 
 def test_a_failover_releases_the_dead_board_and_counts_the_new_one_before_its_submit() -> None:
     async def scenario() -> None:
         a = FakeDaemon("a", die_after=3)
-        b = FakeDaemon("b", ready=False, step=asyncio.Semaphore(0))
+        step = asyncio.Semaphore(0)
+        b = FakeDaemon("b", ready=False, step=step)
         fleet, service = await start_service(a, b, policy=RetryPolicy(6, 30.0))
         prepared = await service.prepare_completion(completion(PROMPT, max_tokens=8, seed=4), "")
         assert counts(fleet) == {"a": (1, 3), "b": (0, 0)}
@@ -63,7 +64,7 @@ def test_a_failover_releases_the_dead_board_and_counts_the_new_one_before_its_su
         # b waits for its first token: it counts the job and re-prefills prompt + 3 resumed tokens.
         assert counts(fleet) == {"a": (0, 0), "b": (1, len(PROMPT) + 3)}
         for _ in range(8):
-            b.step.release()
+            step.release()
         await task
         assert prepared.runners[0].failovers == 1 and no_placements(fleet)
         await fleet.close()
@@ -80,7 +81,7 @@ def test_a_failover_releases_the_dead_board_and_counts_the_new_one_before_its_su
         ([InvalidArgument("no board would take this")] * 2, InvalidArgument),  # not retried
     ],
 )
-def test_refusals_leave_no_counts(refusals: list[Exception], outcome: type[Exception] | None) -> None:
+def test_refusals_leave_no_counts(refusals: list[CalculetError], outcome: type[Exception] | None) -> None:
     async def scenario() -> None:
         b_refuses = list(refusals) if outcome is not None else []
         a, b = FakeDaemon("a", refuse=list(refusals)), FakeDaemon("b", refuse=b_refuses)

@@ -2,7 +2,8 @@
 board before anything awaits (and piles up without that), the service learns each board's
 package once and tokenizes once per package, a board holding the prompt's prefix wins until its
 lanes are full or its queued prefill work outweighs the saving, and `--routing load` ignores
-prefixes."""
+prefixes; during a rollout, a prompt is tokenized once per package and goes to a package that takes
+it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections import Counter
 import pytest
 
 from calculet.client.prefix import block_hashes
+from calculet.daemon.errors import InvalidArgument
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.serving.service import Prepared
@@ -105,10 +107,11 @@ def test_a_board_holding_the_prefix_loses_when_its_queued_prefill_outweighs_the_
         cold = FakeDaemon("cold", prefill_ms_per_token=1.0)
         fleet, service = await start_service(warm, cold)
         request = await routed(fleet, LONG_PROMPT)
+        reported = fleet.boards["warm"]
         for pending, winner in ((150, "warm"), (250, "cold")):  # the saving: 192 tokens = 192 ms
             warm.pending_prefill_tokens = pending  # other gateways' prompts waiting for prefill there
             warm.report_now()
-            await until(fleet, lambda p=pending: fleet.boards["warm"].pending(ALIAS) == p, "warm's report")
+            await until(fleet, lambda: reported.pending(ALIAS) == warm.pending_prefill_tokens, "warm's report")
             assert {service.router.choose(request)[0].target for _ in range(20)} == {winner}  # type: ignore[index]
         await fleet.close()
 
@@ -124,6 +127,33 @@ def test_routing_load_ignores_the_prefix(mode: RoutingMode) -> None:
         fill(fleet, service.router, request, "warm", 3)  # 3 of its 4 lanes taken, the others idle
         chosen = {service.router.choose(request)[0].target for _ in range(30)}  # type: ignore[index]
         assert chosen == ({"warm"} if mode is RoutingMode.PREFIX else {"c1", "c2"})
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_rollout_tokenizes_once_per_package_and_routes_to_a_package_that_takes_the_prompt() -> None:
+    async def scenario() -> None:
+        # Two packages of one alias: "new" on one board with a short context, "old" on two boards
+        # that are busier (other gateways' prompts wait there for 200 ms of prefill).
+        new = FakeDaemon("new", package_hash="pkg-new", context=100)
+        olds = [FakeDaemon(f"old{i}", package_hash="pkg-old", pending_prefill_tokens=200) for i in range(2)]
+        fleet, service = await start_service(new, *olds)
+        short = await service.prepare_completion(completion(list(range(1, 51)), max_tokens=4), "")
+        # Both packages take it; the package whose best board ranks best serves it: "new".
+        assert short.text.facts.package_hash == "pkg-new"
+        assert short.runners[0].placement.board.target == "new"  # type: ignore[union-attr]
+        long = await service.prepare_completion(completion(list(range(1, 151)), max_tokens=4), "")
+        # Too long for "new"'s context: "old" takes it, however busy.
+        assert long.text.facts.package_hash == "pkg-old"
+        assert long.runners[0].placement.board.target in {"old0", "old1"}  # type: ignore[union-attr]
+        assert [d.get_model_calls for d in (new, *olds)] == [1, 1, 1]
+        for prepared in (short, long):
+            texts, _, _ = await run_all(prepared)
+            assert len(texts[0]) == 4
+        with pytest.raises(InvalidArgument, match="context is 512 tokens"):  # the package on most boards
+            await service.prepare_completion(completion(list(range(1, 251)) * 3, max_tokens=4), "")
+        assert no_placements(fleet)
         await fleet.close()
 
     asyncio.run(scenario())

@@ -119,7 +119,7 @@ def test_http_usage_reports_cached_tokens_for_chat_and_completions(stream: bool)
     chat_prompt = TEXT.encode(TEXT.render_chat(MESSAGES))
     assert len(chat_prompt) > 64
     daemon = FakeDaemon("a", prefix_hashes=holding(LONG, OTHER, chat_prompt))
-    cases = [
+    cases: list[tuple[str, dict[str, Any], int, int]] = [
         ("/v1/completions", {"prompt": LONG, "n": 2}, len(LONG), 128),
         ("/v1/completions", {"prompt": [LONG, OTHER]}, len(LONG) + len(OTHER), 128 + 64),
         (
