@@ -1,7 +1,8 @@
 """The FastAPI application: routes that parse, call `GatewayService`, and format.
 
 Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`, `GET /health`
-(the process answers), `GET /ready` (some board can serve: 200, else 503), `GET /metrics` (the
+(the process answers), `GET /ready` (some board can serve: 200, else 503; the body also shows each
+board's state and what the router sees of it), `GET /metrics` (the
 gateway's Prometheus metrics, `telemetry.metrics`; every request is counted by its middleware).
 With API keys (`--api-key-file`), every path but /health, /ready and /metrics needs
 `Authorization: Bearer <key>` (`auth.ApiKeyAuth`, answering 401 before any route runs). Bodies
@@ -33,6 +34,7 @@ from calculet.gateway.api import formats, streaming
 from calculet.gateway.api.auth import ApiKeyAuth
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
 from calculet.gateway.errors import error_response, internal_error_response
+from calculet.gateway.fleet.board import Board
 from calculet.gateway.serving.service import GatewayService, Prepared
 from calculet.gateway.telemetry.metrics import GatewayMetrics
 from calculet.gateway.telemetry.middleware import MetricsMiddleware
@@ -88,6 +90,22 @@ async def respond(
     answer = formats.chat_response if chat else formats.completion_response
     used = streaming.usage_of(prepared, states)
     return json_response(answer(prepared.request_id, prepared.created, prepared.model, states, used, logprobs))
+
+
+def routing_view(board: Board) -> dict[str, dict[str, int]]:
+    """What the router sees of `board`, per model of its last report: queued + running jobs
+    (other gateways' as reported, this gateway's now), this gateway's jobs, prompt tokens still to
+    prefill, and the prefix blocks its lanes advertise (docs/gateway.md, "Routing")."""
+    models = board.report.models if board.report is not None else ()
+    return {
+        m.alias: {
+            "jobs": board.jobs(m.alias),
+            "own_jobs": board.placed,
+            "pending_prefill_tokens": board.pending(m.alias),
+            "prefix_blocks": len(m.prefix_hashes),
+        }
+        for m in models
+    }
 
 
 def create_app(
@@ -190,6 +208,7 @@ def create_app(
             "status": "ready" if ok else "not_ready",
             "boards": {b.target: b.state.value for b in fleet.boards.values()},
             "models": models,
+            "routing": {b.target: routing_view(b) for b in fleet.boards.values()},
         }
         return json_response(body, 200 if ok else 503)
 

@@ -1,5 +1,6 @@
 """The gateway's routing over real daemon processes (issue 19): a burst spreads because every pick
-counts against its board before anything awaits.
+counts against its board before anything awaits, and a conversation returns to the board that holds
+its prefix.
 
 64 streams opened at once through one gateway in front of 4 boards of 16 lanes (a tiny package
 built with 16 lanes) land at most 1 apart per board, by each daemon's Status `accepted` counter and
@@ -7,7 +8,11 @@ by the gateway's own view (`calculet_gateway_board_jobs`), under `--routing pref
 and `--routing load` alike. Closing the streams (the client disconnects) cancels every job and
 brings the gateway's counts back to 0.
 
-Time: the boards run calsim at time scale 5, so a 200-token job lasts far longer than the burst
+A conversation's second turn, sent without any session key once the gateway's view shows the first
+turn's blocks on its board (`GET /ready`'s routing view, fed by WatchLoad every 50 ms), goes to
+that board alone and reports the reused tokens in `usage.prompt_tokens_details.cached_tokens`.
+
+Time: the burst's boards run calsim at time scale 5, so a 200-token job lasts far longer than the burst
 takes to place on a loaded machine (a slower machine only makes it last longer); every wait polls a
 condition with a deadline, never a pace. Prompts are a few tokens: no full 64-token block, so no
 prefix term, and their prefill work ahead stays far below the wait for a lane of a full board.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -147,3 +153,40 @@ def test_64_simultaneous_streams_on_4_boards_of_16_lanes_land_at_most_1_apart(
         assert seen == [float(n) for n in landed], (mode, seen, landed)  # the gateway's view agrees
         settle(gateway, boards)
         gateway.stop()
+
+
+def test_a_conversation_goes_back_to_the_board_holding_its_prefix(
+    start_daemon: StartDaemon, start_gateway: StartGateway
+) -> None:
+    # No session key: only the advertised prefix can bring turn 2 back to turn 1's board, where
+    # its first 128 tokens are in a parked lane (the other boards hold nothing).
+    boards = [start_daemon("--board", str(i), "--model", "tiny=tiny") for i in range(BOARDS)]
+    gateway = start_gateway(*(f for b in boards for f in ("--daemon", b.target)), "--load-interval-ms", "50")
+    gateway.wait_until(lambda body: body["models"] == {"tiny": BOARDS}, "every board ready")
+    turn1 = [(i * 37) % 400 + 20 for i in range(150)]  # 2 full blocks + 22 tokens
+    turn2 = [*turn1, 11, 12, 13, 14, 15, 16, 17, 18]
+    body = {"model": "tiny", "max_tokens": 4, "ignore_eos": True, "seed": 5}
+    before = [accepted(b) for b in boards]
+    with gateway.http() as http:
+        first = http.post("/v1/completions", json={**body, "prompt": turn1})
+    assert first.status_code == 200, first.text
+    assert first.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    home = next(i for i, b in enumerate(boards) if accepted(b) > before[i])
+    advertised = f"board {home} advertising turn 1's blocks to the gateway"
+    gateway.wait_until(lambda ready: ready["routing"][boards[home].target]["tiny"]["prefix_blocks"] >= 2, advertised)
+    others = [n for i, n in enumerate(prefix_blocks(gateway, boards)) if i != home]
+    assert others == [0] * (BOARDS - 1)  # nothing else holds them: only the prefix can decide
+
+    before = [accepted(b) for b in boards]
+    streamed = {**body, "prompt": turn2, "stream": True, "stream_options": {"include_usage": True}}
+    with gateway.http() as http, http.stream("POST", "/v1/completions", json=streamed) as sse:
+        assert sse.status_code == 200
+        chunks = [line for line in sse.iter_lines() if line.startswith("data: {")]
+    assert [accepted(b) - n for b, n in zip(boards, before, strict=True)] == [int(i == home) for i in range(BOARDS)]
+    cached = json.loads(chunks[-1][6:])["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert 128 <= cached <= len(turn1)  # at least the advertised blocks; never the new tokens
+
+
+def prefix_blocks(gateway: GatewayProcess, boards: list[DaemonProcess]) -> list[int]:
+    routing = gateway.ready()["routing"]
+    return [routing[b.target].get("tiny", {}).get("prefix_blocks", 0) for b in boards]

@@ -1,6 +1,7 @@
 """Usage's `prompt_tokens_details.cached_tokens`: the daemon Final's `usage.cached_tokens` of each
 prompt's first choice (each prompt counted once, as prompt_tokens is; after a failover the last
-attempt's figure), carried by `ChoiceEnd`, in chat and text completions, whole and streamed."""
+attempt's figure), carried by `ChoiceEnd`, in chat and text completions, whole and streamed; and
+`/ready`'s view of what the router sees of each board (jobs, pending prefill, prefix blocks)."""
 
 from __future__ import annotations
 
@@ -141,3 +142,13 @@ def test_http_usage_reports_cached_tokens_for_chat_and_completions(stream: bool)
             assert used["prompt_tokens"] == prompt_tokens
             assert used["prompt_tokens_details"] == {"cached_tokens": cached}
             assert used["total_tokens"] == prompt_tokens + used["completion_tokens"]
+
+
+def test_ready_shows_what_the_router_sees_of_each_board() -> None:
+    daemon = FakeDaemon("a", prefix_hashes=holding(LONG, OTHER), pending_prefill_tokens=7, running=2)
+    with gateway(daemon) as client:
+        body = client.get("/ready").json()
+    assert body["boards"] == {"a": "up"}
+    assert body["routing"] == {
+        "a": {ALIAS: {"jobs": 2, "own_jobs": 0, "pending_prefill_tokens": 7, "prefix_blocks": 3}}
+    }
