@@ -19,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from calculet.ops.bench.multiturn.turns import ASSISTANT, SYSTEM, USER, ChatMessage, TurnRecord, TurnRequest
+from calculet.ops.bench.multiturn.turns import ASSISTANT, SYSTEM, USER, TurnMessage, TurnRecord, TurnRequest
 from calculet.ops.bench.multiturn.workload import Conversation, MultiturnWorkload
 
 SendTurn = Callable[[TurnRequest], Awaitable[TurnRecord]]
@@ -42,7 +42,7 @@ async def run_conversations(
     """
     start = clock()
     spec = workload.spec
-    system = () if workload.system is None else (ChatMessage(SYSTEM, workload.system.text),)
+    system = () if workload.system is None else (TurnMessage(SYSTEM, workload.system.text),)
     done: list[TurnRecord] = []
 
     async def user(conv: Conversation) -> None:
@@ -51,7 +51,7 @@ async def run_conversations(
             await sleep(delay)
         history = list(system)
         for turn, message in enumerate(conv.messages, start=1):
-            history.append(ChatMessage(USER, message.text))
+            history.append(TurnMessage(USER, message.text))
             index = first_index + conv.user * spec.turns + (turn - 1)
             record = await send(TurnRequest(conv.user, turn, index, tuple(history), spec.answer_tokens))
             done.append(record)
@@ -59,7 +59,7 @@ async def run_conversations(
                 on_done(record)
             if not record.ok:
                 return
-            history.append(ChatMessage(ASSISTANT, record.answer))
+            history.append(TurnMessage(ASSISTANT, record.answer))
             if turn < len(conv.messages) and conv.think_s[turn - 1] > 0:
                 await sleep(conv.think_s[turn - 1])
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from calculet.ops.bench.device_stats import StatusOf, board_utilization, fleet_busy_ratio, sample_boards
 from calculet.ops.bench.multiturn.conversation import SendTurn, Sleep, run_conversations
-from calculet.ops.bench.multiturn.turns import USER, ChatMessage, TurnRecord, TurnRequest
+from calculet.ops.bench.multiturn.turns import USER, TurnMessage, TurnRecord, TurnRequest
 from calculet.ops.bench.multiturn.workload import MultiturnWorkload
 from calculet.ops.bench.runner import BenchResult
 from calculet.ops.bench.slo import Slo
@@ -44,7 +44,7 @@ async def _warm_up(workload: MultiturnWorkload, send: SendTurn) -> list[TurnReco
 
     async def one(index: int) -> TurnRecord:
         async with gate:
-            message = ChatMessage(USER, workload.warmup[index].text)
+            message = TurnMessage(USER, workload.warmup[index].text)
             return await send(TurnRequest(user=index, turn=0, index=index, messages=(message,), max_tokens=answer))
 
     return list(await asyncio.gather(*(one(i) for i in range(len(workload.warmup)))))

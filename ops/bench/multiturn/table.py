@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from calculet.ops.bench.multiturn.targets import Target
+from calculet.ops.bench.multiturn.targets import TargetCheck
 
 NA = "n/a"
 VERDICTS = {True: ("met", "green"), False: ("missed", "red"), None: ("not checked", "yellow")}
@@ -48,7 +48,7 @@ def turn_table(report: dict[str, Any]) -> RenderableType:
             _num(row["modelled_uncached_ttft_ms"]),
         )
     parts: list[RenderableType] = [table]
-    for target in (Target(**t) for t in mt["targets"]):
+    for target in (TargetCheck(**t) for t in mt["targets"]):
         verdict, style = VERDICTS[target.met]
         parts.append(Text(f"target {target.wanted}: {target.shown()}, {verdict} ({target.detail})", style=style))
     if mt["cache_reported"] == 0 and any(row["completed"] for row in mt["per_turn"]):

@@ -6,7 +6,7 @@
 - reuse: output throughput with prefix reuse on at least `REUSE_SPEEDUP_MIN` x with it off;
 - scaling: 4 boards at least `SCALING_MIN` x one board.
 
-A `Target` says what was wanted, what was measured and whether it was met; `met` is None when the
+A `TargetCheck` says what was wanted, what was measured and whether it was met; `met` is None when the
 figure could not be measured (no completed request, no timing model). Used by the bench report (the
 two per-run targets) and the suite report (all four, across its runs). Pure functions.
 """
@@ -24,7 +24,7 @@ SCALING_MIN = 3.6
 
 
 @dataclass(frozen=True)
-class Target:
+class TargetCheck:
     """One target's verdict.
 
     Attributes:
@@ -62,35 +62,37 @@ class Target:
         )
 
 
-def cache_target(later_share: float | None) -> Target:
+def cache_target(later_share: float | None) -> TargetCheck:
     """The cached share of turns >= 2 against `CACHED_SHARE_MIN`."""
     wanted = f"turns >= 2: >= {CACHED_SHARE_MIN:.0%} of prompt tokens from cache"
     if later_share is None:
-        return Target("cache", wanted, None, None, "no completed request of turn 2 or later", "share")
-    return Target("cache", wanted, later_share, later_share >= CACHED_SHARE_MIN, "cached / prompt tokens", "share")
+        return TargetCheck("cache", wanted, None, None, "no completed request of turn 2 or later", "share")
+    return TargetCheck("cache", wanted, later_share, later_share >= CACHED_SHARE_MIN, "cached / prompt tokens", "share")
 
 
 def ttft_bound_s(modelled_s: float) -> float:
     return TTFT_FACTOR * modelled_s + TTFT_SLACK_S
 
 
-def ttft_target(ttft_p50_s: float | None, modelled_p50_s: float | None) -> Target:
+def ttft_target(ttft_p50_s: float | None, modelled_p50_s: float | None) -> TargetCheck:
     """The TTFT p50 of turns >= 2 against `TTFT_FACTOR` x the modelled uncached cost + the slack
     (`modelled_p50_s` already in wall seconds: modelled x time scale)."""
     slack = f"{TTFT_SLACK_S * 1000:g} ms"
     wanted = f"turns >= 2: TTFT p50 <= {TTFT_FACTOR:g} x modelled uncached prefill + 1 decode step + {slack}"
     if ttft_p50_s is None:
-        return Target("ttft", wanted, None, None, "no completed request of turn 2 or later", "s")
+        return TargetCheck("ttft", wanted, None, None, "no completed request of turn 2 or later", "s")
     if modelled_p50_s is None:
-        return Target("ttft", wanted, ttft_p50_s, None, "no timing model (--timing-package)", "s")
+        return TargetCheck("ttft", wanted, ttft_p50_s, None, "no timing model (--timing-package)", "s")
     bound = ttft_bound_s(modelled_p50_s)
     detail = f"bound {bound * 1000:.1f} ms (modelled p50 {modelled_p50_s * 1000:.1f} ms)"
-    return Target("ttft", wanted, ttft_p50_s, ttft_p50_s <= bound, detail, "s")
+    return TargetCheck("ttft", wanted, ttft_p50_s, ttft_p50_s <= bound, detail, "s")
 
 
-def ratio_target(name: str, wanted: str, numerator: float | None, denominator: float | None, minimum: float) -> Target:
+def ratio_target(
+    name: str, wanted: str, numerator: float | None, denominator: float | None, minimum: float
+) -> TargetCheck:
     """`numerator / denominator >= minimum` (None when either is missing or the denominator is 0)."""
     if numerator is None or denominator is None or denominator <= 0:
-        return Target(name, wanted, None, None, "a run it compares is missing or measured nothing", "x")
+        return TargetCheck(name, wanted, None, None, "a run it compares is missing or measured nothing", "x")
     ratio = numerator / denominator
-    return Target(name, wanted, ratio, ratio >= minimum, f"{numerator:.1f} / {denominator:.1f}", "x")
+    return TargetCheck(name, wanted, ratio, ratio >= minimum, f"{numerator:.1f} / {denominator:.1f}", "x")

@@ -19,7 +19,7 @@ SYSTEM, USER, ASSISTANT = "system", "user", "assistant"
 
 
 @dataclass(frozen=True)
-class ChatMessage:
+class TurnMessage:
     """One message of the conversation (OpenAI's `{"role", "content"}`)."""
 
     role: str
@@ -44,7 +44,7 @@ class TurnRequest:
     user: int
     turn: int
     index: int
-    messages: tuple[ChatMessage, ...]
+    messages: tuple[TurnMessage, ...]
     max_tokens: int
 
 

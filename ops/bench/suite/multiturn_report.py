@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from calculet.ops.bench.multiturn.targets import Target
+from calculet.ops.bench.multiturn.targets import TargetCheck
 from calculet.ops.bench.suite.markdown import commands, errors, get, num, pct, table
 from calculet.ops.bench.suite.multiturn_targets import device_rate, suite_targets
 
@@ -38,7 +38,7 @@ TURN_HEADER = ("config", "turn", "ok", "TTFT p50 / p90 / p99 ms", "from cache", 
 def target_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for t in suite_targets(records):
-        target = Target(t["name"], t["wanted"], t["measured"], t["met"], t["detail"], t["unit"])
+        target = TargetCheck(t["name"], t["wanted"], t["measured"], t["met"], t["detail"], t["unit"])
         rows.append([t["name"], t["runs"], t["wanted"], target.shown(), VERDICT[t["met"]], t["detail"]])
     return rows
 

@@ -11,7 +11,7 @@ From the suite's run records (their `calctl bench` reports):
 
 Throughputs are compared in device time (output tokens per wall second x the run's time scale), so
 runs at different time scales compare; at time scale 0 the wall figures are compared as they are.
-Each entry: `runs` (which runs it compares) and the `Target` fields. Pure; reads the records only.
+Each entry: `runs` (which runs it compares) and the `TargetCheck` fields. Pure; reads the records only.
 """
 
 from __future__ import annotations

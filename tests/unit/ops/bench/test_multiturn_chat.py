@@ -15,12 +15,12 @@ import pytest
 from calculet.ops.bench.gateway_backend import GatewayAddress
 from calculet.ops.bench.multiturn.chat import ChatBackend
 from calculet.ops.bench.multiturn.chat_sse import ChatKind, parse_chat_line
-from calculet.ops.bench.multiturn.turns import ChatMessage, TurnRecord, TurnRequest
+from calculet.ops.bench.multiturn.turns import TurnMessage, TurnRecord, TurnRequest
 from calculet.ops.bench.sse import SseFormatError
 
 ADDRESS = GatewayAddress.parse("http://gw.test:8000")
 REQUEST = TurnRequest(
-    user=3, turn=2, index=11, messages=(ChatMessage("system", "be brief"), ChatMessage("user", "hi")), max_tokens=4
+    user=3, turn=2, index=11, messages=(TurnMessage("system", "be brief"), TurnMessage("user", "hi")), max_tokens=4
 )
 DONE = "data: [DONE]\n\n"
 
