@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from calculet.daemon.core.chunking import parse_chunk_setting
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.models import LoadProgress
@@ -157,6 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
         "2 = two cohorts alternating between the ping/pong banks",
     )
     p.add_argument(
+        "--prefix-reuse",
+        choices=("on", "off"),
+        help="keep finished conversations' KV in their lanes (parked) and reuse the longest shared token "
+        "prefix for new requests (on)",
+    )
+    p.add_argument(
+        "--prefix-min-tokens",
+        type=int,
+        help=f"shortest shared prefix a request takes a parked lane for ({DaemonConfig.prefix_min_tokens})",
+    )
+    p.add_argument(
+        "--prefill-chunk-tokens",
+        help="tokens per prefill job: longer prompts run as chunks with decode steps between them; auto "
+        "(default: about 4 decode steps of the package's timing, in 64-token blocks), off, or a number",
+    )
+    p.add_argument(
         "--max-message-bytes",
         type=int,
         help=f"largest request the daemon receives (default {DEFAULT_MAX_MESSAGE_BYTES}: enough for a 40,960-token "
@@ -175,7 +192,7 @@ FLAG_SETTINGS = (
     "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds", "runtime_dir",
     "device_profile", "reset_limit", "reset_window", "tls_cert", "tls_key", "tls_client_ca", "insecure",
     "token_file_inference", "token_file_observe", "token_file_operate", "health_listen", "metrics_listen",
-    "log_format",
+    "log_format", "prefix_reuse", "prefix_min_tokens", "prefill_chunk_tokens",
 )  # fmt: skip
 TABLE_SETTINGS = ("models", "device_options")
 # Settings that are shorthands for one device option each: setting -> option.
@@ -301,6 +318,16 @@ def _seconds(settings: Mapping[str, Any], key: str, default: float, *, zero_ok: 
     return float(value)
 
 
+def _on_off(settings: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A switch given as "on"/"off" (flags) or true/false (config file)."""
+    value = settings.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if value in ("on", "off"):
+        return value == "on"
+    raise InvalidArgument(f"{key}: must be on or off (true or false in a config file), got {value!r}")
+
+
 def _text(settings: Mapping[str, Any], key: str, default: str) -> str:
     value = settings.get(key, default)
     if isinstance(value, Path):
@@ -362,6 +389,9 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         retention_s=_seconds(settings, "retention_seconds", DEFAULT_RETENTION_S, zero_ok=False),
         reset_limit=_int(settings, "reset_limit", DaemonConfig.reset_limit, 0),
         reset_window_s=_seconds(settings, "reset_window", DaemonConfig.reset_window_s, zero_ok=False),
+        prefix_reuse=_on_off(settings, "prefix_reuse", DaemonConfig.prefix_reuse),
+        prefix_min_tokens=_int(settings, "prefix_min_tokens", DaemonConfig.prefix_min_tokens, 1),
+        prefill_chunk=parse_chunk_setting(str(settings.get("prefill_chunk_tokens", "auto"))),
     )
 
 

@@ -247,6 +247,7 @@ def event_to_pb(
             prompt_tokens=event.usage.prompt_tokens,
             completion_tokens=event.usage.completion_tokens,
             resumed_tokens=event.usage.resumed_tokens,
+            cached_tokens=event.usage.cached_tokens,
         ),
         timings=inference_pb2.Timings(
             queue_s=event.timings.queue,
@@ -277,7 +278,7 @@ def event_from_pb(pb: inference_pb2.WaitEvent) -> Event:
     return FinalEvent(
         index=pb.index,
         reason=finish_from_pb(f.finish_reason, kind),
-        usage=Usage(f.usage.prompt_tokens, f.usage.completion_tokens, f.usage.resumed_tokens),
+        usage=Usage(f.usage.prompt_tokens, f.usage.completion_tokens, f.usage.resumed_tokens, f.usage.cached_tokens),
         timings=Timings(f.timings.queue_s, f.timings.prefill_s, f.timings.ttft_s, f.timings.decode_s, f.timings.e2e_s),
         error_kind=kind,
         error_message=f.error.message if f.HasField("error") else "",

@@ -6,8 +6,11 @@ modules; domain code never imports `*_pb2`.
 
 from __future__ import annotations
 
+import time
+
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from calculet.client.prefix import BLOCK_TOKENS
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
@@ -19,6 +22,7 @@ from calculet.daemon.core.status import (
     LoadView,
     ModelInfoView,
     ModelView,
+    PrefixCacheView,
     StatusView,
     UtilizationView,
 )
@@ -32,6 +36,7 @@ _LANE = {
     LaneState.RESERVED: observe_pb2.LANE_STATE_RESERVED,
     LaneState.ACTIVE: observe_pb2.LANE_STATE_ACTIVE,
     LaneState.UNKNOWN: observe_pb2.LANE_STATE_UNKNOWN,
+    LaneState.PARKED: observe_pb2.LANE_STATE_PARKED,
 }
 _JOB = {
     "WAITING": observe_pb2.JOB_STATE_QUEUED,
@@ -121,9 +126,23 @@ def _device_to_pb(info: DeviceInfo, memory: MemoryUsage) -> observe_pb2.DeviceIn
 
 
 def _lane_to_pb(lane: LaneSnapshot) -> observe_pb2.LaneStatus:
+    parked_s = max(0.0, time.monotonic() - lane.parked_at) if lane.parked_at is not None else 0.0
     return observe_pb2.LaneStatus(
-        index=lane.lane, state=_LANE[lane.state], job_id=lane.owner or "", kv_length=lane.length
+        index=lane.lane, state=_LANE[lane.state], job_id=lane.owner or "", kv_length=lane.length, parked_s=parked_s
     )
+
+
+def _prefix_cache_to_pb(p: PrefixCacheView) -> observe_pb2.PrefixCacheStatus:
+    return observe_pb2.PrefixCacheStatus(
+        enabled=p.enabled, min_tokens=p.min_tokens, parked_lanes=p.parked_lanes, hit_tokens=p.hit_tokens,
+        miss_tokens=p.miss_tokens, hits=p.hits, misses=p.misses, evictions=p.evictions, dropped=p.dropped,
+    )  # fmt: skip
+
+
+def _prefix_blocks_to_pb(hashes: tuple[int, ...] | None, truncated: bool) -> observe_pb2.PrefixBlocks | None:
+    if hashes is None:
+        return None
+    return observe_pb2.PrefixBlocks(block_tokens=BLOCK_TOKENS, hashes=hashes, truncated=truncated)
 
 
 def _reset_record_to_pb(e: ResetEntry) -> observe_pb2.ResetRecord:
@@ -174,6 +193,8 @@ def _model_to_pb(m: ModelView) -> observe_pb2.ModelStatus:
             long_prefill=m.queues.long_prefill,
         ),
         ready_at=_timestamp(m.ready_at) if m.ready_at is not None else None,
+        prefix_cache=_prefix_cache_to_pb(m.prefix_cache) if m.prefix_cache is not None else None,
+        prefill_chunk_tokens=m.prefill_chunk_tokens,
     )
 
 
@@ -273,6 +294,9 @@ def load_report_to_pb(
                 running=m.running,
                 free_lanes=m.free_lanes,
                 lanes_total=m.lanes_total,
+                parked_lanes=m.parked_lanes,
+                pending_prefill_tokens=m.pending_prefill_tokens,
+                prefix=_prefix_blocks_to_pb(m.prefix_hashes, m.prefix_truncated),
             )
             for m in v.models
         ],
@@ -294,6 +318,10 @@ def model_info_to_pb(m: ModelInfoView) -> observe_pb2.GetModelResponse:
         lanes=m.lanes,
         eos_token_ids=list(m.eos_token_ids),
         model_max_length=m.model_max_length,
+        prefill_fixed_ms=m.prefill_fixed_ms,
+        prefill_ms_per_token=m.prefill_ms_per_token,
+        decode_step_ms=m.decode_step_ms,
+        prefill_chunk_tokens=m.prefill_chunk_tokens,
     )
     if m.bos_token_id is not None:
         summary.bos_token_id = m.bos_token_id

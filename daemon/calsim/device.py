@@ -215,8 +215,8 @@ class CalsimDevice(VirtualDevice):
     ) -> CalsimSubmission:
         """See `VirtualDevice.submit`. Order of checks: device alive; the attempt gets its index
         and fault (device_lost fires here); model handle (ModelReleased); the job (InvalidJob); a row
-        past its lane's valid KV (StaleKV); bank (EngineBusy); buffers (BufferInUse); lanes (LaneBusy); injected submit_error
-        (SubmitFailed). Only then is anything held."""
+        past its lane's valid KV (StaleKV); bank (EngineBusy); buffers (BufferInUse); lanes
+        (LaneBusy); injected submit_error (SubmitFailed). Only then is anything held."""
         with self._cond:
             self._engine.ensure_alive()
             index = self._attempts

@@ -43,8 +43,8 @@ class CalsimModel(ConfiguredModel):
     """A package configured on a calsim board. Owns its kernel (and so its KV lanes) until released.
 
     Attributes (beyond `ConfiguredModel`): owner (the device that configured it), manifest,
-    package_dir, kernel, kv (valid KV length per lane), needs (bytes per chip), geometry (what job validation needs), state
-    (CONFIGURED -> RELEASED).
+    package_dir, kernel, kv (valid KV length per lane), needs (bytes per chip), geometry (what job
+    validation needs), state (CONFIGURED -> RELEASED).
     """
 
     def __init__(

@@ -50,7 +50,8 @@ class AdmissionQueue(Generic[T]):
     """Bounded queue of items waiting for admission.
 
     Args:
-        max_depth: items the queue may hold (>= 1); one more raises `Overloaded`.
+        max_depth: items the queue may hold (>= 1); one more raises `Overloaded`. None: no bound here
+            (its owner bounds it, as the scheduler does by lanes).
         aging_s: seconds of waiting that add 1 to an item's effective priority; None disables aging.
         retry_after_s: the hint carried by `Overloaded` when the queue is full.
         clock: monotonic clock in seconds; deadlines passed to `enqueue` use the same clock.
@@ -61,13 +62,13 @@ class AdmissionQueue(Generic[T]):
 
     def __init__(
         self,
-        max_depth: int,
+        max_depth: int | None,
         *,
         aging_s: float | None = None,
         retry_after_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_depth < 1:
+        if max_depth is not None and max_depth < 1:
             raise InvalidArgument(f"admission queue max_depth must be >= 1, got {max_depth}")
         if aging_s is not None and not (math.isfinite(aging_s) and aging_s > 0):
             raise InvalidArgument(f"admission queue aging_s must be a positive number, got {aging_s}")
@@ -96,7 +97,7 @@ class AdmissionQueue(Generic[T]):
             raise InvalidArgument(f"admission deadline of {item_id!r} is NaN")
         if item_id in self._by_id:
             raise FailedPrecondition(f"request {item_id!r} is already waiting for admission")
-        if len(self._by_id) >= self.max_depth:
+        if self.max_depth is not None and len(self._by_id) >= self.max_depth:
             raise Overloaded(f"admission queue full ({self.max_depth} waiting)", retry_after_s=self.retry_after_s)
         now = self._clock()
         if deadline <= now:

@@ -13,7 +13,9 @@ The engine applies the settlement: the executor commits or loses the rows' reser
 context, the sequences stream and move on, the scheduler frees lanes of those that end. Rules:
 
 - DONE: each row's KV is committed and its token streamed; a NaN/Inf row is an anomaly, its KV is
-  lost and it re-prefills. A configuration reset that cleared the job's lanes (`kv_lost`) makes it a
+  lost and it re-prefills. A prefill chunk that is not its prompt's last (chunked prefill) samples
+  nothing: its KV is committed, its logits only checked for NaN/Inf, and the sequence's next chunk
+  follows (`Chunked`). A configuration reset that cleared the job's lanes (`kv_lost`) makes it a
   fault even if the device says DONE.
 - CCU exception or a hung job collected after a reset: every row's KV is unknown; the sequences
   re-prefill, at most `max_recoveries` times each. A reset's own CCU exceptions are not anomalies.
@@ -34,7 +36,7 @@ from calculet.daemon.core.events import FinishReason, TokenLogprob
 from calculet.daemon.core.executor import DeviceJob
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.device.types import JobStatus
+from calculet.daemon.device.types import JobStatus, TaskType
 from calculet.daemon.errors import ErrorKind
 from calculet.daemon.sampling.types import RowResult, RowSampling
 
@@ -66,7 +68,12 @@ class Continue:
     """The sequence is ready for its next decode step."""
 
 
-Next = End | Recover | Continue
+@dataclass(frozen=True)
+class Chunked:
+    """A chunk of the sequence's prefill is in its lane; the next chunk follows."""
+
+
+Next = End | Recover | Continue | Chunked
 
 
 @dataclass(frozen=True)
@@ -102,10 +109,12 @@ class Settlement:
 
 @dataclass(frozen=True)
 class Sampled:
-    """The sampled rows of a DONE job and the captured logits (None where not captured)."""
+    """The sampled rows of a DONE job and the captured logits (None where not captured). A row that
+    is a non-final prefill chunk has no result: `chunk_finite` says whether its logits were finite."""
 
-    results: list[RowResult]
+    results: list[RowResult | None]
     captured: list[np.ndarray | None]
+    chunk_finite: list[bool]
 
 
 @dataclass(frozen=True)
@@ -133,11 +142,23 @@ def sample(job: DeviceJob) -> Sampled:
     job.ctx.mark_completing()
     rt = job.plan.runtime
     assert rt.sampler is not None
-    logits = job.ctx.logits[: len(job.plan.seqs)]
-    rows = [RowSampling(s.request.sampling, s.step, s.history) for s in job.plan.seqs]
-    results = rt.sampler.sample(logits, rows)
-    captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(job.plan.seqs)]
-    return Sampled(results, captured)
+    seqs = job.plan.seqs
+    logits = job.ctx.logits[: len(seqs)]
+    chunks = [is_chunk(job, i) for i in range(len(seqs))]
+    if any(chunks):  # a prefill job has one row: a chunk is checked, never sampled
+        finite = [rt.sampler.finite(logits[i]) for i in range(len(seqs))]
+        return Sampled([None] * len(seqs), [None] * len(seqs), finite)
+    rows = [RowSampling(s.request.sampling, s.step, s.history) for s in seqs]
+    results: list[RowResult | None] = list(rt.sampler.sample(logits, rows))
+    captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
+    return Sampled(results, captured, [True] * len(seqs))
+
+
+def is_chunk(job: DeviceJob, row: int) -> bool:
+    """Whether a row of the job is a prefill chunk that leaves part of its sequence's prefill for
+    later (no token is sampled from it)."""
+    seq = job.plan.seqs[row]
+    return job.plan.task is TaskType.PREFILL and job.reservations[row].target_len < len(seq.prompt) + len(seq.generated)
 
 
 def settle(job: DeviceJob, status: JobStatus, sampled: Sampled | None, facts: BoardFacts) -> Settlement:
@@ -163,9 +184,9 @@ def recovery(seq: Sequence, rt: ModelRuntime, message: str, *, serving: bool, ma
         return End(FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"{message}; board stopped serving")
     if seq.recoveries + 1 > max_recoveries:
         return End(FinishReason.ERROR, ErrorKind.ABORTED, f"{message} (recovery budget exhausted)")
-    if rt.prefill is not None and len(seq.prefill_tokens) > rt.prefill.max_tokens:
-        # A package may declare a prefill bucket smaller than its context: a sequence that grew past
-        # it cannot be re-prefilled in one job (no chunked prefill), so it cannot recover.
+    if not rt.chunked and rt.prefill is not None and len(seq.prefill_tokens) > rt.prefill.max_tokens:
+        # A package may declare a prefill bucket smaller than its context: with chunked prefill off, a
+        # sequence that grew past it cannot be re-prefilled in one job, so it cannot recover.
         return End(
             FinishReason.ERROR,
             ErrorKind.ABORTED,
@@ -185,6 +206,10 @@ def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
     now = time.monotonic()
     rt = job.plan.runtime
     for row, (seq, res, cap) in enumerate(zip(job.plan.seqs, sampled.results, sampled.captured, strict=True)):
+        if res is None:
+            rows.append(_chunk_done(row, seq, rt, sampled.chunk_finite[row], facts))
+            anomalies += [] if sampled.chunk_finite[row] else ["non-finite logits"]
+            continue
         if res.token is None:  # NaN/Inf logits: the output is untrustworthy, so is the KV it wrote
             anomalies.append("non-finite logits")
             lost = _recovery(seq, rt, "non-finite logits from the device", facts)
@@ -203,6 +228,24 @@ def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
         # The device may be ahead of us (the other bank finished too), never behind.
         anomalies.append(f"device reports {facts.device_left} jobs left, executor expects {facts.expected_left}")
     return Settlement(tuple(rows), tuple(anomalies), clean=not anomalies)
+
+
+def _chunk_done(row: int, seq: Sequence, rt: ModelRuntime, finite: bool, facts: BoardFacts) -> RowOutcome:
+    """A non-final prefill chunk finished: its KV is trusted unless its logits were not finite."""
+    if not finite:
+        lost = _recovery(seq, rt, "non-finite logits from the device", facts)
+        return RowOutcome(row, seq, KvEffect.LOSE, lost, lost_kv=True)
+    if seq.cancel_requested:
+        return RowOutcome(row, seq, KvEffect.COMMIT, _cancelled(seq))
+    if seq.deadline is not None and seq.deadline <= time.monotonic():
+        return RowOutcome(
+            row, seq, KvEffect.COMMIT, End(FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
+        )
+    if not facts.serving:
+        return RowOutcome(
+            row, seq, KvEffect.COMMIT, End(FinishReason.ERROR, ErrorKind.UNAVAILABLE, "board stopped serving")
+        )
+    return RowOutcome(row, seq, KvEffect.COMMIT, Chunked())
 
 
 def _after_token(seq: Sequence, token: int, now: float, facts: BoardFacts) -> Next:

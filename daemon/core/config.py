@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF
 from calculet.daemon.core.engine import EngineConfig
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, SchedulingPolicy
@@ -40,6 +41,10 @@ class DaemonConfig:
         restore_after_clean_jobs: clean completions that restore a degraded in-flight limit (0 =
             only an operator reset does).
         max_recoveries: re-prefills one job may need after lost KV before it fails.
+        prefix_reuse / prefix_min_tokens: park finished jobs' lanes and match new jobs against them
+            (the shortest shared prefix worth a parked lane).
+        prefill_chunk: `chunking.CHUNK_AUTO`, `CHUNK_OFF` or tokens per prefill job (the serial
+            policy, today's path, never chunks).
     """
 
     board: int = 0
@@ -62,6 +67,9 @@ class DaemonConfig:
     reset_window_s: float = 600.0
     restore_after_clean_jobs: int = RESTORE_AFTER_CLEAN_JOBS
     max_recoveries: int = 3
+    prefix_reuse: bool = True
+    prefix_min_tokens: int = 16
+    prefill_chunk: int = CHUNK_AUTO
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -82,6 +90,10 @@ class DaemonConfig:
             )
         if self.restore_after_clean_jobs < 0 or self.max_recoveries < 0:
             raise InvalidArgument("restore_after_clean_jobs and max_recoveries: must be >= 0")
+        if self.prefix_min_tokens < 1:
+            raise InvalidArgument(f"prefix_min_tokens: must be >= 1, got {self.prefix_min_tokens}")
+        if self.prefill_chunk < CHUNK_OFF:
+            raise InvalidArgument(f"prefill_chunk: auto (0), off (-1) or tokens >= 1, got {self.prefill_chunk}")
 
     def engine_config(self) -> EngineConfig:
         serial = self.policy == "serial"
@@ -90,6 +102,9 @@ class DaemonConfig:
             queue_depth=self.queue_depth,
             admission_timeout_s=self.admission_timeout_s,
             decode_jobs_per_model=self.decode_jobs_per_model,
+            prefix_reuse=self.prefix_reuse,
+            prefix_min_tokens=self.prefix_min_tokens,
+            prefill_chunk=CHUNK_OFF if serial else self.prefill_chunk,
         )
         return EngineConfig(
             policy=policy,

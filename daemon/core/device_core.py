@@ -427,6 +427,10 @@ class DeviceCore:
             model_max_length=min(m.tokenizer.model_max_length, limits.context),
             tokenizer_json=tokenizer,
             chat_template=template,
+            prefill_fixed_ms=m.timing.prefill_fixed_ms,
+            prefill_ms_per_token=m.timing.prefill_ms_per_token,
+            decode_step_ms=m.timing.decode_curve[0].ms_per_token,
+            prefill_chunk_tokens=rt.prefill_chunk,
         )
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from calculet.daemon.core import completion
-from calculet.daemon.core.completion import BoardFacts, Continue, Next, Recover, Settlement
+from calculet.daemon.core.completion import BoardFacts, Chunked, Continue, Next, Recover, Settlement
 from calculet.daemon.core.events import (
     EventLog,
     FinalEvent,
@@ -84,6 +84,7 @@ from calculet.daemon.core.observer import (
     ResetRecorded,
     RowDone,
 )
+from calculet.daemon.core.prefix_advert import advertise
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, validate_request
 from calculet.daemon.core.request_digest import request_digest
 from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry
@@ -100,10 +101,10 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.snapshot import CounterView, EngineSnapshot, GenerationView
-from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome
+from calculet.daemon.core.status import JobView, PoolView, PrefixCacheView, QueueView, ResetOutcome
 from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
-from calculet.daemon.device.errors import DeviceError, DeviceLost, ModelReleased, OutOfKV, WaitTimeout
+from calculet.daemon.device.errors import DeviceError, DeviceLost, ModelReleased, OutOfKV, StaleKV, WaitTimeout
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 from calculet.daemon.errors import (
     CalculetError,
@@ -120,6 +121,11 @@ from calculet.daemon.lifecycle import Lifecycle
 from calculet.daemon.sampling.history import TokenHistory
 
 log = logging.getLogger(__name__)
+
+# States in which a sequence still has prefill work (queued, part-way, in a prefill job, recovering).
+_PREFILLING = frozenset({SeqState.WAITING, SeqState.PARTIAL, SeqState.PREFILL, SeqState.RECOVER})
+# Finishes after which a lane's KV is trusted and worth keeping warm (prefix reuse).
+_PARKABLE = frozenset({FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED, FinishReason.DEADLINE})
 
 
 @dataclass(frozen=True)
@@ -499,11 +505,12 @@ class Engine:
             if job.generation == rt.generation:
                 job.kv_lost = True
                 tally.add(job.plan.seqs)
-        for seq in [s for s in self._scheduler.ready.values() if s.generation == rt.generation]:
+        for seq in self._scheduler.holding_kv(rt.generation):
             tally.add((seq,))
             self._scheduler.forget(seq)
             self._lose_kv_locked(seq, rt, reason)
         assert rt.kv is not None
+        self._drop_parked_locked(reason)
         rt.kv.forget_device_lanes()  # the device dropped them with the configuration
         if rt.state is ModelState.READY:  # its recovering jobs give their lanes to the warm-up probe
             for seq in [s for s in self._scheduler.recover if s.generation == rt.generation]:
@@ -607,6 +614,7 @@ class Engine:
         """
         with self._cond:
             self._hold_launches_locked()
+            self._drop_parked_locked("operator CCU reset")
             jobs = self._executor.jobs()
             marked = [(job, job.reset_hit) for job in jobs]
             for job in jobs:
@@ -728,7 +736,7 @@ class Engine:
             if self._admitting_runtime_locked(req.model, runtime) is not rt:
                 raise Unavailable(f"model {req.model!r} changed generation while the request was prepared; retry")
             try:
-                self._scheduler.enqueue(seq)
+                self._scheduler.enqueue(seq, rt.kv.free_count() if rt.kv is not None else 0)
             except Overloaded:
                 if seq.deadline is not None and seq.deadline <= time.monotonic():
                     # Not a capacity refusal: retrying elsewhere (what OVERLOADED invites) cannot help.
@@ -854,6 +862,8 @@ class Engine:
         mine = [s for s in seqs if s.generation == rt.generation]
         waiting = sum(1 for s in mine if s.state is SeqState.WAITING)
         kv = rt.kv
+        prefix = self._prefix_view_locked(rt)
+        hashes, truncated = self._advert_locked(rt, mine) if prefix is not None and prefix.enabled else (None, False)
         return GenerationView(
             alias=rt.alias,
             generation=rt.generation,
@@ -869,7 +879,44 @@ class Engine:
             running=len(mine) - waiting,
             free_lanes=kv.free_count() if kv is not None else 0,
             lanes_total=kv.lanes if kv is not None else 0,
+            prefix_cache=prefix,
+            prefix_hashes=hashes,
+            prefix_truncated=truncated,
+            pending_prefill_tokens=self._pending_prefill_locked(rt, mine),
+            prefill_chunk_tokens=rt.prefill_chunk,
         )
+
+    def _prefix_view_locked(self, rt: ModelRuntime) -> PrefixCacheView | None:
+        if rt.kv is None:
+            return None
+        policy, stats = self._config.policy, rt.prefix
+        return PrefixCacheView(
+            policy.prefix_reuse, policy.prefix_min_tokens, rt.kv.parked_count(), stats.hit_tokens,
+            stats.miss_tokens, stats.hits, stats.misses, stats.evictions, stats.dropped,
+        )  # fmt: skip
+
+    @staticmethod
+    def _advert_locked(rt: ModelRuntime, mine: list[Sequence]) -> tuple[tuple[int, ...], bool]:
+        """The block hashes of what the generation's lanes hold: parked lanes' histories and the
+        committed KV of running client sequences (hashed once per block, kept by each sequence)."""
+        assert rt.kv is not None
+        chains: list[tuple[int, ...] | list[int]] = [parked.hashes for _, parked in rt.kv.parked()]
+        for seq in mine:
+            if seq.lane is not None and not seq.internal:
+                chains.append(seq.block_hashes(rt.kv.lane(seq.lane).length))
+        return advertise(chains)
+
+    @staticmethod
+    def _pending_prefill_locked(rt: ModelRuntime, mine: list[Sequence]) -> int:
+        """Prompt (+ resumed) tokens the generation's client jobs have yet to prefill: the device
+        work queued ahead of a new prompt there."""
+        kv, pending = rt.kv, 0
+        for seq in mine:
+            if seq.internal or seq.state not in _PREFILLING:
+                continue
+            held = kv.lane(seq.lane).length if kv is not None and seq.lane is not None else 0
+            pending += len(seq.prompt) + len(seq.generated) - held
+        return pending
 
     def _pool_view_locked(self) -> PoolView:
         in_use = free = quarantined = waits = 0
@@ -921,14 +968,16 @@ class Engine:
         if seq.state is SeqState.WAITING:
             self._scheduler.remove_waiting(seq)
             self._finish_locked(seq, reason, kind, message)
-        elif seq.state in (SeqState.READY, SeqState.RECOVER):
+        elif seq.state in (SeqState.READY, SeqState.RECOVER, SeqState.PARTIAL):
             self._scheduler.forget(seq)
             self._finish_locked(seq, reason, kind, message)
 
     def _finish_locked(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
-        """End a sequence that is not in a device job: free its lane, write its Final, retain it."""
+        """End a sequence that is not in a device job: park or free its lane, write its Final, retain it."""
         rt = self._generations.running(seq.generation)
-        if (lane := self._scheduler.release_lane(seq, rt)) is not None and rt is not None and rt.model is not None:
+        park_at = time.monotonic() if self._may_park_locked(seq, rt, reason) else None
+        lane = self._scheduler.release_lane(seq, rt, park_at=park_at)
+        if lane is not None and rt is not None and rt.model is not None:
             self._lane_closes.append((rt.model, lane))  # closed on the device outside the lock
         seq.finish(reason, kind, message)
         retired = self._jobs.retire(seq)
@@ -948,6 +997,9 @@ class Engine:
         if isinstance(then, Continue):
             seq.lifecycle.move(SeqState.READY)
             self._scheduler.mark_ready(seq)
+        elif isinstance(then, Chunked):
+            seq.lifecycle.move(SeqState.PARTIAL)
+            self._scheduler.mark_partial(seq)
         elif isinstance(then, Recover):
             seq.lifecycle.move(SeqState.RECOVER)
             self._scheduler.mark_recover(seq)
@@ -956,6 +1008,33 @@ class Engine:
                 self._vacate_lane_locked(seq, rt)  # its KV is gone anyway; the golden check needs a lane
         else:
             self._finish_locked(seq, then.reason, then.kind, then.message)
+
+    def _may_park_locked(self, seq: Sequence, rt: ModelRuntime | None, reason: FinishReason) -> bool:
+        """Whether a finishing client sequence leaves its lane parked (its KV trusted, for a later
+        request to reuse): prefix reuse is on, its generation is Ready on a serving board, and it
+        ended normally (stop, length, its client's cancel, its deadline) rather than by a fault."""
+        return (
+            self._config.policy.prefix_reuse
+            and not seq.internal
+            and rt is not None
+            and rt.state is ModelState.READY
+            and not self._device_lost
+            and reason in _PARKABLE
+        )
+
+    def _drop_parked_locked(self, why: str) -> None:
+        """Drop every parked lane of the board: after a reset or a fault whose KV effect is unknown,
+        no parked KV is trusted (open lanes are closed on the device before any is opened again)."""
+        for rt in self._generations.all():
+            if rt.kv is not None and (dropped := rt.kv.drop_parked()):
+                rt.prefix.dropped += len(dropped)
+                log.info("dropped %d parked lane(s) of %s@%d: %s", len(dropped), rt.alias, rt.generation, why)
+
+    def _collect_kv_closes_locked(self) -> None:
+        """Queue the device closes (KV Free) of lanes the KV managers evicted or dropped."""
+        for rt in self._generations.all():
+            if rt.kv is not None and rt.model is not None:
+                self._lane_closes += [(rt.model, lane) for lane in rt.kv.take_device_closes()]
 
     def _vacate_lane_locked(self, seq: Sequence, rt: ModelRuntime) -> None:
         """A recovering sequence gives its lane back; it re-prefills into a free lane later."""
@@ -985,7 +1064,8 @@ class Engine:
                 self._finish_locked(
                     seq, FinishReason.ERROR, ErrorKind.OVERLOADED, "admission deadline: no KV lane became free"
                 )
-        for seq in [s for s in self._scheduler.ready.values() if s.deadline is not None and s.deadline <= now]:
+        holding = [*self._scheduler.ready.values(), *self._scheduler.partial]
+        for seq in [s for s in holding if s.deadline is not None and s.deadline <= now]:
             self._scheduler.forget(seq)
             self._finish_locked(seq, FinishReason.DEADLINE, ErrorKind.DEADLINE_EXCEEDED, "deadline passed")
         limit = self._config.orphan_timeout_s
@@ -997,7 +1077,8 @@ class Engine:
 
     def _next_wakeup_locked(self) -> float | None:
         times = [t for t in [self._scheduler.next_deadline()] if t is not None]
-        times += [s.deadline for s in self._scheduler.ready.values() if s.deadline is not None]
+        holding = [*self._scheduler.ready.values(), *self._scheduler.partial]
+        times += [s.deadline for s in holding if s.deadline is not None]
         limit = self._config.orphan_timeout_s
         clients = [s for s in self._jobs if not s.internal and not s.cancel_requested]
         if limit is not None and clients:
@@ -1019,6 +1100,7 @@ class Engine:
         if self._halt.can_move(halt):
             self._halt.move(halt)
         self._admitting = False
+        self._drop_parked_locked(f"board stopped serving: {message}")
         if not was_lost:
             for listener in self._health_listeners:  # non-blocking by contract
                 listener()
@@ -1071,6 +1153,7 @@ class Engine:
             while True:
                 with self._cond:
                     job = self._next_job_locked()
+                    self._collect_kv_closes_locked()  # evicted/dropped lanes close before any lane opens
                     closes, self._lane_closes = self._lane_closes, []
                 self._close_lanes(closes)  # before any lane is opened again
                 if job is None:
@@ -1189,6 +1272,15 @@ class Engine:
                 self._executor.lanes_opened(job)
                 self._executor.abort(job)
                 self._device_lost_locked(str(exc))
+                self._cond.notify_all()
+            return False
+        except StaleKV as exc:  # a daemon bug: its KV bookkeeping disagrees with the device's
+            log.error("device refused stale KV (KV bookkeeping bug): %s; dropping parked lanes", exc)
+            with self._cond:
+                self._executor.lanes_opened(job)
+                self._executor.abort(job)
+                self._drop_parked_locked("the device refused stale KV")
+                self._launch_failed_locked(job.plan, exc)
                 self._cond.notify_all()
             return False
         except (DeviceError, CalculetError) as exc:
@@ -1335,6 +1427,8 @@ class Engine:
             if row.token is not None:
                 seq.accept(row.token, row.logprob)
             self._follow_locked(seq, row.then)
+        if settlement.anomalies or any(r.lost_kv for r in settlement.rows):
+            self._drop_parked_locked(f"device job {job.device_job_id} lost KV")  # never trust KV after a fault
         for anomaly in settlement.anomalies:
             self._executor.note_anomaly(anomaly)
         if settlement.clean:
@@ -1368,6 +1462,7 @@ class Engine:
                     other.reset_hit = True
                 self._hold_launches_locked()
             self._executor.note_anomaly(reason)
+            self._drop_parked_locked(reason)
             self._observers.emit(FaultSeen(FAULT_HANG, reason, time.monotonic()))
             # Operators are refused while it runs; it never waits for an operator's reset to end.
             gated = allowed and self._reset_gate.try_begin("automatic ccu reset")

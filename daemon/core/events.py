@@ -51,9 +51,12 @@ class TokenChunk:
 
 @dataclass(frozen=True)
 class Usage:
+    """Token counts of a job; `cached_tokens`: prompt (+ resumed) tokens served from a parked lane's KV."""
+
     prompt_tokens: int
     completion_tokens: int
     resumed_tokens: int = 0
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

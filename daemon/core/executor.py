@@ -384,9 +384,9 @@ class Executor:
 def _fill_inputs(ctx: JobContext, plan: JobPlan, reservations: list[Reservation]) -> None:
     """Write each row's tokens and positions into the context's own input buffers."""
     tokens, positions = ctx.tokens, ctx.positions
-    if plan.task is TaskType.PREFILL:
+    if plan.task is TaskType.PREFILL:  # one chunk: the tokens after what the lane already holds
         seq, r = plan.seqs[0], reservations[0]
-        ids = seq.prefill_tokens
+        ids = seq.prefill_slice(r.past_len, r.target_len)
         tokens[0, : len(ids)] = ids
         positions[0, : len(ids)] = np.arange(r.past_len, r.target_len, dtype=np.int32)
         return

@@ -7,13 +7,24 @@ truth for what a lane holds.
 
 Data flow for one device job that extends a lane:
 
-    assign(owner)                      FREE -> ACTIVE      (scheduler: a new sequence gets a lane)
+    take(owner, tokens, min_tokens)    FREE|PARKED -> ACTIVE (scheduler: a new sequence gets a lane; a
+                                       parked lane sharing its prefix keeps that much KV, `prefix_match`)
+    assign(owner)                      FREE|PARKED -> ACTIVE, empty (take without matching)
     reserve(lane, owner, target, job)  ACTIVE -> RESERVED  (before submit; the Reservation goes with the job)
     commit(reservation)                RESERVED -> ACTIVE  (valid completion: length = target)
     rollback(reservation)              RESERVED -> ACTIVE  (submit error or cancel: length unchanged)
     mark_unknown(lane)                 RESERVED|ACTIVE -> UNKNOWN (CCU exception, configuration reset)
     rebuild(lane, owner)               UNKNOWN -> ACTIVE   (same owner, length 0: it re-prefills)
     release(lane, owner)               ACTIVE|UNKNOWN -> FREE
+    park(lane, owner, tokens)          ACTIVE -> PARKED    (a finished sequence leaves its KV warm, owned by
+                                       no one; `tokens` is what the KV holds)
+    drop_parked()                      PARKED -> FREE      (a reset or a fault anywhere on the board: never
+                                       trust a parked lane after an anomaly)
+
+Parked lanes count as free for admission (`free_count`). A parked lane that another sequence takes
+without a match (eviction) or that is dropped must be closed on the device (KV Free) before it is
+opened again (KV Apply): the manager queues it in `take_device_closes`, which the engine drains
+before it opens any lane.
 
 The device side of a lane (CalRT KV Apply / Free) is recorded here too: `needs_open` says whether
 the device must open the lane before a job uses it, `opened` records that it did, and `release`
@@ -43,8 +54,12 @@ import itertools
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
+
+from calculet.client.prefix import BLOCK_TOKENS
 from calculet.daemon.core.errors import StaleGeneration
 from calculet.daemon.core.ids import DeviceJobId, SequenceId
+from calculet.daemon.core.prefix_match import LaneSource, ParkedView, choose_lane
 from calculet.daemon.device.types import RowSpec
 from calculet.daemon.errors import FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.daemon.lifecycle import Lifecycle, table
@@ -57,14 +72,16 @@ class LaneState(Enum):
     ACTIVE = "active"  # owned; `length` committed tokens; no job in flight
     RESERVED = "reserved"  # owned; one in-flight job extends it from `length` to the reservation target
     UNKNOWN = "unknown"  # owned; KV untrusted after a fault; never read; reset to 0 before reuse
+    PARKED = "parked"  # no owner; holds a finished sequence's KV for `tokens`; counts as free
 
 
 LANE_TRANSITIONS = table(
     [
         (LaneState.FREE, [LaneState.ACTIVE]),
-        (LaneState.ACTIVE, [LaneState.RESERVED, LaneState.UNKNOWN, LaneState.FREE]),
+        (LaneState.ACTIVE, [LaneState.RESERVED, LaneState.UNKNOWN, LaneState.FREE, LaneState.PARKED]),
         (LaneState.RESERVED, [LaneState.ACTIVE, LaneState.UNKNOWN]),
         (LaneState.UNKNOWN, [LaneState.ACTIVE, LaneState.FREE]),
+        (LaneState.PARKED, [LaneState.ACTIVE, LaneState.FREE]),
     ]
 )
 
@@ -84,11 +101,22 @@ class StaleReservation(FailedPrecondition):
 
 @dataclass(frozen=True)
 class LaneHandle:
-    """A lane just given to (or rebuilt for) `owner`, with committed length 0."""
+    """A lane just given to (or rebuilt for) `owner`, with committed length `kept`.
+
+    Attributes:
+        source: how it was found (a parked lane's prefix kept, a FREE lane, an evicted parked one).
+        kept: KV tokens of the lane kept for the owner (0 unless a prefix hit): its tokens
+            [0, kept) equal the owner's, and it prefills from there.
+        kept_hashes: the parked history's block hashes covering the kept tokens (full blocks only),
+            so the owner's advertisement starts from them.
+    """
 
     lane: int
     owner: SequenceId
     generation: int
+    source: LaneSource = LaneSource.FREE
+    kept: int = 0
+    kept_hashes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,9 +153,10 @@ class LaneSnapshot:
     """Status view of one lane.
 
     Attributes:
-        length: committed KV tokens (0 unless ACTIVE or RESERVED).
+        length: committed KV tokens (0 unless ACTIVE, RESERVED or PARKED).
         device_job_id / target_len: the in-flight reservation, when RESERVED.
         release_pending: the owner cancelled; the lane is freed when its job ends.
+        parked_at: PARKED: when it was parked or last matched (monotonic seconds); else None.
     """
 
     lane: int
@@ -137,6 +166,19 @@ class LaneSnapshot:
     device_job_id: DeviceJobId | None
     target_len: int | None
     release_pending: bool
+    parked_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Parked:
+    """What a parked lane holds: the tokens its KV encodes (int32, position order), their block
+    hashes (`calculet.client.prefix`, full blocks), and when it was parked (tick for LRU order,
+    monotonic seconds for Status)."""
+
+    tokens: np.ndarray
+    hashes: tuple[int, ...]
+    tick: int
+    at: float
 
 
 class _Lane:
@@ -152,6 +194,7 @@ class _Lane:
         self.reservation: Reservation | None = None
         self.release_pending = False
         self.on_device = False  # opened on the device (KV Apply) and not closed since
+        self.parked: Parked | None = None  # set exactly while PARKED
 
     def snapshot(self) -> LaneSnapshot:
         r = self.reservation
@@ -163,6 +206,7 @@ class _Lane:
             device_job_id=r.device_job_id if r else None,
             target_len=r.target_len if r else None,
             release_pending=self.release_pending,
+            parked_at=self.parked.at if self.parked else None,
         )
 
 
@@ -188,22 +232,34 @@ class KVManager:
         self.generation = generation
         self._lanes = [_Lane(i, generation) for i in range(lanes)]
         self._free: set[int] = set(range(lanes))
+        self._parked: dict[int, _Lane] = {}
         self._by_owner: dict[SequenceId, int] = {}
         self._tokens = itertools.count(1)
+        self._ticks = itertools.count(1)  # LRU order of parked lanes
+        self._device_closes: list[int] = []  # lanes the device must close (KV Free) before reuse
 
     # ---- queries -------------------------------------------------------------------------
 
     def free_count(self) -> int:
-        """Lanes in FREE (what admission compares a request's need against)."""
-        return len(self._free)
+        """Lanes in FREE or PARKED (what admission compares a request's need against: a parked lane
+        costs admission nothing)."""
+        return len(self._free) + len(self._parked)
+
+    def parked_count(self) -> int:
+        """Lanes in PARKED."""
+        return len(self._parked)
 
     def used_count(self) -> int:
         """Lanes held by a sequence (ACTIVE, RESERVED or UNKNOWN)."""
-        return self.lanes - len(self._free)
+        return self.lanes - self.free_count()
 
     def all_idle(self) -> bool:
-        """True when every lane is FREE (leak check: nothing owned, nothing in flight)."""
-        return len(self._free) == self.lanes
+        """True when every lane is FREE or PARKED (leak check: nothing owned, nothing in flight)."""
+        return self.free_count() == self.lanes
+
+    def parked(self) -> list[tuple[int, Parked]]:
+        """Every parked lane and what it holds, in lane order."""
+        return [(i, rec.parked) for i, rec in sorted(self._parked.items()) if rec.parked is not None]
 
     def lane_of(self, owner: SequenceId) -> int | None:
         """The lane `owner` holds, or None."""
@@ -224,10 +280,28 @@ class KVManager:
     # ---- transactions --------------------------------------------------------------------
 
     def assign(self, owner: SequenceId) -> LaneHandle | None:
-        """Give the lowest-numbered free lane to `owner` (FREE -> ACTIVE, length 0).
+        """Give `owner` an empty lane: the lowest-numbered FREE one, else the least recently used
+        PARKED one emptied (-> ACTIVE, length 0). `take` without matching.
 
         Returns:
-            The handle, or None when no lane is free (nothing changes).
+            The handle, or None when no lane is FREE or PARKED (nothing changes).
+
+        Raises:
+            OwnerHasLane: `owner` already holds a lane.
+        """
+        return self.take(owner, None, 0)
+
+    def take(self, owner: SequenceId, tokens: np.ndarray | None, min_tokens: int) -> LaneHandle | None:
+        """Give `owner` a lane chosen by `prefix_match.choose_lane`: a parked lane whose KV prefix it
+        shares (PARKED -> ACTIVE, length = the tokens kept: a tail deletion), a FREE lane, or the least
+        recently used parked lane emptied (its device lane queued for KV Free, `take_device_closes`).
+
+        Args:
+            tokens: the owner's prefill tokens (int32), or None to take a lane without matching.
+            min_tokens: the shortest prefix worth a parked lane.
+
+        Returns:
+            The handle, or None when no lane is FREE or PARKED (nothing changes).
 
         Raises:
             OwnerHasLane: `owner` already holds a lane.
@@ -235,15 +309,78 @@ class KVManager:
         held = self._by_owner.get(owner)
         if held is not None:
             raise OwnerHasLane(f"sequence {owner!r} already holds KV lane {held}")
-        if not self._free:
+        views = [ParkedView(i, rec.parked.tokens, rec.parked.tick) for i, rec in self._parked.items() if rec.parked]
+        choice = choose_lane(tokens, views, self._free, min_tokens)
+        if choice is None:
             return None
-        index = min(self._free)
-        lane = self._lanes[index]
-        lane.life.move(LaneState.ACTIVE)
-        self._free.remove(index)
-        lane.owner, lane.length = owner, 0
-        self._by_owner[owner] = index
-        return LaneHandle(index, owner, self.generation)
+        rec = self._lanes[choice.lane]
+        kept_hashes: tuple[int, ...] = ()
+        if choice.source is LaneSource.FREE:
+            self._free.remove(rec.index)
+        else:
+            parked = self._unpark(rec)
+            if choice.source is LaneSource.HIT:
+                kept_hashes = parked.hashes[: choice.keep // BLOCK_TOKENS]
+            elif rec.on_device:  # evicted: KV Free then KV Apply, so nothing of the old KV survives
+                rec.on_device = False
+                self._device_closes.append(rec.index)
+        rec.life.move(LaneState.ACTIVE)
+        rec.owner, rec.length = owner, choice.keep
+        self._by_owner[owner] = rec.index
+        return LaneHandle(rec.index, owner, self.generation, choice.source, choice.keep, kept_hashes)
+
+    def park(self, lane: int, owner: SequenceId, tokens: np.ndarray, hashes: tuple[int, ...], now: float) -> None:
+        """The owner finished with trusted KV: keep it warm (ACTIVE -> PARKED, owned by no one).
+
+        Args:
+            tokens: exactly what the lane's committed KV holds (int32, `length` tokens).
+            hashes: block hashes of `tokens` (full blocks; fewer is allowed, none are invented).
+            now: monotonic seconds (Status shows how long it has been parked).
+
+        Raises:
+            LaneNotOwned: the lane is free or held by another sequence.
+            IllegalTransition: the lane is not ACTIVE (RESERVED: the device may write it; UNKNOWN: its
+                KV is untrusted).
+            FailedPrecondition: the lane is empty, closed on the device, or being released.
+            InvalidArgument: `tokens` is not as long as the committed KV.
+        """
+        rec = self._owned(lane, owner)
+        if not rec.life.can_move(LaneState.PARKED):
+            raise IllegalTransition(f"KV lane {lane} is {rec.life.state.name}, only an ACTIVE lane can be parked")
+        if rec.length == 0 or not rec.on_device or rec.release_pending:
+            raise FailedPrecondition(f"KV lane {lane}: nothing trusted to park (length {rec.length})")
+        if len(tokens) != rec.length:
+            raise InvalidArgument(f"KV lane {lane}: {len(tokens)} tokens do not describe its {rec.length} KV tokens")
+        rec.life.move(LaneState.PARKED)
+        del self._by_owner[owner]
+        rec.owner, rec.reservation = None, None
+        rec.parked = Parked(tokens, hashes[: rec.length // BLOCK_TOKENS], next(self._ticks), now)
+        self._parked[lane] = rec
+
+    def drop_parked(self) -> list[int]:
+        """Every PARKED lane -> FREE: its KV is no longer trusted (a reset, or a fault with unknown
+        KV effect anywhere on the board). Lanes still open on the device are queued for KV Free.
+
+        Returns:
+            The lanes dropped.
+        """
+        dropped = sorted(self._parked)
+        for index in dropped:
+            rec = self._lanes[index]
+            self._unpark(rec)
+            rec.life.move(LaneState.FREE)
+            rec.length = 0
+            if rec.on_device:
+                rec.on_device = False
+                self._device_closes.append(index)
+            self._free.add(index)
+        return dropped
+
+    def take_device_closes(self) -> list[int]:
+        """Lanes evicted or dropped while open on the device, to close there (KV Free) before any
+        lane is opened again; each is returned once."""
+        closes, self._device_closes = self._device_closes, []
+        return closes
 
     def reserve(self, lane: int, owner: SequenceId, target_len: int, device_job_id: DeviceJobId) -> Reservation:
         """Reserve `lane` for one job extending it from its committed length to `target_len`.
@@ -396,9 +533,11 @@ class KVManager:
         self._owned(lane, owner).on_device = True
 
     def forget_device_lanes(self) -> None:
-        """The device dropped every lane (its configuration was reset): none is open any more."""
+        """The device dropped every lane (its configuration was reset): none is open any more, and
+        none needs closing."""
         for rec in self._lanes:
             rec.on_device = False
+        self._device_closes.clear()
 
     def release_when_idle(self, lane: int, owner: SequenceId) -> bool:
         """Release now if no job is in flight on the lane; otherwise mark it so the commit,
@@ -445,6 +584,14 @@ class KVManager:
                 f"(lane is {rec.life.state.name})"
             )
         return rec
+
+    def _unpark(self, rec: _Lane) -> Parked:
+        """Take a PARKED lane out of the parked set (the caller moves its state)."""
+        parked = rec.parked
+        assert parked is not None, "a PARKED lane always has its record"
+        rec.parked = None
+        del self._parked[rec.index]
+        return parked
 
     def _end_reservation(self, rec: _Lane) -> LaneSnapshot:
         rec.reservation = None

@@ -240,7 +240,8 @@ class ModelManager:
             step.move(ModelState.CONFIGURING, "configuring on the device")
             self._make_room(alias, drain_s)
             model = self._configure(alias, package_dir, manifest, drain_s)
-            rt.attach(self.device, model, self.engine.engine_slots, self.engine.config.synchronous)
+            config = self.engine.config
+            rt.attach(self.device, model, self.engine.engine_slots, config.synchronous, config.policy.prefill_chunk)
             step.move(ModelState.WARMING, "running the golden prefill/decode check")
             self.engine.start_jobs(rt)
             self._golden_check(rt)

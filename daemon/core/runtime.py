@@ -3,14 +3,17 @@
 A `ModelRuntime` is created by the ModelManager when a package is configured and lives until
 that generation is unloaded. It bundles what the engine needs per generation: the device's
 `ConfiguredModel`, the `KVManager` for its lanes, the `JobPool` of its host buffers, the
-`Sampler`, and the submodels chosen for prefill and decode. Nothing in it outlives the
-generation; a completion carrying another generation never touches it.
+`Sampler`, the submodels chosen for prefill and decode, its prefill chunk size and its prefix
+reuse figures. Nothing in it outlives the generation; a completion carrying another generation never
+touches it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
 from calculet.daemon.core.jobs import JobPool
 from calculet.daemon.core.kv import KVManager
 from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState
@@ -21,6 +24,25 @@ from calculet.daemon.errors import FailedPrecondition
 from calculet.daemon.lifecycle import Lifecycle
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.sampling.sampler import Sampler, SamplingPolicy
+
+
+@dataclass
+class PrefixStats:
+    """Prefix reuse of one generation since it was configured (mutated under the engine lock).
+
+    Attributes:
+        hits / misses: new jobs that took a parked lane's prefix / that took a lane cold.
+        hit_tokens / miss_tokens: their prompt (+ resumed) tokens served from KV / prefilled.
+        evictions: parked lanes emptied for a job that found no FREE lane.
+        dropped: parked lanes dropped after a reset or a fault.
+    """
+
+    hits: int = 0
+    misses: int = 0
+    hit_tokens: int = 0
+    miss_tokens: int = 0
+    evictions: int = 0
+    dropped: int = 0
 
 
 class ModelRuntime:
@@ -59,6 +81,9 @@ class ModelRuntime:
         self.ready_at: float | None = None  # unix time of publication
         self.drained_jobs = 0  # jobs that finished while it drained for unload
         self.interrupted_jobs = 0  # jobs the drain timeout cut off (ERROR + UNAVAILABLE)
+        self.prefill_chunk = 0  # tokens one prefill job carries (set by `attach`)
+        self.chunked = False  # prefills longer than `prefill_chunk` run as several jobs
+        self.prefix = PrefixStats()
 
     @property
     def state(self) -> ModelState:
@@ -70,11 +95,13 @@ class ModelRuntime:
         model: ConfiguredModel,
         engine_slots: tuple[EngineSlot, ...],
         serial_sampling: bool = False,
+        chunk_setting: int = CHUNK_AUTO,
     ) -> None:
         """Build the per-generation state around a freshly configured model.
 
         The job pool's `epoch` counts buffer rebuilds within this model generation: it starts at 0
-        and moves on each time quarantined buffers force a rebuild.
+        and moves on each time quarantined buffers force a rebuild. `chunk_setting` (`chunking.py`)
+        decides the prefill chunk.
 
         Raises:
             FailedPrecondition: the model lacks a prefill or decode submodel.
@@ -86,6 +113,10 @@ class ModelRuntime:
             raise FailedPrecondition(f"model {self.alias}: package needs a prefill and a decode submodel")
         self.prefill = max(prefills, key=lambda s: s.max_tokens)
         self.decodes = decodes
+        self.chunked = chunk_setting != CHUNK_OFF
+        self.prefill_chunk = chunk_tokens(
+            chunk_setting, self.manifest.timing, self.prefill.max_tokens, decodes[-1].batch
+        )
         self.model = model
         self.kv = KVManager(model.lanes, model.lane_context, self.generation)
         self.pool = JobPool(device, [self.prefill, *decodes], 0, slots_per_key=1, engine_slots=engine_slots)
@@ -99,10 +130,11 @@ class ModelRuntime:
     @property
     def limits(self) -> ModelLimits:
         assert self.model is not None and self.prefill is not None
+        context = min(self.model.lane_context, self.manifest.context)
         return ModelLimits(
             vocab_size=self.model.vocab_size,
-            context=min(self.model.lane_context, self.manifest.context),
-            prefill_tokens=self.prefill.max_tokens,
+            context=context,
+            prefill_tokens=context if self.chunked else self.prefill.max_tokens,  # chunks reach any length
             eos_token_ids=self.eos_ids,
         )
 

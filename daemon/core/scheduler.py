@@ -6,10 +6,22 @@ them into `JobPlan`s; it never touches the device. Order of preference for each 
 1. RECOVER sequences (lost KV) re-prefill first: they already hold a lane and a client waits.
 2. decode-ready sequences, up to the largest decode batch, highest priority then least recently
    served; the model whose ready sequence has waited longest goes first;
-3. a new prefill into a free lane — short prompts before long ones, but a long prompt is served once
-   `long_prefill_budget` short-prompt tokens have passed it (token budget), and any prefill is served
-   before decode once `max_prefill_defer` decode jobs have passed it while it was admissible
-   (bounded wait), so neither queue starves.
+3. a prefill: first the next chunk of a PARTIAL sequence (a long prompt part-way through its
+   chunks, oldest first: it holds a lane already), then a new prefill into a free lane — short
+   prompts before long ones, but a long prompt is served once `long_prefill_budget` short-prompt
+   tokens have passed it (token budget), and any prefill (chunk) is served before decode once
+   `max_prefill_defer` decode jobs have passed it while it was admissible (bounded wait), so neither
+   queue starves.
+
+Chunked prefill: a prefill job carries at most the model's `prefill_chunk` tokens from the lane's
+committed length on (`past_kv_len` = the chunk's offset). With two in-flight slots a decode job and
+a chunk alternate on the banks, so a running stream waits at most one chunk; with one slot the
+`max_prefill_defer` rule interleaves them. A long prompt finishes in bounded time: each chunk is
+served after at most `max_prefill_defer` decode jobs.
+
+Prefix reuse: a new sequence's lane comes from `KVManager.take`, which matches its prefill tokens
+against the generation's parked lanes (`prefix_match.py`); the lane keeps the shared prefix and the
+prefill starts after it. Its `cached_tokens` (usage) and the generation's `PrefixStats` record it.
 
 With two in-flight slots a prefill naturally runs beside a decode job on other lanes: the decode job
 holds every ready lane, so the other slot takes the prefill.
@@ -20,6 +32,12 @@ job (state PREFILL/DECODE) with each row's target KV length; `unplan` takes them
 never starts; `release_lane` frees a finished sequence's lane and `lose_lane` marks the lane of a
 sequence outside any job untrusted. The executor only reserves, commits or rolls back the rows a plan
 gave it. How many lanes a generation uses is read from its `KVManager`, never counted on the side.
+A finished sequence's lane is parked instead of freed when `release_lane` is told to park it.
+
+Admission bound: `queue_depth` counts only requests that wait for a lane. A request that arrives
+while its generation has more free (or parked) lanes than requests queued ahead of it will get one
+at the next plan, so it is queued whatever the depth; a burst of `lanes + queue_depth` is admitted
+whole and the next request is refused.
 
 Lock: none of its own. The engine lock guards the scheduler, its admission queues and (through it)
 the generations' KV managers; every method is called with it held.
@@ -28,16 +46,19 @@ the generations' KV managers; every method is called with it held.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from calculet.daemon.core.admission import AdmissionQueue
-from calculet.daemon.core.kv import LaneState
+from calculet.daemon.core.chunking import CHUNK_AUTO
+from calculet.daemon.core.kv import LaneHandle, LaneState
+from calculet.daemon.core.prefix_match import LaneSource
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType
+from calculet.daemon.errors import Overloaded
 
 DECODE_JOBS_AUTO = 0
 """`SchedulingPolicy.decode_jobs_per_model`: a second decode cohort only when it would be full."""
@@ -60,9 +81,14 @@ class SchedulingPolicy:
             step. `DECODE_JOBS_AUTO` (0, the default) starts a second cohort only when the ready
             sequences alone fill the largest decode batch: then it shrinks no batch (they could not
             have joined the running job) and the host time between steps leaves the critical path.
-        queue_depth: waiting requests per queue before Submit is refused (RESOURCE_EXHAUSTED).
+        queue_depth: requests of one generation that may wait for a lane before Submit is refused
+            (RESOURCE_EXHAUSTED); requests a free or parked lane awaits do not count.
         admission_timeout_s: how long a request may wait for a lane before it is refused.
         priority_aging_s: waiting time that raises a request's priority by one.
+        prefix_reuse: finished sequences park their lanes and new ones match against them.
+        prefix_min_tokens: the shortest shared prefix a sequence takes a parked lane for.
+        prefill_chunk: `chunking.CHUNK_AUTO`, `CHUNK_OFF` or tokens per prefill job (resolved per
+            model when it is configured: `ModelRuntime.prefill_chunk`).
     """
 
     max_active: int = 1 << 30
@@ -73,6 +99,9 @@ class SchedulingPolicy:
     queue_depth: int = 1024
     admission_timeout_s: float = 30.0
     priority_aging_s: float | None = 5.0
+    prefix_reuse: bool = True
+    prefix_min_tokens: int = 16
+    prefill_chunk: int = CHUNK_AUTO
 
 
 @dataclass
@@ -97,10 +126,12 @@ class Scheduler:
     def __init__(self, policy: SchedulingPolicy) -> None:
         self.policy = policy
         aging = policy.priority_aging_s
-        self.short: AdmissionQueue[Sequence] = AdmissionQueue(policy.queue_depth, aging_s=aging)
-        self.long: AdmissionQueue[Sequence] = AdmissionQueue(policy.queue_depth, aging_s=aging)
+        self.short: AdmissionQueue[Sequence] = AdmissionQueue(None, aging_s=aging)  # bounded by `enqueue`
+        self.long: AdmissionQueue[Sequence] = AdmissionQueue(None, aging_s=aging)
         self.ready: OrderedDict[str, Sequence] = OrderedDict()  # least recently served first
         self.recover: deque[Sequence] = deque()
+        self.partial: deque[Sequence] = deque()  # part-way through a chunked prefill, oldest first
+        self._queued: Counter[int] = Counter()  # sequences in short/long per generation
         self.orphans: list[Sequence] = []  # recovering sequences whose generation no longer runs
         self._short_tokens_passed_long = 0
         self._decodes_passed_prefill = 0
@@ -108,23 +139,34 @@ class Scheduler:
 
     # ---- bookkeeping --------------------------------------------------------------------
 
-    def enqueue(self, seq: Sequence) -> None:
+    def enqueue(self, seq: Sequence, free_lanes: int) -> None:
         """Queue a new sequence for admission.
 
+        Args:
+            free_lanes: FREE and PARKED lanes of its generation now: that many queued requests of the
+                generation get a lane at the next plan and do not count against `queue_depth`.
+
         Raises:
-            Overloaded: the queue is full.
+            Overloaded: `queue_depth` requests of the generation already wait for a lane.
         """
+        waiting_for_lane = self._queued[seq.generation] - free_lanes
+        if waiting_for_lane >= self.policy.queue_depth:
+            raise Overloaded(
+                f"admission queue full ({self.policy.queue_depth} requests wait for a KV lane)", retry_after_s=1.0
+            )
         deadline = time.monotonic() + self.policy.admission_timeout_s
         if seq.deadline is not None:
             deadline = min(deadline, seq.deadline)
         queue = self.short if len(seq.prefill_tokens) <= self.policy.short_prefill_tokens else self.long
         queue.enqueue(seq.job_id, seq, deadline=deadline, priority=seq.request.priority)
+        self._queued[seq.generation] += 1
 
     def remove_waiting(self, seq: Sequence) -> bool:
         """Take a sequence out of the admission queues (cancel). Returns whether it was there."""
         for queue in (self.short, self.long):
             if seq.job_id in queue:
                 queue.cancel(seq.job_id)
+                self._dequeued(seq)
                 return True
         return False
 
@@ -135,25 +177,50 @@ class Scheduler:
         self.ready.pop(seq.job_id, None)
         self.recover.append(seq)
 
+    def mark_partial(self, seq: Sequence) -> None:
+        """A chunk of the sequence's prefill is done; its next chunk waits."""
+        self.partial.append(seq)
+
     def forget(self, seq: Sequence) -> None:
-        """The sequence left the READY/RECOVER sets (finished or cancelled)."""
+        """The sequence left the READY/RECOVER/PARTIAL sets (finished or cancelled)."""
         self.ready.pop(seq.job_id, None)
         if seq in self.recover:
             self.recover.remove(seq)
+        if seq in self.partial:
+            self.partial.remove(seq)
+
+    def holding_kv(self, generation: int) -> list[Sequence]:
+        """Sequences of `generation` outside any job whose lane holds KV they rely on (READY, PARTIAL)."""
+        return [s for s in (*self.ready.values(), *self.partial) if s.generation == generation]
+
+    def _dequeued(self, seq: Sequence) -> None:
+        self._queued[seq.generation] -= 1
+        if not self._queued[seq.generation]:
+            del self._queued[seq.generation]
 
     # ---- lanes ----------------------------------------------------------------------------
 
-    def release_lane(self, seq: Sequence, rt: ModelRuntime | None) -> int | None:
-        """Free the lane of a sequence that is not in a job (it finished). `rt` None: its generation
-        is gone, and its lanes with it.
+    def release_lane(self, seq: Sequence, rt: ModelRuntime | None, *, park_at: float | None = None) -> int | None:
+        """Free (or park) the lane of a sequence that is not in a job (it finished). `rt` None: its
+        generation is gone, and its lanes with it.
+
+        Args:
+            park_at: park the lane (monotonic now) when its KV is trusted (ACTIVE, non-empty, open on
+                the device): it keeps `prefill_tokens[:length]` for a later sequence; None frees it.
 
         Returns:
-            The lane, when it was open on the device and must be closed there (KV Free).
+            The lane, when it was freed while open on the device and must be closed there (KV Free).
         """
         lane, seq.lane = seq.lane, None
-        if lane is not None and rt is not None and rt.kv is not None and rt.kv.release(lane, seq.job_id):
-            return lane
-        return None
+        if lane is None or rt is None or rt.kv is None:
+            return None
+        if park_at is not None:
+            held = rt.kv.lane(lane)
+            if held.state is LaneState.ACTIVE and held.length and not rt.kv.needs_open(lane):
+                tokens = seq.prefill_array()[: held.length]
+                rt.kv.park(lane, seq.job_id, tokens, tuple(seq.block_hashes(held.length)), park_at)
+                return None
+        return lane if rt.kv.release(lane, seq.job_id) else None
 
     def lose_lane(self, seq: Sequence, rt: ModelRuntime) -> None:
         """The KV of a sequence outside any job is no longer trusted (its lane was cleared, or its job
@@ -164,7 +231,7 @@ class Scheduler:
 
     def unplan(self, plan: JobPlan) -> None:
         """Take back the sequences of a plan whose job never started (no free job context): a prefill
-        re-prefills its lane from scratch, a decode row is ready again."""
+        (chunk) re-prefills its lane from scratch, a decode row is ready again."""
         for seq in plan.seqs:
             if plan.task is TaskType.PREFILL:
                 self.lose_lane(seq, plan.runtime)
@@ -176,20 +243,19 @@ class Scheduler:
 
     def _hand_to_job(self, plan: JobPlan) -> JobPlan:
         """Give a prefill's sequence its lane, move the plan's sequences into the job and fill in each
-        row's target KV length."""
-        kv = plan.runtime.kv
+        row's target KV length (a prefill: at most one chunk past what the lane holds)."""
+        rt = plan.runtime
+        kv = rt.kv
         assert kv is not None
         for seq in plan.seqs:
             if plan.task is TaskType.PREFILL:
                 if seq.state is SeqState.RECOVER and seq.lane is not None:
                     kv.rebuild(seq.lane, seq.job_id)
-                else:
-                    handle = kv.assign(seq.job_id)
-                    assert handle is not None, "a prefill was planned without a free lane"
-                    seq.lane = handle.lane
-                    seq.t_admit = time.monotonic()
+                elif seq.state is not SeqState.PARTIAL:
+                    self._take_lane(seq, rt)
                 assert seq.lane is not None
-                plan.targets.append((seq.lane, len(seq.prefill_tokens)))
+                past = kv.lane(seq.lane).length
+                plan.targets.append((seq.lane, min(len(seq.prefill_tokens), past + rt.prefill_chunk)))
                 seq.lifecycle.move(SeqState.PREFILL)
             else:
                 assert seq.lane is not None
@@ -197,24 +263,54 @@ class Scheduler:
                 seq.lifecycle.move(SeqState.DECODE)
         return plan
 
+    def _take_lane(self, seq: Sequence, rt: ModelRuntime) -> LaneHandle:
+        """A lane for a sequence that holds none: matched against the parked lanes on its first
+        admission (client jobs, prefix reuse on), else any FREE or evicted one."""
+        assert rt.kv is not None
+        first = seq.state is SeqState.WAITING
+        matching = first and self.policy.prefix_reuse and not seq.internal
+        tokens = seq.prefill_array() if matching else None
+        handle = rt.kv.take(seq.job_id, tokens, self.policy.prefix_min_tokens)
+        assert handle is not None, "a prefill was planned without a free or parked lane"
+        seq.lane = handle.lane
+        if handle.source is LaneSource.EVICTED:
+            rt.prefix.evictions += 1
+        if first:
+            seq.t_admit = time.monotonic()
+            seq.cached_tokens = handle.kept
+            seq.seed_block_hashes(handle.kept_hashes)
+            stats = rt.prefix
+            if handle.kept:
+                stats.hits += 1
+            elif not seq.internal:
+                stats.misses += 1
+            stats.hit_tokens += handle.kept
+            stats.miss_tokens += 0 if seq.internal else len(seq.prefill_tokens) - handle.kept
+        return handle
+
     def expire(self, now: float) -> list[Sequence]:
-        return [*self.short.expire(now), *self.long.expire(now)]
+        expired = [*self.short.expire(now), *self.long.expire(now)]
+        for seq in expired:
+            self._dequeued(seq)
+        return expired
 
     def next_deadline(self) -> float | None:
         times = [t for t in (self.short.next_deadline(), self.long.next_deadline()) if t is not None]
         return min(times) if times else None
 
     def depths(self, generation: int, sequences: Iterable[Sequence]) -> tuple[int, int, int]:
-        """(decode-ready, short-prefill, long-prefill) sequences of one generation, as queued."""
+        """(decode-ready, short-prefill, long-prefill) sequences of one generation, as queued; a
+        PARTIAL sequence (the next chunk of a long prompt) counts as a long prefill."""
         mine = [s for s in sequences if s.generation == generation]
         return (
             sum(1 for s in mine if s.job_id in self.ready),
             sum(1 for s in mine if s.job_id in self.short),
-            sum(1 for s in mine if s.job_id in self.long),
+            sum(1 for s in mine if s.job_id in self.long or s.state is SeqState.PARTIAL),
         )
 
     def waiting(self) -> int:
-        return len(self.short) + len(self.long)
+        """Prefills waiting: queued requests and PARTIAL sequences' next chunks."""
+        return len(self.short) + len(self.long) + len(self.partial)
 
     # ---- the choice ---------------------------------------------------------------------
 
@@ -291,6 +387,15 @@ class Scheduler:
         return in_flight < jobs
 
     def _plan_prefill(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
+        for held in list(self.partial):  # the next chunk of a prompt part-way through, oldest first
+            held_rt = runtimes.get(held.generation)
+            if held_rt is None or held_rt.prefill is None:
+                self.partial.remove(held)
+                self.orphans.append(held)  # its generation is gone; the engine fails it
+            elif self._eligible(held):
+                self.partial.remove(held)
+                return JobPlan(held_rt, TaskType.PREFILL, held_rt.prefill, [held])
+
         def admissible(seq: Sequence) -> bool:
             rt = runtimes.get(seq.generation)
             return (
@@ -307,6 +412,7 @@ class Scheduler:
             seq = queue.pop_ready(admissible)
             if seq is None:
                 continue
+            self._dequeued(seq)
             if queue is self.long:
                 self._short_tokens_passed_long = 0
             elif len(self.long):

@@ -10,6 +10,11 @@ KV invariant while READY: the lane holds `prompt + generated[:-1]`, and `generat
 next decode input. A (re-)prefill feeds `prompt + generated` and samples the next token from
 its logits, which restores the invariant; that is how resumed and recovered sequences continue
 with exactly the tokens of an undisturbed run (sampling is keyed by (seed, step)).
+
+In every state the lane's committed KV holds `prefill_tokens[:length]` (length from the KV
+manager). A prefill starts at that length: 0 on a cold lane, the kept prefix on a parked lane it
+took, the chunks done so far while PARTIAL. A prefill longer than the model's chunk runs as several
+device jobs; between them the sequence is PARTIAL and no token is sampled.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from enum import Enum, auto
 
 import numpy as np
 
+from calculet.client.prefix import BLOCK_TOKENS, block_hashes
 from calculet.daemon.core.events import EventLog, FinishReason, Timings, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.errors import ErrorKind
@@ -32,13 +38,15 @@ class SeqState(Enum):
     READY = auto()  # has a lane, waiting for its next decode job
     DECODE = auto()  # decode job in flight
     RECOVER = auto()  # lane KV lost; waiting for a re-prefill
+    PARTIAL = auto()  # has a lane holding part of its prefill; waiting for the next prefill chunk
     DONE = auto()
 
 
 SEQ_TRANSITIONS = table(
     [
         (SeqState.WAITING, [SeqState.PREFILL, SeqState.DONE]),
-        (SeqState.PREFILL, [SeqState.READY, SeqState.RECOVER, SeqState.DONE]),
+        (SeqState.PREFILL, [SeqState.READY, SeqState.PARTIAL, SeqState.RECOVER, SeqState.DONE]),
+        (SeqState.PARTIAL, [SeqState.PREFILL, SeqState.RECOVER, SeqState.DONE]),
         (SeqState.READY, [SeqState.DECODE, SeqState.RECOVER, SeqState.DONE]),
         (SeqState.DECODE, [SeqState.READY, SeqState.RECOVER, SeqState.DONE]),
         (SeqState.RECOVER, [SeqState.PREFILL, SeqState.DONE]),
@@ -61,6 +69,8 @@ class Sequence:
         # An error to report instead of CANCELLED when the cancel came from unload/drain.
         self.pending_error: tuple[FinishReason, ErrorKind | None, str] | None = None
         self.recoveries = 0
+        self.cached_tokens = 0  # prompt (+ resumed) tokens a parked lane held at admission (usage)
+        self._block_hashes: list[int] = []  # chained hashes of prefill_tokens' first blocks (a cache)
         self.history: TokenHistory | None = None  # penalties' view of prompt + generated (engine sets it)
         self.capture_logits = False  # warm-up probes keep the first step's logits
         self.internal = False  # a warm-up probe, not a client request (not counted in Status)
@@ -86,6 +96,33 @@ class Sequence:
     def prefill_tokens(self) -> list[int]:
         """Tokens a (re-)prefill feeds: the prompt and every completion token so far."""
         return [*self.request.prompt_tokens, *self.generated]
+
+    def prefill_slice(self, start: int, end: int) -> list[int]:
+        """`prefill_tokens[start:end]` without building the whole list (a chunk of a long prompt)."""
+        prompt = self.request.prompt_tokens
+        head = list(prompt[start:end])
+        if end > len(prompt):
+            head += self.generated[max(0, start - len(prompt)) : end - len(prompt)]
+        return head
+
+    def prefill_array(self) -> np.ndarray:
+        """`prefill_tokens` as an int32 array (the prefix matcher's and a parked lane's form)."""
+        return np.fromiter(self.prefill_tokens, dtype=np.int32, count=len(self.prompt) + len(self.generated))
+
+    def block_hashes(self, tokens: int) -> list[int]:
+        """Chained hashes of the full blocks of `prefill_tokens[:tokens]` (`calculet.client.prefix`),
+        computed once per block and kept: prefill tokens only ever grow."""
+        blocks = min(tokens, len(self.prompt) + len(self.generated)) // BLOCK_TOKENS
+        known = self._block_hashes
+        if blocks > len(known):
+            known += block_hashes(self.prefill_tokens[: blocks * BLOCK_TOKENS], start=len(known),
+                                  prev=known[-1] if known else 0)  # fmt: skip
+        return known[:blocks]
+
+    def seed_block_hashes(self, hashes: tuple[int, ...]) -> None:
+        """Start the hash cache from a parked lane's hashes of the prefix this sequence shares."""
+        if not self._block_hashes:
+            self._block_hashes = list(hashes)
 
     @property
     def kv_len_when_ready(self) -> int:
@@ -125,7 +162,7 @@ class Sequence:
 
     def usage(self) -> Usage:
         resumed = len(self.request.resume_tokens)
-        return Usage(len(self.request.prompt_tokens), len(self.generated), resumed)
+        return Usage(len(self.request.prompt_tokens), len(self.generated), resumed, self.cached_tokens)
 
     def timings(self) -> Timings:
         now = time.monotonic()

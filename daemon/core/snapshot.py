@@ -14,7 +14,7 @@ from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BoardHalt, BudgetView
-from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome, UtilizationView
+from calculet.daemon.core.status import JobView, PoolView, PrefixCacheView, QueueView, ResetOutcome, UtilizationView
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,12 @@ class GenerationView:
     Attributes:
         published: its alias points at it.
         waiting / running: its client jobs queued for a lane, and holding one.
-        free_lanes / lanes_total: its KV lanes (0 / 0 before it is configured).
+        free_lanes / lanes_total: its KV lanes (0 / 0 before it is configured); free counts parked.
+        prefix_cache: its prefix reuse figures (None before it is configured).
+        prefix_hashes / prefix_truncated: the block hashes its lanes hold (`prefix_advert.py`), None
+            when prefix reuse is off; whether the bound left some out.
+        pending_prefill_tokens: prompt tokens its client jobs still have to prefill.
+        prefill_chunk_tokens: tokens one prefill job carries (0 before it is configured).
     """
 
     alias: str
@@ -58,6 +63,11 @@ class GenerationView:
     running: int
     free_lanes: int
     lanes_total: int
+    prefix_cache: PrefixCacheView | None = None
+    prefix_hashes: tuple[int, ...] | None = None
+    prefix_truncated: bool = False
+    pending_prefill_tokens: int = 0
+    prefill_chunk_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,21 @@ class QueueView:
 
 
 @dataclass(frozen=True)
+class PrefixCacheView:
+    """Prefix reuse of one generation (observe.proto `PrefixCacheStatus`; `runtime.PrefixStats`)."""
+
+    enabled: bool
+    min_tokens: int
+    parked_lanes: int
+    hit_tokens: int = 0
+    miss_tokens: int = 0
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
 class ModelView:
     alias: str
     generation: int
@@ -52,6 +67,8 @@ class ModelView:
     queues: QueueView
     message: str = ""
     package_hash: str = ""  # SHA-256 of calculet-package.json
+    prefix_cache: PrefixCacheView | None = None  # None before the generation is configured
+    prefill_chunk_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,6 +182,10 @@ class ModelLoadView:
     running: int
     free_lanes: int
     lanes_total: int
+    parked_lanes: int = 0
+    pending_prefill_tokens: int = 0
+    prefix_hashes: tuple[int, ...] | None = None  # None: prefix reuse off (nothing advertised)
+    prefix_truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,3 +217,7 @@ class ModelInfoView:
     model_max_length: int
     tokenizer_json: bytes
     chat_template: str
+    prefill_fixed_ms: float = 0.0
+    prefill_ms_per_token: float = 0.0
+    decode_step_ms: float = 0.0
+    prefill_chunk_tokens: int = 0

@@ -35,10 +35,22 @@ def health_view(snap: EngineSnapshot, device_healthy: bool) -> HealthView:
 
 
 def load_view(board: str, snap: EngineSnapshot, health: HealthView) -> LoadView:
-    """WatchLoad's report: per published generation, queued and running jobs and free lanes."""
+    """WatchLoad's report: per published generation, queued and running jobs, free (and parked)
+    lanes, prefill work pending and the block hashes of what its lanes hold."""
     models = tuple(
         ModelLoadView(
-            g.alias, g.generation, g.state, g.state.serving, g.waiting, g.running, g.free_lanes, g.lanes_total
+            g.alias,
+            g.generation,
+            g.state,
+            g.state.serving,
+            g.waiting,
+            g.running,
+            g.free_lanes,
+            g.lanes_total,
+            g.prefix_cache.parked_lanes if g.prefix_cache is not None else 0,
+            g.pending_prefill_tokens,
+            g.prefix_hashes,
+            g.prefix_truncated,
         )
         for g in snap.published
     )
@@ -58,6 +70,8 @@ def model_view(g: GenerationView, package_path: str, package_hash: str) -> Model
         g.queues,
         g.message,
         package_hash,
+        g.prefix_cache,
+        g.prefill_chunk_tokens,
     )
 
 

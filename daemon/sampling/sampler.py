@@ -39,7 +39,7 @@ from enum import Enum
 import numpy as np
 
 from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.sampling.bf16 import BF16, Bf16Row, to_float32
+from calculet.daemon.sampling.bf16 import BF16, NEG_NONFINITE, POS_NONFINITE, Bf16Row, to_float32
 from calculet.daemon.sampling.penalties import apply_penalties
 from calculet.daemon.sampling.row import DEFAULT_GROUP, RowFinisher
 from calculet.daemon.sampling.rowmath import RowScratch
@@ -113,6 +113,15 @@ class Sampler:
             if self.policy is SamplingPolicy.SERIAL:
                 return self._sample_serial(logits, rows)
             return [self._sample_row(logits[r], row) for r, row in enumerate(rows)]
+
+    @staticmethod
+    def finite(logits_row: np.ndarray) -> bool:
+        """Whether a row of logits (bfloat16 or float32) holds no NaN or infinity: the check a row
+        that is not sampled (a prefill chunk's) still gets, so a numeric fault never goes unseen."""
+        if logits_row.dtype == BF16:
+            bits = logits_row.view(np.int16)
+            return int(bits.max()) < POS_NONFINITE and int(logits_row.view(np.uint16).max()) < NEG_NONFINITE
+        return bool(np.isfinite(logits_row).all())
 
     def _sample_row(self, logits_row: np.ndarray, row: RowSampling) -> RowResult:
         history = row.history if row.params.has_penalties else None

@@ -19,7 +19,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.status import StatusView
+from calculet.daemon.core.status import PrefixCacheView, StatusView
 from calculet.daemon.telemetry.registry import package_version
 
 Labels = dict[str, str]
@@ -50,12 +50,35 @@ def _requests(view: StatusView, waiting: bool) -> Points:
 
 
 def _lanes(view: StatusView, what: str) -> Points:
+    """Lanes used (held by a request), parked (a finished conversation's KV kept warm: free for
+    admission) and total, per generation."""
     points = []
     for m in view.models:
         total = len(m.lanes)
-        used = sum(1 for lane in m.lanes if lane.state is not LaneState.FREE)
-        value = {"used": used, "total": total, "ratio": used / total if total else 0.0}[what]
+        parked = sum(1 for lane in m.lanes if lane.state is LaneState.PARKED)
+        used = total - parked - sum(1 for lane in m.lanes if lane.state is LaneState.FREE)
+        ratio = used / total if total else 0.0
+        value = {"used": used, "parked": parked, "total": total, "ratio": ratio}[what]
         points.append((value, {"model": m.alias, "generation": str(m.generation)}))
+    return points
+
+
+def _prefix(view: StatusView, read: Callable[[PrefixCacheView], int]) -> Points:
+    """One prefix-reuse figure per configured generation."""
+    return [
+        (read(m.prefix_cache), {"model": m.alias, "generation": str(m.generation)})
+        for m in view.models
+        if m.prefix_cache is not None
+    ]
+
+
+def _prefix_tokens(view: StatusView) -> Points:
+    points: list[tuple[float, Labels]] = []
+    for m in view.models:
+        if m.prefix_cache is not None:
+            labels = {"model": m.alias, "generation": str(m.generation)}
+            points.append((m.prefix_cache.hit_tokens, {**labels, "result": "hit"}))
+            points.append((m.prefix_cache.miss_tokens, {**labels, "result": "miss"}))
     return points
 
 
@@ -114,9 +137,22 @@ def _device_jobs(view: StatusView) -> Points:
 GAUGES: tuple[Gauge, ...] = (
     Gauge("calculet_requests_running", False, "", "Requests holding a KV lane", lambda v: _requests(v, False)),
     Gauge("calculet_requests_waiting", False, "", "Requests queued for a KV lane", lambda v: _requests(v, True)),
-    Gauge("calculet_kv_lane_usage_ratio", False, "1", "KV lanes not free / lanes", lambda v: _lanes(v, "ratio")),
-    Gauge("calculet_kv_lanes_used", False, "", "KV lanes not free", lambda v: _lanes(v, "used")),
+    Gauge("calculet_kv_lane_usage_ratio", False, "1", "KV lanes held by requests / lanes",
+          lambda v: _lanes(v, "ratio")),
+    Gauge("calculet_kv_lanes_used", False, "", "KV lanes held by requests", lambda v: _lanes(v, "used")),
+    Gauge("calculet_kv_lanes_parked", False, "", "KV lanes keeping a finished job's KV (count as free)",
+          lambda v: _lanes(v, "parked")),
     Gauge("calculet_kv_lanes_total", False, "", "KV lanes of the model", lambda v: _lanes(v, "total")),
+    Gauge("calculet_prefix_cache_tokens_total", True, "",
+          "Prompt tokens served from parked KV (hit) or prefilled (miss)", _prefix_tokens),
+    Gauge("calculet_prefix_cache_hits_total", True, "", "Requests that took a parked lane's prefix",
+          lambda v: _prefix(v, lambda p: p.hits)),
+    Gauge("calculet_prefix_cache_misses_total", True, "", "Requests that took a lane cold",
+          lambda v: _prefix(v, lambda p: p.misses)),
+    Gauge("calculet_prefix_cache_evictions_total", True, "", "Parked lanes emptied for a request (LRU)",
+          lambda v: _prefix(v, lambda p: p.evictions)),
+    Gauge("calculet_prefix_cache_dropped_total", True, "", "Parked lanes dropped after a reset or fault",
+          lambda v: _prefix(v, lambda p: p.dropped)),
     Gauge("calculet_queue_depth", False, "", "Scheduler queues", _queues),
     Gauge("calculet_inflight_jobs", False, "", "Device jobs in flight", lambda v: _one(v.inflight)),
     Gauge("calculet_inflight_limit", False, "", "Device jobs allowed in flight", lambda v: _one(v.max_inflight)),

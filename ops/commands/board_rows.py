@@ -6,7 +6,8 @@ Pure data: `board_row(target, status)` / `unreachable_row(target, error)` -> `Bo
 `BoardRow.to_json()`, the documented `--json` shape (docs/operations.md, "calctl status --json"):
 
     {"target": str, "name": str, "health": "serving"|"draining"|"not_serving"|"unreachable",
-     "models": [{"alias": str, "generation": int, "state": str, "lanes_used": int, "lanes_total": int}],
+     "models": [{"alias": str, "generation": int, "state": str, "lanes_used": int, "lanes_parked": int,
+                 "lanes_total": int}],
      "queue": int|null, "inflight": int|null, "tokens_per_second": float|null,
      "busy_ratio": float|null, "resets": int|null, "error": str|null}
 
@@ -24,16 +25,19 @@ from calculet.ops.commands.status_view import device_utilization, model_state, s
 from calculet.v1 import observe_pb2
 
 UNREACHABLE = "unreachable"
+_IDLE_LANES = (observe_pb2.LANE_STATE_FREE, observe_pb2.LANE_STATE_PARKED)  # held by no request
 
 
 @dataclass(frozen=True)
 class ModelRow:
-    """One model alias on a board: its generation, lifecycle state and KV lanes (used = not FREE)."""
+    """One model alias on a board: its generation, lifecycle state and KV lanes (used: held by a request;
+    parked: a finished conversation's KV kept warm, free for admission)."""
 
     alias: str
     generation: int
     state: str
     lanes_used: int
+    lanes_parked: int
     lanes_total: int
 
 
@@ -82,7 +86,8 @@ def board_row(target: str, status: observe_pb2.StatusResponse) -> BoardRow:
             alias=m.alias,
             generation=m.generation,
             state=model_state(m.state).lower(),
-            lanes_used=sum(1 for lane in m.lanes if lane.state != observe_pb2.LANE_STATE_FREE),
+            lanes_used=sum(1 for lane in m.lanes if lane.state not in _IDLE_LANES),
+            lanes_parked=sum(1 for lane in m.lanes if lane.state == observe_pb2.LANE_STATE_PARKED),
             lanes_total=len(m.lanes),
         )
         for m in status.models

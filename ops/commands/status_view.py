@@ -83,23 +83,27 @@ def _chips(d: observe_pb2.DeviceInfo) -> Table:
 
 def _models(models: Sequence[observe_pb2.ModelStatus]) -> Table:
     table = Table(title="models", title_justify="left")
-    for name in ("alias", "state", "gen", "package", "lanes free/active/reserved/unknown", "queues d/s/l", "ready at"):
+    columns = ("alias", "state", "gen", "package", "lanes free/parked/active/reserved/unknown", "queues d/s/l",
+               "prefix hit/miss tokens", "ready at")  # fmt: skip
+    for name in columns:
         table.add_column(name)
     for m in models:
         counts = [sum(1 for lane in m.lanes if lane.state == st) for st in _LANE_ORDER]
-        q = m.queues
+        q, p = m.queues, m.prefix_cache
+        prefix = f"{p.hit_tokens}/{p.miss_tokens}" if p.enabled else "off"
         table.add_row(
             m.alias, model_state(m.state), str(m.generation), f"{m.package_name} ({m.package_path})",
             "/".join(map(str, counts)), f"{q.decode_ready}/{q.short_prefill}/{q.long_prefill}",
-            timestamp(m.ready_at) if m.HasField("ready_at") else "-",
+            prefix if m.HasField("prefix_cache") else "-", timestamp(m.ready_at) if m.HasField("ready_at") else "-",
         )  # fmt: skip
         if m.HasField("error"):
-            table.add_row("", Text(f"error: {m.error.message}"), "", "", "", "", "")
+            table.add_row("", Text(f"error: {m.error.message}"), *[""] * (len(columns) - 2))
     return table
 
 
 _LANE_ORDER = (
     observe_pb2.LANE_STATE_FREE,
+    observe_pb2.LANE_STATE_PARKED,
     observe_pb2.LANE_STATE_ACTIVE,
     observe_pb2.LANE_STATE_RESERVED,
     observe_pb2.LANE_STATE_UNKNOWN,

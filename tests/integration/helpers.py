@@ -8,6 +8,7 @@ import time
 from calculet.client import DaemonClient
 
 LANE_FREE = 1
+LANE_PARKED = 5  # a finished job's KV kept warm: held by no job, free for admission
 
 
 def idle_problems(client: DaemonClient) -> list[str]:
@@ -20,9 +21,9 @@ def idle_problems(client: DaemonClient) -> list[str]:
     if status.buffer_pool.in_use or status.buffer_pool.quarantined:
         problems.append(f"buffers in use {status.buffer_pool.in_use}, quarantined {status.buffer_pool.quarantined}")
     for m in status.models:
-        busy = [lane.index for lane in m.lanes if lane.state != LANE_FREE]
+        busy = [lane.index for lane in m.lanes if lane.state not in (LANE_FREE, LANE_PARKED) or lane.job_id]
         if busy:
-            problems.append(f"model {m.alias} gen {m.generation}: lanes not free {busy}")
+            problems.append(f"model {m.alias} gen {m.generation}: lanes held {busy}")
     return problems
 
 

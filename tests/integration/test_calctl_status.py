@@ -29,7 +29,14 @@ ROW_TYPES: dict[str, type | tuple[type, ...]] = {
     "resets": int,
     "error": type(None),
 }
-MODEL_TYPES: dict[str, type] = {"alias": str, "generation": int, "state": str, "lanes_used": int, "lanes_total": int}
+MODEL_TYPES: dict[str, type] = {
+    "alias": str,
+    "generation": int,
+    "state": str,
+    "lanes_used": int,
+    "lanes_parked": int,
+    "lanes_total": int,
+}
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Count."}], "max_tokens": 8, "seed": 3}
 
 

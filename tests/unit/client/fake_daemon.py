@@ -401,19 +401,22 @@ class FakeDaemon(daemon_pb2_grpc.DaemonServicer):
 
 
 def status_response(fake: FakeDaemon) -> observe_pb2.StatusResponse:
-    """A full board picture: 2 chips, the fake's models with 4 lanes in every lane state, 2 jobs."""
+    """A full board picture: 2 chips, the fake's models with 5 lanes in every lane state, 2 jobs."""
     started = Timestamp(seconds=1_790_000_000)
     lanes = [
         observe_pb2.LaneStatus(index=0, state=observe_pb2.LANE_STATE_ACTIVE, job_id="job-7", kv_length=37),
         observe_pb2.LaneStatus(index=1, state=observe_pb2.LANE_STATE_RESERVED, job_id="job-8", kv_length=0),
         observe_pb2.LaneStatus(index=2, state=observe_pb2.LANE_STATE_FREE),
         observe_pb2.LaneStatus(index=3, state=observe_pb2.LANE_STATE_UNKNOWN, job_id="job-9"),
+        observe_pb2.LaneStatus(index=4, state=observe_pb2.LANE_STATE_PARKED, kv_length=50, parked_s=3.5),
     ]
+    prefix = observe_pb2.PrefixCacheStatus(enabled=True, min_tokens=16, parked_lanes=1, hit_tokens=120, miss_tokens=30)
     models = [
         observe_pb2.ModelStatus(
             alias=m.alias, generation=m.generation, state=m.state, package_name=m.alias,
             package_hash="cd" * 32, package_path=m.package, lanes=lanes,
             queues=observe_pb2.QueueDepths(decode_ready=1, short_prefill=2, long_prefill=5), ready_at=started,
+            prefix_cache=prefix, prefill_chunk_tokens=64,
         )
         for m in sorted(fake.models.values(), key=lambda m: m.alias)
     ]  # fmt: skip

@@ -210,7 +210,7 @@ def test_observation_plane(daemon: str, fake: FakeDaemon) -> None:
 
     async def body(client: AsyncDaemonClient) -> None:
         assert (await client.health()).status == common_pb2.SERVING_STATUS_SERVING
-        assert len((await client.status()).models[0].lanes) == 4
+        assert len((await client.status()).models[0].lanes) == 5
         model = await client.get_model("tiny")
         assert isinstance(model, ModelInfo) and model.tokenizer_json == fake.tokenizer_json
         assert (model.vocab_size, model.state, model.eos_token_ids, model.bos_token_id) == (

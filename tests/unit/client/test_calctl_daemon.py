@@ -48,7 +48,8 @@ def test_status_summarises_the_board(capsys: pytest.CaptureFixture[str], daemon:
         assert fact in out, fact
     assert "9.00" in out and "10.00" in out and "16.00" in out  # DRAM used per chip, total
     model_row = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("tiny"))
-    assert "READY" in model_row and "1/1/1/1" in model_row and "1/2/5" in model_row
+    assert "READY" in model_row and "1/1/1/1/1" in model_row and "1/2/5" in model_row  # lanes by state, queues
+    assert "120/30" in model_row  # prefix hit/miss tokens
     lines = out.splitlines()
     assert any(all(fact in line for fact in ("ACTIVE", "job-7", "37")) for line in lines)
     assert any(all(fact in line for fact in ("UNKNOWN", "job-9")) for line in lines)
@@ -62,7 +63,7 @@ def test_status_shows_draining_and_json(capsys: pytest.CaptureFixture[str], daem
     code, out, _ = calctl(capsys, "status", "--daemon", daemon, "--json", "--full")
     data = json.loads(out)
     assert code == 0 and data["draining"] is True and data["health"] == "SERVING_STATUS_DRAINING"
-    assert [lane["kv_length"] for lane in data["models"][0]["lanes"]] == [37, 0, 0, 0]
+    assert [lane["kv_length"] for lane in data["models"][0]["lanes"]] == [37, 0, 0, 0, 50]
 
 
 # ---- health ----------------------------------------------------------------------------

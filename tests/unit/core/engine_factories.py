@@ -12,6 +12,7 @@ from typing import Any
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent, wait_finished
+from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.ops.sim_packages.build import build_sim_package
@@ -53,6 +54,20 @@ def request(
     stopping = StoppingParams(max_tokens=max_tokens, ignore_eos=kw.pop("ignore_eos", True))
     sampling = SamplingParams(seed=seed, temperature=temperature, **kw)
     return GenerationRequest(model, prompt, sampling, stopping, priority=priority)
+
+
+def assert_clean(core: DeviceCore, *, quarantine_ok: bool = True) -> None:
+    """Nothing leaked: no job, no device job, no buffer in use (nor quarantined unless
+    `quarantine_ok`), and every lane owned by no one (FREE, or PARKED: a finished job's KV kept warm,
+    which counts as free)."""
+    status = core.status()
+    assert not status.jobs, status.jobs
+    assert status.inflight == 0
+    assert status.pool.in_use == 0, status.pool
+    assert quarantine_ok or status.pool.quarantined == 0, status.pool
+    for m in status.models:
+        idle = all(lane.state in (LaneState.FREE, LaneState.PARKED) and lane.owner is None for lane in m.lanes)
+        assert idle, m.lanes
 
 
 def finish(core: DeviceCore, job_id: str, timeout: float = 30.0) -> tuple[list[int], FinalEvent]:

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from calculet.daemon.core.chunking import CHUNK_OFF
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.engine import Engine, EngineConfig
 from calculet.daemon.core.events import FinalEvent, FinishReason, wait_finished
-from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.core.runtime import ModelRuntime
@@ -26,7 +26,7 @@ from calculet.daemon.device.types import JobStatus
 from calculet.daemon.errors import DeadlineExceeded, ErrorKind, FailedPrecondition
 from calculet.daemon.package.manifest import load_manifest
 
-from .engine_factories import build_models, finish, generate_each, request, running_core, until
+from .engine_factories import assert_clean, build_models, finish, generate_each, request, running_core, until
 from .fakes import FakeDevice
 
 TIMEOUT = 20.0
@@ -55,15 +55,6 @@ def _serving(core: DeviceCore, alias: str = "tiny") -> ModelRuntime:
     rt = core.models.serving(alias)
     assert rt is not None and rt.sampler is not None and rt.kv is not None
     return rt
-
-
-def assert_clean(core: DeviceCore) -> None:
-    status = core.status()
-    assert not status.jobs, status.jobs
-    assert status.inflight == 0
-    assert status.pool.in_use == 0
-    for m in status.models:
-        assert all(lane.state is LaneState.FREE for lane in m.lanes), m.lanes
 
 
 @contextmanager
@@ -134,18 +125,36 @@ def test_configuration_reset_while_a_done_job_is_sampled_does_not_commit_cleared
 
 
 def test_lost_kv_of_a_sequence_longer_than_the_prefill_bucket_fails_that_job_not_the_board(models: Path) -> None:
-    """A CCU exception once prompt + generated exceeds the prefill bucket: the re-prefill cannot be
-    built. That one job must end with a typed error; the board and the other jobs keep serving."""
+    """Chunked prefill off: a CCU exception once prompt + generated exceeds the prefill bucket: the
+    re-prefill cannot be built. That one job must end with a typed error; the board and the other
+    jobs keep serving."""
     # Warm-up = 9 jobs (0..8); the traffic's prefill is job 9, so job 9 + n is decode step n.
     plan = {"faults": [{"kind": "ccu_exception", "job": 9 + 20}]}
     long_req = request(tuple(range(1, 21)), 40, seed=1, model="short")  # 20 + 20 > 32 at the fault
-    with running_core(models, model="short", device_options={"fault_plan": plan}) as core:
+    options = {"fault_plan": plan}
+    with running_core(models, model="short", device_options=options, prefill_chunk=CHUNK_OFF) as core:
         tokens, final = finish(core, core.submit(long_req).job_id)
         assert final.reason is FinishReason.ERROR and final.error_kind is ErrorKind.ABORTED, final
         assert len(tokens) == 1 + 19, "the prefill's token and decode steps 1..19 were delivered"
         assert core.health().serving, "one unrecoverable sequence must not stop the board"
         short_req = request((1, 2, 3), 5, seed=2, model="short")
         assert finish(core, core.submit(short_req).job_id)[1].reason is FinishReason.LENGTH
+        assert_clean(core)
+
+
+def test_with_chunked_prefill_a_sequence_longer_than_the_prefill_bucket_recovers_exactly(models: Path) -> None:
+    """The same fault with chunked prefill on (the default): the re-prefill of prompt + generated runs
+    as chunks of at most the bucket, and the job continues with the undisturbed run's tokens."""
+    plan = {"faults": [{"kind": "ccu_exception", "job": 9 + 20}]}
+    long_req = request(tuple(range(1, 21)), 40, seed=1, model="short")
+    with running_core(models, model="short") as core:
+        reference, _ = finish(core, core.submit(long_req).job_id)
+    with running_core(models, model="short", device_options={"fault_plan": plan}) as core:
+        rt = core.models.serving("short")
+        assert rt is not None and rt.prefill is not None and rt.prefill_chunk == rt.prefill.max_tokens == 32
+        tokens, final = finish(core, core.submit(long_req).job_id)
+        assert final.reason is FinishReason.LENGTH and tokens == reference
+        assert core.status().recoveries == 1
         assert_clean(core)
 
 

@@ -10,14 +10,22 @@ from pathlib import Path
 import pytest
 
 from calculet.daemon.calsim.faults import Fault, FaultKind
-from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.device.errors import ModelReleased
 from calculet.daemon.errors import ErrorKind, NotFound
 
-from .engine_factories import build_models, finish, generate_all, generate_each, request, running_core, until
+from .engine_factories import (
+    assert_clean,
+    build_models,
+    finish,
+    generate_all,
+    generate_each,
+    request,
+    running_core,
+    until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +44,6 @@ def _reqs(n: int, vocab: int = 512, seed: int = 1) -> list:
         )
         for i in range(n)
     ]
-
-
-def assert_clean(core: DeviceCore) -> None:
-    status = core.status()
-    assert not status.jobs
-    assert status.inflight == 0
-    assert status.pool.in_use == 0
-    for m in status.models:
-        assert all(lane.state is LaneState.FREE for lane in m.lanes), m.lanes
 
 
 @pytest.fixture(scope="module")

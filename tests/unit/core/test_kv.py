@@ -1,7 +1,9 @@
-"""KVManager: lane transactions, typed refusals, generation fencing, and a stateful model check."""
+"""KVManager: lane transactions, parked lanes (prefix reuse), typed refusals, generation fencing, and a
+stateful model check."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from calculet.daemon.core.kv import (
     Reservation,
     StaleReservation,
 )
+from calculet.daemon.core.prefix_match import LaneSource, ParkedView, choose_lane
 from calculet.daemon.device.types import RowSpec
 from calculet.daemon.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
 
@@ -349,6 +352,10 @@ class KVMachine(RuleBasedStateMachine):
         self.pending: set[int] = set()
         self.stale: list[Reservation] = []
         self.jobs = 0
+        self.parked: dict[int, tuple[np.ndarray, int]] = {}  # lane -> (tokens its KV holds, LRU tick)
+        self.ticks = 0
+        self.on_device: set[int] = set()  # opened (KV Apply) and not closed
+        self.closes: list[int] = []  # lanes the manager must hand out for KV Free
 
     @initialize()
     def start(self) -> None:
@@ -361,20 +368,69 @@ class KVMachine(RuleBasedStateMachine):
     def _owned(self) -> list[int]:
         return [i for i, o in self.owner.items() if o is not None]
 
-    @rule(owner=st.sampled_from(OWNERS))
-    def assign(self, owner: str) -> None:
+    @rule(owner=st.sampled_from(OWNERS), tokens=st.none() | st.lists(st.integers(0, 2), max_size=12))
+    def take(self, owner: str, tokens: list[int] | None) -> None:
+        """A lane for `owner`, matched against the parked ones (tokens) or not (None: `assign`). The
+        lane chosen is `choose_lane`'s (tested on its own); here the manager must carry it out."""
+        arr = None if tokens is None else np.array(tokens, dtype=np.int32)
         if owner in self.owner.values():
             with pytest.raises(OwnerHasLane):
-                self.kv.assign(owner)
+                self.kv.take(owner, arr, 2)
             return
-        handle = self.kv.assign(owner)
-        free = [i for i, o in self.owner.items() if o is None]
-        if not free:
+        views = [ParkedView(lane, t, tick) for lane, (t, tick) in self.parked.items()]
+        free = {i for i, s in self.state.items() if s is LaneState.FREE}
+        want = choose_lane(arr, views, free, 2)
+        handle = self.kv.take(owner, arr, 2) if arr is not None else self.kv.assign(owner)
+        if want is None:
             assert handle is None
             return
-        assert handle is not None and handle.lane in free and handle.generation == 5
-        self.owner[handle.lane], self.length[handle.lane] = owner, 0
+        assert handle is not None and (handle.lane, handle.source, handle.kept) == (want.lane, want.source, want.keep)
+        if want.source is not LaneSource.FREE:
+            del self.parked[want.lane]
+        if want.source is LaneSource.EVICTED and want.lane in self.on_device:
+            self.on_device.discard(want.lane)
+            self.closes.append(want.lane)
+        self.owner[handle.lane], self.length[handle.lane] = owner, want.keep
         self.state[handle.lane] = LaneState.ACTIVE
+        assert self.kv.needs_open(handle.lane) == (handle.lane not in self.on_device)
+        if handle.lane not in self.on_device:
+            self.kv.opened(handle.lane, owner)  # the device opened it (KV Apply)
+            self.on_device.add(handle.lane)
+
+    @rule(lane=st.integers(0, 2), data=st.data())
+    def park(self, lane: int, data: st.DataObject) -> None:
+        owner = self.owner[lane]
+        tokens = np.array(data.draw(st.lists(st.integers(0, 2), min_size=self.length[lane],
+                                             max_size=self.length[lane])), dtype=np.int32)  # fmt: skip
+        if owner is None:
+            with pytest.raises(LaneNotOwned):
+                self.kv.park(lane, "s0", tokens, (), 0.0)
+        elif self.state[lane] is not LaneState.ACTIVE:
+            with pytest.raises(IllegalTransition):
+                self.kv.park(lane, owner, tokens, (), 0.0)
+        elif not self.length[lane] or lane not in self.on_device or lane in self.pending:
+            with pytest.raises(FailedPrecondition):
+                self.kv.park(lane, owner, tokens, (), 0.0)
+        else:
+            self.kv.park(lane, owner, tokens, (), 0.0)
+            self.ticks += 1
+            self.parked[lane] = (tokens, self.ticks)
+            self.owner[lane], self.state[lane] = None, LaneState.PARKED
+
+    @rule()
+    def drop_parked(self) -> None:
+        assert self.kv.drop_parked() == sorted(self.parked)
+        for lane in sorted(self.parked):
+            self._free_model(lane)
+            if lane in self.on_device:
+                self.on_device.discard(lane)
+                self.closes.append(lane)
+        self.parked.clear()
+
+    @rule()
+    def device_closes(self) -> None:
+        assert self.kv.take_device_closes() == self.closes
+        self.closes = []
 
     @rule(data=st.data(), extra=st.integers(-3, 14))
     def reserve(self, data: st.DataObject, extra: int) -> None:
@@ -426,7 +482,7 @@ class KVMachine(RuleBasedStateMachine):
 
     @rule(lane=st.integers(0, 2))
     def mark_unknown(self, lane: int) -> None:
-        if self.state[lane] in (LaneState.FREE, LaneState.UNKNOWN):
+        if self.state[lane] in (LaneState.FREE, LaneState.UNKNOWN, LaneState.PARKED):
             with pytest.raises(IllegalTransition):
                 self.kv.mark_unknown(lane)
             return
@@ -469,7 +525,8 @@ class KVMachine(RuleBasedStateMachine):
             with pytest.raises(IllegalTransition):
                 self.kv.release(lane, owner)
         else:
-            self.kv.release(lane, owner)
+            assert self.kv.release(lane, owner) == (lane in self.on_device), "says whether to close it"
+            self.on_device.discard(lane)
             self._free_model(lane)
 
     @invariant()
@@ -482,6 +539,8 @@ class KVMachine(RuleBasedStateMachine):
             assert snap.release_pending == (snap.lane in self.pending)
             if snap.state is LaneState.FREE:
                 assert snap.owner is None and snap.length == 0
+            if snap.state is LaneState.PARKED:
+                assert snap.owner is None and snap.length == len(self.parked[snap.lane][0])
             if snap.state is LaneState.RESERVED:
                 assert snap.device_job_id == self.res[snap.lane].device_job_id
                 assert snap.target_len is not None and snap.length < snap.target_len <= 12
@@ -496,8 +555,9 @@ class KVMachine(RuleBasedStateMachine):
         for s in snaps:
             if s.owner is not None:
                 assert self.kv.lane_of(s.owner) == s.lane
-        free = sum(s.state is LaneState.FREE for s in snaps)
-        assert self.kv.free_count() == free
+        free = sum(s.state in (LaneState.FREE, LaneState.PARKED) for s in snaps)
+        assert self.kv.free_count() == free, "parked lanes count as free"
+        assert self.kv.parked_count() == len(self.parked)
         assert self.kv.all_idle() == (free == 3)
 
 

@@ -1,5 +1,6 @@
 """The device's KV lane hooks (CalRT KV Apply / Free): the daemon opens a lane before the first job of
-the sequence that takes it and closes it when the sequence leaves it, outside the engine lock; a
+the sequence that takes it and closes it when the sequence leaves it (or, with prefix reuse, when its
+parked KV is evicted or dropped, always before it opens the lane again), outside the engine lock; a
 device with no KV space refuses with OutOfKV, which ends that request OVERLOADED (retry elsewhere)
 and leaves the board serving with nothing held."""
 
@@ -64,9 +65,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextmanager
-def recording_core(models: Path) -> Iterator[tuple[DeviceCore, LaneRecordingDevice]]:
+def recording_core(models: Path, **overrides: object) -> Iterator[tuple[DeviceCore, LaneRecordingDevice]]:
     device = LaneRecordingDevice()
-    core = DeviceCore(DaemonConfig(models_root=models, models=(("tiny", "tiny"),)), device=device)
+    config = DaemonConfig(models_root=models, models=(("tiny", "tiny"),), **overrides)  # type: ignore[arg-type]
+    core = DeviceCore(config, device=device)
     device.engine_lock = track_engine_lock(core)
     core.start()
     try:
@@ -89,7 +91,7 @@ def _open_now(calls: list[tuple[str, int]]) -> set[int]:
 
 def test_every_lane_a_request_takes_is_opened_first_and_closed_after_without_the_engine_lock(models: Path) -> None:
     reqs = [request((i + 1, 2, 3), 6, seed=i, temperature=0.8) for i in range(6)]
-    with recording_core(models) as (core, device):
+    with recording_core(models, prefix_reuse=False) as (core, device):
         reference = generate_each(core, reqs)
         assert generate_all(core, reqs) == reference
         finish(core, core.submit(request((9, 9), 2, seed=7)).job_id)  # its job drains the last closes first
@@ -97,6 +99,25 @@ def test_every_lane_a_request_takes_is_opened_first_and_closed_after_without_the
         assert len(opens) >= len(reqs) * 2, "each request's lane was opened for its prefill"
         assert _open_now(device.calls) <= {0}, "lanes of finished requests were closed (the last one may be open)"
         assert device.engine_lock_held and not any(device.engine_lock_held), "a lane hook ran under the engine lock"
+        assert core.engine.idle()
+
+
+def test_parked_lanes_stay_open_and_an_evicted_one_is_closed_before_it_opens_again(models: Path) -> None:
+    """With prefix reuse a finished request's lane stays open (parked); a request that finds no FREE
+    lane evicts the least recently used parked one: KV Free, then KV Apply, never Apply twice."""
+    reqs = [request((i + 1, 2, 3), 6, seed=i, temperature=0.8) for i in range(6)]
+    with recording_core(models) as (core, device):
+        rt = core.models.serving("tiny")
+        assert rt is not None and rt.kv is not None
+        lanes = rt.kv.lanes
+        reference = generate_each(core, reqs)
+        assert generate_all(core, reqs) == reference
+        open_now = _open_now(device.calls)  # also checks no lane was opened twice or closed while closed
+        assert len(open_now) == lanes, "every lane stays open while parked"
+        assert rt.kv.parked_count() == lanes and rt.kv.free_count() == lanes
+        closes = [lane for what, lane in device.calls if what == "close"]
+        assert len(closes) >= len(reqs) - lanes, "requests beyond the lanes evicted parked lanes (KV Free first)"
+        assert not any(device.engine_lock_held), "a lane hook ran under the engine lock"
         assert core.engine.idle()
 
 

@@ -15,7 +15,6 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.executor import InflightLimit, LimitState
-from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.reset_budget import (
     BoardHalt,
     JobFate,
@@ -30,7 +29,16 @@ from calculet.daemon.errors import ErrorKind, FailedPrecondition, IllegalTransit
 from calculet.daemon.wire_views import status_to_pb
 from calculet.v1 import common_pb2
 
-from .engine_factories import build_models, finish, generate_each, request, running_core, until, use_up_recoveries
+from .engine_factories import (
+    assert_clean,
+    build_models,
+    finish,
+    generate_each,
+    request,
+    running_core,
+    until,
+    use_up_recoveries,
+)
 
 TIMEOUT = 20.0
 
@@ -38,15 +46,6 @@ TIMEOUT = 20.0
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_models(tmp_path_factory.mktemp("models"))
-
-
-def assert_clean(core: DeviceCore) -> None:
-    status = core.status()
-    assert not status.jobs, status.jobs
-    assert status.inflight == 0
-    assert status.pool.in_use == 0 and status.pool.quarantined == 0, status.pool
-    for m in status.models:
-        assert all(lane.state is LaneState.FREE for lane in m.lanes), m.lanes
 
 
 # ---- the budget, the gate, the in-flight limit, the tally (no device) ---------------------------
@@ -164,7 +163,7 @@ def test_an_operator_ccu_reset_is_not_an_anomaly(models: Path) -> None:
         assert core.snapshot().inflight_limit == 2, "an operator reset must not drop ping/pong"
         assert core.snapshot().anomalies == 0
         assert core.status().degraded_reason == ""
-        assert_clean(core)
+        assert_clean(core, quarantine_ok=False)
 
 
 def test_a_ccu_exception_degrades_and_a_clean_period_restores_ping_pong(models: Path) -> None:
@@ -179,7 +178,7 @@ def test_a_ccu_exception_degrades_and_a_clean_period_restores_ping_pong(models: 
         finish(core, core.submit(request((1, 2, 3), 2, seed=3)).job_id)  # 6 in a row
         status = core.status()
         assert status.max_inflight == 2 and status.degraded_reason == ""
-        assert_clean(core)
+        assert_clean(core, quarantine_ok=False)
 
 
 def test_a_successful_operator_reset_restores_a_degraded_limit(models: Path) -> None:
@@ -220,7 +219,7 @@ def test_a_successful_operator_reset_clears_a_used_up_budget_and_the_board_serve
         assert health.serving and not health.reset_budget.exhausted and health.reset_budget.used == 0, health
         assert core.snapshot().halt is BoardHalt.NONE
         assert generate_each(core, [request((7, 8), 5, seed=2, temperature=0.8)]) == reference
-        assert_clean(core)  # the given-up job's buffers left through quarantine and a rebuild
+        assert_clean(core, quarantine_ok=False)  # the given-up job's buffers left through quarantine and a rebuild
 
 
 def test_a_drained_board_stays_drained_after_the_halt_is_lifted(models: Path) -> None:
@@ -270,7 +269,7 @@ def test_the_report_counts_the_jobs_a_configuration_reset_hit(models: Path) -> N
         assert report.counts == ResetCounts(inflight=4, recovered=3, failed=1), report.counts
         assert finish(core, ids[0])[1].error_kind is ErrorKind.ABORTED
         assert all(finish(core, j)[1].reason is FinishReason.LENGTH for j in ids[1:])
-        assert_clean(core)
+        assert_clean(core, quarantine_ok=False)
 
 
 def test_the_report_counts_the_hung_job_a_ccu_reset_recovered(models: Path) -> None:

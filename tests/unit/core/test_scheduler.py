@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from calculet.daemon.core.kv import KVManager, LaneState
@@ -12,6 +13,7 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType, TensorSpec
+from calculet.daemon.errors import Overloaded
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages.build import build_sim_package
 
@@ -33,6 +35,7 @@ def make_runtime(manifest_dir: Path, lanes: int = 4, generation: int = 1) -> Mod
     rt.kv = KVManager(lanes, 256, generation)
     rt.prefill = _sub("prefill", TaskType.PREFILL, 1, 256)
     rt.decodes = [_sub("decode_b1", TaskType.DECODE, 1, 1), _sub("decode_b4", TaskType.DECODE, 4, 1)]
+    rt.prefill_chunk, rt.chunked = 256, True
     return rt
 
 
@@ -48,7 +51,8 @@ class Harness:
         self.n += 1
         req = request(tuple(range(1, prompt_len + 1)), 8, seed=self.n, priority=priority)
         seq = Sequence(f"s{self.n}", req, self.rt.generation, frozenset())
-        self.sched.enqueue(seq)
+        assert self.rt.kv is not None
+        self.sched.enqueue(seq, self.rt.kv.free_count())
         return seq
 
     def step(self) -> JobPlan | None:
@@ -60,6 +64,10 @@ class Harness:
         for seq, (lane, target) in zip(plan.seqs, plan.targets, strict=True):
             assert seq.lane == lane and seq.state in (SeqState.PREFILL, SeqState.DECODE), "handed to the job"
             self.rt.kv.commit(self.rt.kv.reserve(lane, seq.job_id, target, self.n))
+            if plan.task is TaskType.PREFILL and target < len(seq.prefill_tokens):  # a chunk: no token yet
+                seq.lifecycle.move(SeqState.PARTIAL)
+                self.sched.mark_partial(seq)
+                continue
             seq.generated.append(7)
             seq.lifecycle.move(SeqState.READY)
             self.sched.mark_ready(seq)
@@ -169,8 +177,8 @@ def test_the_scheduler_assigns_and_frees_lanes_and_counts_them_from_the_kv_manag
     sched = Scheduler(SchedulingPolicy(max_active=1))
     first = Sequence("a", request((1, 2, 3), 4, seed=1), rt.generation, frozenset())
     second = Sequence("b", request((4, 5), 4, seed=2), rt.generation, frozenset())
-    sched.enqueue(first)
-    sched.enqueue(second)
+    sched.enqueue(first, rt.kv.free_count())
+    sched.enqueue(second, rt.kv.free_count())
 
     plan = sched.plan({rt.generation: rt}, {})
     assert plan is not None and plan.seqs == [first] and first.state is SeqState.PREFILL
@@ -188,3 +196,49 @@ def test_the_scheduler_assigns_and_frees_lanes_and_counts_them_from_the_kv_manag
     assert first.lane is None and rt.kv.used_count() == 0
     nxt = sched.plan({rt.generation: rt}, {})
     assert nxt is not None and nxt.seqs == [second], "the freed lane admits the next request"
+
+
+def test_a_long_prompt_runs_as_chunks_between_decode_steps_and_finishes_in_bounded_time(manifest_dir: Path) -> None:
+    rt = make_runtime(manifest_dir)
+    rt.prefill_chunk = 4
+    h = Harness(rt, SchedulingPolicy(max_prefill_defer=2))
+    stream = h.add(prompt_len=3)
+    assert h.step().targets == [(stream.lane, 3)]  # type: ignore[union-attr]
+    long = h.add(prompt_len=10)
+    tasks, chunk_targets = [], []
+    while long.state is not SeqState.READY:
+        plan = h.step()
+        assert plan is not None
+        tasks.append(plan.task)
+        if plan.seqs == [long]:
+            chunk_targets.append(plan.targets[0][1])
+            assert h.sched.waiting() == (0 if long.state is SeqState.READY else 1), "its next chunk waits"
+    assert chunk_targets == [4, 8, 10], "chunks of 4 from what the lane holds, the last one short"
+    assert tasks == [TaskType.DECODE, TaskType.DECODE, TaskType.PREFILL] * 3, "decode steps between chunks"
+    assert stream.state is SeqState.READY and len(stream.generated) == 1 + 6
+
+
+def test_queue_depth_counts_only_requests_that_wait_for_a_lane(manifest_dir: Path) -> None:
+    rt = make_runtime(manifest_dir, lanes=16)
+    assert rt.kv is not None
+    for lane in range(8):  # half the lanes parked: they count as free
+        owner = f"old{lane}"
+        handle = rt.kv.assign(owner)
+        assert handle is not None
+        rt.kv.opened(handle.lane, owner)
+        rt.kv.commit(rt.kv.reserve(handle.lane, owner, 3, lane))
+        rt.kv.park(handle.lane, owner, np.array([1, 2, 3], dtype=np.int32), (), 0.0)
+    assert rt.kv.free_count() == 16
+    sched = Scheduler(SchedulingPolicy(queue_depth=8))
+    burst = [Sequence(f"b{i}", request((i + 1, 2, 3), 4, seed=i), rt.generation, frozenset()) for i in range(25)]
+    for seq in burst[:24]:
+        sched.enqueue(seq, rt.kv.free_count())  # 16 get a lane at the next plan, 8 wait for one
+    with pytest.raises(Overloaded, match="8 requests wait for a KV lane"):
+        sched.enqueue(burst[24], rt.kv.free_count())
+    plan = sched.plan({rt.generation: rt}, {})  # one admitted: one lane fewer, one request fewer
+    assert plan is not None and rt.kv.free_count() == 15
+    with pytest.raises(Overloaded):
+        sched.enqueue(burst[24], rt.kv.free_count())
+    other = make_runtime(manifest_dir, lanes=1, generation=2)
+    assert other.kv is not None
+    sched.enqueue(Sequence("x", request((1,), 4, seed=9), 2, frozenset()), other.kv.free_count())  # per generation

@@ -25,11 +25,10 @@ import pytest
 
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent, FinishReason, wait_finished
-from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.request import GenerationRequest
 from calculet.ops.sim_packages.build import build_sim_package
 
-from .engine_factories import request, running_core
+from .engine_factories import assert_clean, request, running_core
 
 VOCAB = 512  # the tiny package's vocabulary
 REQUESTS = 5  # one more than the tiny package's 4 lanes: one request always waits for a lane
@@ -83,13 +82,6 @@ def run_together(core: DeviceCore, reqs: list[GenerationRequest]) -> list[list[S
 
 def run_alone(core: DeviceCore, reqs: list[GenerationRequest]) -> list[list[Step]]:
     return [collect(core, core.submit(r).job_id) for r in reqs]
-
-
-def assert_clean(core: DeviceCore) -> None:
-    status = core.status()
-    assert not status.jobs and status.inflight == 0 and status.pool.in_use == 0
-    for m in status.models:
-        assert all(lane.state is LaneState.FREE for lane in m.lanes), m.lanes
 
 
 def assert_same(got: list[list[Step]], want: list[list[Step]]) -> None:

@@ -51,13 +51,8 @@ def test_a_row_from_a_status(boards: tuple[list[str], list[FakeDaemon]]) -> None
     row = board_row("unix:x.sock", status_response(boards[1][0]))
     assert (row.name, row.health, row.queue, row.inflight, row.resets) == ("fake-0", "serving", 8, 1, 1)
     ((model),) = row.models
-    assert (model.alias, model.generation, model.state, model.lanes_used, model.lanes_total) == (
-        "tiny",
-        3,
-        "ready",
-        3,
-        4,
-    )
+    row_model = (model.alias, model.generation, model.state, model.lanes_used, model.lanes_parked, model.lanes_total)
+    assert row_model == ("tiny", 3, "ready", 3, 1, 5), "used: held by a job; the parked lane is free"
     assert (row.tokens_per_second, row.busy_ratio) == (None, None), "no utilisation reported: null, not 0"
 
 
@@ -87,7 +82,7 @@ def test_many_daemons_one_row_each_and_an_unreachable_one_exits_1(
     header = next(line for line in lines if "board" in line and "busy %" in line)
     assert all(name in header for name in ("health", "models", "lanes", "queue", "in flight", "tokens/s", "resets"))
     serving = next(line for line in lines if "SERVING" in line)
-    assert all(fact in serving for fact in ("tiny g3 READY", "3/4", "42.5", "75%"))
+    assert all(fact in serving for fact in ("tiny g3 READY", "3/5", "42.5", "75%"))
     assert any("DRAINING" in line for line in lines)
     assert any("UNREACHABLE" in line for line in lines)
 
@@ -97,7 +92,8 @@ def test_many_daemons_one_row_each_and_an_unreachable_one_exits_1(
     assert [r["health"] for r in rows] == ["serving", "unreachable", "draining"]
     assert rows[0] == {
         "target": first, "name": "fake-0", "health": "serving",
-        "models": [{"alias": "tiny", "generation": 3, "state": "ready", "lanes_used": 3, "lanes_total": 4}],
+        "models": [{"alias": "tiny", "generation": 3, "state": "ready", "lanes_used": 3, "lanes_parked": 1,
+                    "lanes_total": 5}],
         "queue": 8, "inflight": 1, "tokens_per_second": 42.5, "busy_ratio": 0.75, "resets": 1, "error": None,
     }  # fmt: skip
     assert rows[1]["error"].startswith("unavailable: ") and rows[1]["models"] == []
