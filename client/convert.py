@@ -217,6 +217,7 @@ def load_report_from_pb(pb: observe_pb2.LoadReport) -> LoadReport:
             pending_prefill_tokens=m.pending_prefill_tokens,
             prefix_hashes=_prefix_hashes(m.prefix),
             prefix_truncated=m.prefix.truncated,
+            package_hash=m.package_hash,
         )
         for m in pb.models
     )

@@ -239,6 +239,7 @@ class ModelLoad:
         prefix_hashes: chained block hashes of what the lanes hold (`calculet.client.prefix`);
             empty when prefix reuse is off.
         prefix_truncated: the daemon left blocks out to bound the report.
+        package_hash: SHA-256 of the generation's manifest ("" when not reported).
     """
 
     alias: str
@@ -253,6 +254,7 @@ class ModelLoad:
     pending_prefill_tokens: int = 0
     prefix_hashes: frozenset[int] = frozenset()
     prefix_truncated: bool = False
+    package_hash: str = ""
 
 
 @dataclass(frozen=True)

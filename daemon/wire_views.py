@@ -297,6 +297,7 @@ def load_report_to_pb(
                 parked_lanes=m.parked_lanes,
                 pending_prefill_tokens=m.pending_prefill_tokens,
                 prefix=_prefix_blocks_to_pb(m.prefix_hashes, m.prefix_truncated),
+                package_hash=m.package_hash,
             )
             for m in v.models
         ],

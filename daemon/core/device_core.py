@@ -361,7 +361,8 @@ class DeviceCore:
 
     def load_report(self) -> LoadView:
         snap = self.engine.snapshot()
-        return load_view(f"board{self.config.board}", snap, health_view(snap, self.device.healthy()))
+        health = health_view(snap, self.device.healthy())
+        return load_view(f"board{self.config.board}", snap, health, lambda g: self._describe(g)[1])
 
     def _device_facts(self) -> tuple[DeviceInfo, MemoryUsage, JobCounters]:
         """Device identity and counters; after a device loss, the last known identity and zeros."""

@@ -186,6 +186,7 @@ class ModelLoadView:
     pending_prefill_tokens: int = 0
     prefix_hashes: tuple[int, ...] | None = None  # None: prefix reuse off (nothing advertised)
     prefix_truncated: bool = False
+    package_hash: str = ""  # SHA-256 of calculet-package.json ("" if unreadable)
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,11 @@ def health_view(snap: EngineSnapshot, device_healthy: bool) -> HealthView:
     return HealthView(reason == "", draining, healthy, models, snap.budget, reason)
 
 
-def load_view(board: str, snap: EngineSnapshot, health: HealthView) -> LoadView:
+def load_view(
+    board: str, snap: EngineSnapshot, health: HealthView, package_hash: Callable[[GenerationView], str]
+) -> LoadView:
     """WatchLoad's report: per published generation, queued and running jobs, free (and parked)
-    lanes, prefill work pending and the block hashes of what its lanes hold."""
+    lanes, prefill work pending, the block hashes of what its lanes hold and its package hash."""
     models = tuple(
         ModelLoadView(
             g.alias,
@@ -51,6 +53,7 @@ def load_view(board: str, snap: EngineSnapshot, health: HealthView) -> LoadView:
             g.pending_prefill_tokens,
             g.prefix_hashes,
             g.prefix_truncated,
+            package_hash(g),
         )
         for g in snap.published
     )

@@ -3,8 +3,10 @@ costs, learned through GetModel.
 
 Boards may serve one alias from different packages (a rollout), and a prompt's tokens are only
 valid for the package whose tokenizer made them, so the router must know every candidate's
-package before it places a choice. Data flow: `identify(alias, boards)` asks GetModel of each
-board whose package is not known for the alias's current generation (once per board generation,
+package before it places a choice. A board's load report names its package (`ModelLoad.package_hash`):
+a package already built from another board is known at once, with no call. Data flow:
+`identify(alias, boards)` asks GetModel of each board whose package is not known for the alias's
+current generation (once per board generation,
 concurrently, single-flight: concurrent requests share one call), and builds a package's
 `ModelText` once per package hash (single-flight too; the tokenizer build runs in a thread);
 `known(board, alias)` then answers from memory, synchronously, for the router's filters.
@@ -90,6 +92,7 @@ class PackageCatalog:
         self._packages: dict[str, ModelPackage] = {}
         self._boards: dict[_BoardKey, str] = {}  # -> package hash
         self._asking: dict[_BoardKey, asyncio.Task[ModelPackage]] = {}
+        self._asking_hash: dict[str, asyncio.Task[ModelPackage]] = {}  # by the package a report names
         self._building: dict[str, asyncio.Task[ModelPackage]] = {}
 
     def known(self, board: Board, alias: str) -> ModelPackage | None:
@@ -97,8 +100,8 @@ class PackageCatalog:
         m = board.model(alias)
         if m is None:
             return None
-        digest = self._boards.get((board.target, alias, m.generation))
-        return self._packages.get(digest) if digest is not None else None
+        digest = self._boards.get((board.target, alias, m.generation)) or m.package_hash
+        return self._packages.get(digest) if digest else None
 
     async def of(self, board: Board, alias: str) -> ModelPackage:
         """The package `board` serves `alias` from (GetModel once per board generation).
@@ -111,6 +114,16 @@ class PackageCatalog:
             return found
         m = board.model(alias)
         key = (board.target, alias, m.generation if m is not None else 0)
+        if m is not None and m.package_hash:  # boards naming one package share one GetModel
+            shared = self._asking_hash.get(m.package_hash)
+            if shared is None:
+                shared = asyncio.ensure_future(self._ask(board, alias))
+                self._asking_hash[m.package_hash] = shared
+                shared.add_done_callback(lambda _: self._asking_hash.pop(m.package_hash, None))
+            package = await asyncio.shield(shared)
+            if package.package_hash == m.package_hash:
+                self._boards[key] = package.package_hash
+                return package
         task = self._asking.get(key)
         if task is None:
             task = asyncio.ensure_future(self._ask(board, alias))

@@ -437,7 +437,7 @@ class LoadReport(_message.Message):
     def __init__(self, board: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class ModelLoad(_message.Message):
-    __slots__ = ("alias", "generation", "state", "ready", "queue_depth", "running", "free_lanes", "lanes_total", "parked_lanes", "pending_prefill_tokens", "prefix")
+    __slots__ = ("alias", "generation", "state", "ready", "queue_depth", "running", "free_lanes", "lanes_total", "parked_lanes", "pending_prefill_tokens", "prefix", "package_hash")
     ALIAS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -449,6 +449,7 @@ class ModelLoad(_message.Message):
     PARKED_LANES_FIELD_NUMBER: _ClassVar[int]
     PENDING_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PACKAGE_HASH_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
     state: _common_pb2.ModelState
@@ -460,7 +461,8 @@ class ModelLoad(_message.Message):
     parked_lanes: int
     pending_prefill_tokens: int
     prefix: PrefixBlocks
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., ready: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., free_lanes: _Optional[int] = ..., lanes_total: _Optional[int] = ..., parked_lanes: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ..., prefix: _Optional[_Union[PrefixBlocks, _Mapping]] = ...) -> None: ...
+    package_hash: str
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., ready: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., free_lanes: _Optional[int] = ..., lanes_total: _Optional[int] = ..., parked_lanes: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ..., prefix: _Optional[_Union[PrefixBlocks, _Mapping]] = ..., package_hash: _Optional[str] = ...) -> None: ...
 
 class PrefixBlocks(_message.Message):
     __slots__ = ("block_tokens", "hashes", "truncated")

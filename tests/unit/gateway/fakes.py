@@ -108,6 +108,7 @@ class FakeDaemon(DaemonConnection):
         prefill_fixed_ms / prefill_ms_per_token: the package's declared prefill cost (0 = none).
         context: the package's context (tokens a sequence may hold).
         get_model_calls: GetModel calls answered.
+        reports_package: its load reports name its package (ModelLoad.package_hash), as daemons do.
     """
 
     target: str
@@ -127,6 +128,7 @@ class FakeDaemon(DaemonConnection):
     prefill_ms_per_token: float = 0.0
     context: int = CONTEXT
     get_model_calls: int = 0
+    reports_package: bool = False
     submitted: list[Submitted] = field(default_factory=list)
     closed: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -192,6 +194,7 @@ class FakeDaemon(DaemonConnection):
             model = ModelLoad(
                 ALIAS, 1, state, self.ready, self.queue_depth, self.running, free, self.lanes,
                 pending_prefill_tokens=self.pending_prefill_tokens, prefix_hashes=self.prefix_hashes,
+                package_hash=self.package_hash if self.reports_package else "",
             )  # fmt: skip
             yield LoadReport(self.target, ServingStatus.SERVING, seq, (model,))
             seq += 1

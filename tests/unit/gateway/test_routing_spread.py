@@ -66,6 +66,24 @@ def test_without_counting_at_pick_the_same_burst_piles_up(mode: RoutingMode) -> 
     asyncio.run(scenario())
 
 
+def test_boards_whose_reports_name_one_package_share_one_getmodel() -> None:
+    async def scenario() -> None:
+        daemons = sixteen_lane_boards()
+        for daemon in daemons:
+            daemon.reports_package = True
+        fleet, service = await start_service(*daemons)
+        burst = [service.prepare_completion(completion(f"request {i}", max_tokens=3, seed=i), "") for i in range(16)]
+        prepared: list[Prepared] = list(await asyncio.gather(*burst))
+        assert sum(d.get_model_calls for d in daemons) == 1, "one tokenizer download for the package, not one a board"
+        assert len({id(p.text) for p in prepared}) == 1
+        for p in prepared:
+            await run_all(p)
+        assert no_placements(fleet)
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_burst_through_the_service_spreads_and_asks_each_board_its_package_once() -> None:
     async def scenario() -> None:
         daemons = sixteen_lane_boards()
