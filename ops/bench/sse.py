@@ -43,23 +43,40 @@ class SseFormatError(CalculetError):
     server broke the format)."""
 
 
-def parse_sse_line(line: str) -> SseEvent | None:
-    """Classify one line of the stream (see the module docstring).
+DONE = "[DONE]"
+
+
+def data_payload(line: str) -> dict[str, Any] | str | None:
+    """The JSON object of a `data:` line, `DONE` for `data: [DONE]`, None for any other line.
 
     Raises:
-        SseFormatError: a `data:` line whose payload is not a JSON object of the expected shape.
+        SseFormatError: a `data:` line whose payload is not a JSON object.
     """
     if not line.startswith("data:"):
         return None
     payload = line[5:].strip()
-    if payload == "[DONE]":
-        return SseEvent(SseKind.DONE)
+    if payload == DONE:
+        return DONE
     try:
         obj: Any = orjson.loads(payload)
     except orjson.JSONDecodeError:
         raise SseFormatError(f"not JSON: {payload[:80]!r}") from None
     if not isinstance(obj, dict):
         raise SseFormatError(f"not a JSON object: {payload[:80]!r}")
+    return obj
+
+
+def parse_sse_line(line: str) -> SseEvent | None:
+    """Classify one line of the stream (see the module docstring).
+
+    Raises:
+        SseFormatError: a `data:` line whose payload is not a JSON object of the expected shape.
+    """
+    obj = data_payload(line)
+    if obj is None:
+        return None
+    if isinstance(obj, str):
+        return SseEvent(SseKind.DONE)
     if "error" in obj:
         return SseEvent(SseKind.ERROR, error=error_message(obj))
     choices = obj.get("choices") or []
@@ -69,7 +86,7 @@ def parse_sse_line(line: str) -> SseEvent | None:
     usage = obj.get("usage")
     if isinstance(usage, dict):
         return SseEvent(SseKind.USAGE, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
-    raise SseFormatError(f"neither choices, usage nor error: {payload[:80]!r}")
+    raise SseFormatError(f"neither choices, usage nor error: {line[5:].strip()[:80]!r}")
 
 
 def _count(usage: dict[str, Any], key: str) -> int:

@@ -275,15 +275,10 @@ def run(
     doc = SuiteDocument(suite_dir, header)
     ctx = SuiteContext(suite_dir, models_root, args.preset, args.seed, measure_fn, _say, float(args.startup_timeout))
 
-    def on_record(record: dict[str, Any]) -> None:
-        doc.add_run(record)
-        _say(_progress(record))
-
+    on_record = doc.recorder(_say, _progress)
     for plan in plans:
         doc.add_config(run_fleet(plan, ctx, on_record))
-    for path in doc.write_report(plots=not args.no_plot):
-        _say(f"wrote {path}")
-    _say(f"wrote {doc.json_path}")
+    doc.finish(_say, plots=not args.no_plot)
     if doc.failed:
         return problem(f"bench suite: {len(doc.failed)} failed: {', '.join(doc.failed[:5])}")
     return EXIT_OK

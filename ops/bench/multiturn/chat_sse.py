@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import orjson
-
-from calculet.ops.bench.sse import SseFormatError, error_message
+from calculet.ops.bench.sse import SseFormatError, data_payload, error_message
 
 
 class ChatKind(Enum):
@@ -48,17 +46,11 @@ def parse_chat_line(line: str) -> ChatEvent | None:
     Raises:
         SseFormatError: a `data:` line whose payload is not a JSON object of the expected shape.
     """
-    if not line.startswith("data:"):
+    obj = data_payload(line)
+    if obj is None:
         return None
-    payload = line[5:].strip()
-    if payload == "[DONE]":
+    if isinstance(obj, str):
         return ChatEvent(ChatKind.DONE)
-    try:
-        obj: Any = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        raise SseFormatError(f"not JSON: {payload[:80]!r}") from None
-    if not isinstance(obj, dict):
-        raise SseFormatError(f"not a JSON object: {payload[:80]!r}")
     if "error" in obj:
         return ChatEvent(ChatKind.ERROR, error=error_message(obj))
     choices = obj.get("choices") or []
@@ -76,7 +68,7 @@ def parse_chat_line(line: str) -> ChatEvent | None:
             completion_tokens=_count(usage, "completion_tokens"),
             cached_tokens=_cached(usage),
         )
-    raise SseFormatError(f"neither choices, usage nor error: {payload[:80]!r}")
+    raise SseFormatError(f"neither choices, usage nor error: {line[5:].strip()[:80]!r}")
 
 
 def _count(usage: dict[str, Any], key: str, where: str = "usage") -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,27 @@ class SuiteDocument:
     def failed(self) -> list[str]:
         """Names of the runs and configurations that ended with an error."""
         return [r["name"] for r in self.doc["configs"] + self.doc["runs"] if r.get("error")]
+
+    def recorder(
+        self, say: Callable[[str], None], progress: Callable[[dict[str, Any]], str]
+    ) -> Callable[[dict[str, Any]], None]:
+        """The `on_record` of a suite's runs: add the run and say its progress line."""
+
+        def on_record(record: dict[str, Any]) -> None:
+            self.add_run(record)
+            say(progress(record))
+
+        return on_record
+
+    def finish(self, say: Callable[[str], None], plots: bool) -> None:
+        """Write the report (and plots) and say every file written.
+
+        Raises:
+            OSError: a file cannot be written.
+        """
+        for path in self.write_report(plots=plots):
+            say(f"wrote {path}")
+        say(f"wrote {self.json_path}")
 
     def write_report(self, plots: bool) -> list[Path]:
         """Write `report.md` and, when `plots` and matplotlib is installed, the plots.

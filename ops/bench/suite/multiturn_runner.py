@@ -14,20 +14,17 @@ and the suite goes on. Records are plain JSON-able dicts, like the matrix's (sui
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from calculet.daemon.errors import CalculetError
-from calculet.ops.bench.suite.cpu import CpuMeter, cpu_json
 from calculet.ops.bench.suite.fleet import JOB_TIMEOUT_MARGIN, MIN_JOB_TIMEOUT_S, daemon_flags, fleet_config
 from calculet.ops.bench.suite.matrix import GATEWAY, MAX_WARMUP
 from calculet.ops.bench.suite.multiturn import WORKLOAD, ComparisonFleet, MultiturnSizes
 from calculet.ops.bench.suite.multiturn_estimate import ComparisonEstimate
 from calculet.ops.bench.suite.packages import SuitePackage
-from calculet.ops.bench.suite.runner import MIN_TIMEOUT_S, SERVER_ROLES, SuiteContext
+from calculet.ops.bench.suite.runner import MIN_TIMEOUT_S, SuiteContext, measured
 from calculet.ops.fleet import FleetError, LocalFleet
 
 
@@ -108,21 +105,7 @@ def run_record(plan: ComparisonPlan, command: str | None) -> dict[str, Any]:
 def _measure(plan: ComparisonPlan, fleet: LocalFleet, ctx: SuiteContext) -> dict[str, Any]:
     argv = bench_argv(plan, fleet.base_url, ctx)
     record = run_record(plan, "calctl " + shlex.join(argv))
-    meter = CpuMeter(
-        {"daemons": [d.pid for d in fleet.daemons], "gateway": [fleet.gateway.pid], "client": [os.getpid()]}
-    )
-    before = meter.sample()
-    try:
-        _, report = ctx.measure(argv)
-    except CalculetError as err:
-        record["error"] = f"{err.kind.value}: {err}"
-        return record
-    tokens = report["counts"]["output_tokens"] + plan.warmup * plan.sizes.answer_tokens
-    record["host_cpu"] = cpu_json(before, meter.sample(), tokens, SERVER_ROLES)
-    record["report"] = report
-    if report["counts"]["failed"]:
-        record["error"] = f"{report['counts']['failed']} request(s) failed; first: {report['errors'][0]}"
-    return record
+    return measured(record, argv, fleet, ctx, warm_tokens=plan.warmup * plan.sizes.answer_tokens)
 
 
 def run_comparison_fleet(

@@ -119,15 +119,10 @@ def run_comparison(args: argparse.Namespace, command: str, measure: Measure, say
     timeout = float(args.startup_timeout)
     ctx = SuiteContext(suite_dir, suite_dir / "models", args.preset, args.seed, measure, say, timeout)
 
-    def on_record(record: dict[str, Any]) -> None:
-        doc.add_run(record)
-        say(progress_line(record))
-
+    on_record = doc.recorder(say, progress_line)
     for plan in comparison:
         doc.add_config(run_comparison_fleet(plan, ctx, on_record))
-    for path in doc.write_report(plots=not args.no_plot):
-        say(f"wrote {path}")
-    say(f"wrote {doc.json_path}")
+    doc.finish(say, plots=not args.no_plot)
     for t in doc.doc["targets"]:
         verdict = {True: "met", False: "MISSED", None: "not checked"}[t["met"]]
         say(f"target {t['name']} ({t['runs']}): {verdict}")

@@ -110,6 +110,19 @@ def _measure_one(plan: FleetPlan, est: RunEstimate, fleet: LocalFleet, ctx: Suit
     timeout = max(MIN_TIMEOUT_S, 2 * est.longest_request_s * plan.time_scale + MIN_TIMEOUT_S)
     argv = bench_argv(run, fleet, prompts, plan.package, plan.time_scale, ctx, timeout)
     record = run_record(est, plan.time_scale, "calctl " + shlex.join(argv))
+    return measured(record, argv, fleet, ctx, warm_tokens=sum(line.output for line in lines[: run.warmup]))
+
+
+def measured(
+    record: dict[str, Any], argv: list[str], fleet: LocalFleet, ctx: SuiteContext, warm_tokens: int
+) -> dict[str, Any]:
+    """Run one `calctl bench` (`argv`) against `fleet` and fill `record` with its report, the host CPU
+    the fleet and this process spent per output token (warm-up tokens included), and `error` when the
+    run failed or a request did.
+
+    Returns:
+        `record`, filled in.
+    """
     meter = CpuMeter(
         {"daemons": [d.pid for d in fleet.daemons], "gateway": [fleet.gateway.pid], "client": [os.getpid()]}
     )
@@ -119,7 +132,6 @@ def _measure_one(plan: FleetPlan, est: RunEstimate, fleet: LocalFleet, ctx: Suit
     except CalculetError as err:
         record["error"] = f"{err.kind.value}: {err}"
         return record
-    warm_tokens = sum(line.output for line in lines[: run.warmup])
     tokens = report["counts"]["output_tokens"] + warm_tokens
     record["host_cpu"] = cpu_json(before, meter.sample(), tokens, SERVER_ROLES)
     record["report"] = report

@@ -15,15 +15,9 @@ from calculet.ops import run_local
 from calculet.ops.calctl import build_parser, main
 from calculet.ops.commands.up import SignalWatch, banner, fleet_config
 from calculet.ops.fleet import GATEWAY_MODULE
+from tests.unit.ops.calctl_fakes import usage_error
 
 GOOD = ("up", "--boards", "2", "--preset", "tiny")
-
-
-def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    assert info.value.code == 2
-    return capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -12,15 +12,9 @@ import pytest
 from calculet.ops.calctl import build_parser, main
 from calculet.ops.commands.up import fleet_config
 from calculet.ops.fleet import GATEWAY_MODULE, FleetConfig, LocalFleet
+from tests.unit.ops.calctl_fakes import usage_error
 
 GOOD = ("up", "--boards", "2", "--preset", "tiny")
-
-
-def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    assert info.value.code == 2
-    return capsys.readouterr().err
 
 
 def test_extra_flags_reach_every_daemon_and_the_gateway_in_order(tmp_path: Path) -> None:

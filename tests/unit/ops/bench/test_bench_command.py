@@ -15,6 +15,7 @@ from calculet.ops.bench import plot
 from calculet.ops.calctl import main
 from tests.unit.client.conftest import start_server
 from tests.unit.client.fake_daemon import VOCAB, FakeDaemon
+from tests.unit.ops.calctl_fakes import usage_error
 
 
 def calctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -22,14 +23,6 @@ def calctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, st
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    """stderr of `calctl argv`, which must exit 2 (argparse)."""
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    assert info.value.code == 2
-    return capsys.readouterr().err
 
 
 @pytest.fixture

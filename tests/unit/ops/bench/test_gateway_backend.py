@@ -18,7 +18,7 @@ from calculet.ops.bench.records import RequestRecord
 from calculet.ops.bench.sse import SseFormatError, SseKind, parse_sse_line
 from calculet.ops.bench.workload import BenchRequest
 
-ADDRESS = GatewayAddress.parse("http://gw.test:8000")
+from .http_fakes import ADDRESS, send_through, sse
 
 
 def chunk(text: str, finish: str | None = None) -> str:
@@ -35,19 +35,7 @@ DONE = "data: [DONE]\n\n"
 
 
 def send_with(handler: Callable[[httpx.Request], httpx.Response], request: BenchRequest) -> RequestRecord:
-    async def go() -> RequestRecord:
-        http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url=ADDRESS.base_url)
-        backend = GatewayBackend(http, ADDRESS, "qwen", ignore_eos=True, seed=100)
-        try:
-            return await backend.send(request)
-        finally:
-            await backend.close()
-
-    return asyncio.run(go())
-
-
-def sse(*parts: str, status: int = 200) -> Callable[[httpx.Request], httpx.Response]:
-    return lambda request: httpx.Response(status, text="".join(parts), headers={"content-type": "text/event-stream"})
+    return send_through(handler, lambda http: GatewayBackend(http, ADDRESS, "qwen", ignore_eos=True, seed=100), request)
 
 
 def test_a_streamed_completion_records_each_text_chunk_and_the_usage_counts() -> None:

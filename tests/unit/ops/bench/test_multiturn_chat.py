@@ -12,13 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
-from calculet.ops.bench.gateway_backend import GatewayAddress
 from calculet.ops.bench.multiturn.chat import ChatBackend
 from calculet.ops.bench.multiturn.chat_sse import ChatKind, parse_chat_line
 from calculet.ops.bench.multiturn.turns import TurnMessage, TurnRecord, TurnRequest
 from calculet.ops.bench.sse import SseFormatError
 
-ADDRESS = GatewayAddress.parse("http://gw.test:8000")
+from .http_fakes import ADDRESS, send_through, sse
+
 REQUEST = TurnRequest(
     user=3, turn=2, index=11, messages=(TurnMessage("system", "be brief"), TurnMessage("user", "hi")), max_tokens=4
 )
@@ -51,19 +51,9 @@ def usage(prompt: int, completion: int, cached: int | None = None) -> str:
 def send_with(
     handler: Callable[[httpx.Request], httpx.Response], *, send_user: bool = False, request: TurnRequest = REQUEST
 ) -> TurnRecord:
-    async def go() -> TurnRecord:
-        http = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url=ADDRESS.base_url)
-        backend = ChatBackend(http, ADDRESS, "qwen", seed=100, send_user=send_user)
-        try:
-            return await backend.send(request)
-        finally:
-            await backend.close()
-
-    return asyncio.run(go())
-
-
-def sse(*parts: str, status: int = 200) -> Callable[[httpx.Request], httpx.Response]:
-    return lambda request: httpx.Response(status, text="".join(parts), headers={"content-type": "text/event-stream"})
+    return send_through(
+        handler, lambda http: ChatBackend(http, ADDRESS, "qwen", seed=100, send_user=send_user), request
+    )
 
 
 def test_a_streamed_turn_records_its_chunks_answer_and_cached_tokens() -> None:

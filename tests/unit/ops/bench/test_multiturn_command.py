@@ -11,15 +11,9 @@ import pytest
 from calculet.ops.bench.multiturn.flags import spec_from
 from calculet.ops.bench.multiturn.workload import ThinkTime
 from calculet.ops.calctl import build_parser, main
+from tests.unit.ops.calctl_fakes import usage_error
 
 MT = ("bench", "--model", "tiny", "--workload", "multiturn", "--gateway", "http://127.0.0.1:9")
-
-
-def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    assert info.value.code == 2
-    return capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

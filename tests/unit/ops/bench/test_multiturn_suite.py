@@ -21,6 +21,7 @@ from calculet.ops.bench.suite.packages import SuitePackage
 from calculet.ops.bench.suite.runner import SuiteContext
 from calculet.ops.calctl import build_parser, main
 from calculet.ops.commands.bench_suite import suite_command
+from tests.unit.ops.calctl_fakes import usage_error
 
 from .timing_factories import device_model
 
@@ -234,13 +235,6 @@ def test_the_markdown_report() -> None:
 
 
 GOOD = ("bench", "suite", "--multiturn", "--preset", "tiny")
-
-
-def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    assert info.value.code == 2
-    return capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

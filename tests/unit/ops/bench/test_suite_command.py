@@ -15,19 +15,13 @@ from calculet.ops.commands.bench_suite import suite_command
 from calculet.ops.sim_packages import build_sim_package
 from tests.unit.client.conftest import start_server
 from tests.unit.client.fake_daemon import FakeDaemon
+from tests.unit.ops.calctl_fakes import usage_error
 
 
 def calctl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    assert info.value.code == 2
-    return capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
