@@ -15,6 +15,7 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     daemon-key = "/etc/calculet/gateway.key"
     daemon-server-name = "calculet-daemon"              # the name in the daemons' certificates
     routing = "prefix"                 # or "load": the load-only rule, for comparison (docs/gateway.md)
+    answer-memory-tokens = 4000000     # chat answers' token ids kept for the next turn; 0 = off
 
 The files are read here, once, at start-up: an unreadable or empty one is a bad setting (exit 2).
 Secrets never appear in `GatewayConfig`'s repr.
@@ -34,15 +35,17 @@ from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.telemetry.logs import LOG_FORMATS
 from calculet.gateway.api.auth import read_api_keys, read_secret_lines
 from calculet.gateway.fleet.routing_policy import RoutingMode
+from calculet.gateway.text.answer_memory import DEFAULT_MAX_TOKENS as DEFAULT_ANSWER_MEMORY_TOKENS
 
 KEYS = frozenset(
     {
         "listen", "daemons", "dns", "dns-interval", "dns-hosts-file", "load-interval-ms", "max-attempts",
         "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
-        "daemon-server-name", "log-format", "routing",
+        "daemon-server-name", "log-format", "routing", "answer-memory-tokens",
     }
 )  # fmt: skip
 TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
+MAX_ANSWER_MEMORY_TOKENS = 2**31  # 8 GiB of ids: past any sane gateway's memory
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class GatewayConfig:
         read again by each new daemon connection.
     routing: how boards are picked: by estimated time to first token with prefix reuse (prefix),
         or by load alone (load).
+    answer_memory_tokens: the most token ids of chat answers kept for splicing into the next
+        turn (`AnswerMemory`); 0 disables it.
     """
 
     listen: str = "127.0.0.1:8000"
@@ -82,6 +87,7 @@ class GatewayConfig:
     daemon_token: str | None = field(default=None, repr=False)
     daemon_tls: TlsConfig | None = None
     routing: RoutingMode = RoutingMode.PREFIX
+    answer_memory_tokens: int = DEFAULT_ANSWER_MEMORY_TOKENS
 
 
 def _check_listen(listen: str) -> None:
@@ -137,6 +143,9 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         daemon_token_file=_optional_text(settings, "daemon-token-file"),
         daemon_tls=_daemon_tls(settings),
         routing=_routing(settings),
+        answer_memory_tokens=_integer(
+            settings, "answer-memory-tokens", GatewayConfig.answer_memory_tokens, 0, MAX_ANSWER_MEMORY_TOKENS
+        ),
     )
     if cfg.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")

@@ -41,6 +41,7 @@ from calculet.gateway.fleet.router import Router
 from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.serving.choice import RetryPolicy
 from calculet.gateway.serving.service import GatewayService
+from calculet.gateway.text.answer_memory import AnswerMemory
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -63,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--routing",
         choices=[mode.value for mode in RoutingMode],
         help="prefix: lowest estimated time to first token, prefix reuse included (default); load: load only",
+    )
+    p.add_argument(
+        "--answer-memory-tokens",
+        type=int,
+        metavar="N",
+        help="token ids of chat answers kept so the next turn reuses the board's KV exactly; 0 = off (4000000)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (INFO)")
     p.add_argument("--log-format", choices=("text", "json"), help="text (default) or json: one object a line")
@@ -97,6 +104,7 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "daemon-key",
         "daemon-server-name",
         "routing",
+        "answer-memory-tokens",
     ):
         value = getattr(args, key.replace("-", "_"))
         if value is not None:
@@ -134,7 +142,8 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
         gc.freeze()  # start-up objects out of the collector's way (DESIGN.md section 9: GC pauses)
         try:
             router = Router(fleet, cfg.routing)
-            yield GatewayService(fleet, router, RetryPolicy(cfg.max_attempts, cfg.failover_wait_s))
+            answers = AnswerMemory(cfg.answer_memory_tokens)
+            yield GatewayService(fleet, router, RetryPolicy(cfg.max_attempts, cfg.failover_wait_s), answers=answers)
         finally:
             await fleet.close()
 
@@ -199,8 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     setup_logging(cfg.log_level, cfg.log_format)
     log.info(
-        "gateway on %s; daemons %s; dns %s; routing %s", cfg.listen, list(cfg.daemons), list(cfg.dns), cfg.routing.value
-    )
+        "gateway on %s; daemons %s; dns %s; routing %s; answer memory %s",
+        cfg.listen, list(cfg.daemons), list(cfg.dns), cfg.routing.value,
+        f"{cfg.answer_memory_tokens} tokens" if cfg.answer_memory_tokens else "off",
+    )  # fmt: skip
     log.info(
         "access: API keys %s; daemon token %s; daemon TLS %s",
         f"required ({len(cfg.api_keys)} from {cfg.api_key_file})" if cfg.api_keys else "off (the API is open)",

@@ -124,8 +124,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             async with asynccontextmanager(make_service)() as service:
-                service.observer = metrics  # retries and failovers
-                metrics.attach(service.fleet)
+                service.observer = metrics  # retries, failovers, answer memory
+                metrics.attach(service.fleet, service.answers)
                 app.state.service = service
                 yield
         finally:

@@ -17,6 +17,13 @@ request covering the prompt and the tokens to resume. Mid-stream, when no other 
 the runner waits up to `failover_wait_s` for one to come (back) up; before the first token it
 fails at once, so the client can go elsewhere.
 
+Answer memory (chat only: the service passes its `AnswerMemory`): a choice that ends normally,
+finish "stop" by an EOS or stop token or "length", with no stop string cut, remembers the text its
+client got -> the ids the daemon produced for it (a trailing stop token left out: the chat template
+renders the end of the turn itself), so the conversation's next turn can be spliced to exactly
+what the board's lane holds (`text/answer_splice.py`). It is remembered before the `ChoiceEnd` is
+yielded, so before the client can send the next turn.
+
 Ownership: the runner owns the daemon streams it opens (closes them; cancels the job when the
 reader stops early or a stop string matched) and its current `Placement`: the first one from the
 service, then each one it places itself. It releases a placement when the attempt on that board
@@ -42,6 +49,7 @@ from calculet.gateway.fleet.router import Router
 from calculet.gateway.fleet.scoring.inputs import RouteRequest
 from calculet.gateway.serving.observer import NoObserver, ServingObserver
 from calculet.gateway.serving.tracing import PlainScope, RequestScope
+from calculet.gateway.text.answer_memory import AnswerMemory
 from calculet.gateway.text.detokenizer import Detokenizer
 from calculet.gateway.text.model_text import ModelText
 from calculet.gateway.text.stops import StopMatcher
@@ -114,6 +122,7 @@ class ChoiceRunner:
         scope: the request's id and trace: each attempt's Submit carries its metadata.
         route: the prompt's routing request (its block hashes, reused on a failover); built from
             `job` when not given.
+        answers: where to remember the answer when the choice ends normally (chat); None: nowhere.
     """
 
     def __init__(
@@ -128,8 +137,11 @@ class ChoiceRunner:
         observer: ServingObserver | None = None,
         scope: RequestScope | None = None,
         route: RouteRequest | None = None,
+        answers: AnswerMemory | None = None,
     ) -> None:
         self._fleet, self._router, self._text, self._job = fleet, router, text, job
+        self._answers = answers
+        self._sent: list[str] = []  # the text given to the client, delta by delta
         self._observer = observer or NoObserver()
         self._scope: RequestScope = scope or PlainScope()
         self._placement: Placement | None = first
@@ -232,6 +244,7 @@ class ChoiceRunner:
                 placement.first_token()
                 delta = self._take(chunk)
                 if delta is not None:
+                    self._sent.append(delta.text)
                     yield delta
                 if self._stops.stopped:
                     finished = True
@@ -250,8 +263,10 @@ class ChoiceRunner:
             if not self._stops.stopped:
                 text += self._stops.flush()
             if text:
+                self._sent.append(text)
                 yield ChoiceDelta(text, (), ())
             reason = "length" if final.reason is FinishReason.LENGTH and not self._stops.stopped else "stop"
+            self._remember(final)
             yield ChoiceEnd(reason, len(self._tokens), _cached(final))
         finally:
             if not finished:
@@ -260,6 +275,15 @@ class ChoiceRunner:
                 # so a cancelled reader (level-triggered under anyio) cannot stop it half-way.
                 _background(stream.cancel())
             await stream.aclose()
+
+    def _remember(self, final: FinalEvent) -> None:
+        """Remember the answer (see the module docstring) if the choice ended normally: the job
+        stopped on a token or at its length, and no stop string cut the text."""
+        if self._answers is None or self._stops.stopped:
+            return
+        ids = answer_ids(self._tokens, final.reason, self._stop_ids)
+        if ids is not None:
+            self._answers.remember(self._text.facts.package_hash, "".join(self._sent), ids)
 
     def _take(self, chunk: TokenChunk) -> ChoiceDelta | None:
         expected = len(self._tokens)  # completion index: resume tokens count, so it never restarts
@@ -320,6 +344,24 @@ class ChoiceRunner:
         )
         err.__cause__ = last_err
         return err
+
+
+def answer_ids(tokens: Sequence[int], reason: FinishReason, stop_ids: frozenset[int]) -> Sequence[int] | None:
+    """The ids behind a finished choice's text, as the next turn's prompt should carry them.
+
+    Args:
+        tokens: every token the choice generated.
+        reason: the daemon's finish reason.
+        stop_ids: the ids that end this choice (EOS unless ignored, the request's stop token ids).
+    Returns:
+        `tokens` without a trailing stop token when the job stopped on one; all of `tokens` at
+        "length"; None for any other end (cancelled, error), which is not remembered.
+    """
+    if reason is FinishReason.LENGTH:
+        return tokens
+    if reason is not FinishReason.STOP:
+        return None
+    return tokens[:-1] if tokens and tokens[-1] in stop_ids else tokens
 
 
 def _cached(final: FinalEvent | None) -> int:

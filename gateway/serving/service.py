@@ -21,6 +21,12 @@ be) releases every placement still held.
 
 Seeds: the request's seed, or one drawn here, so that a failover can resend it. Choice i of a
 request samples with seed + i (mod 2**64): the same request and seed give the same choices.
+
+Chat answers (docs/gateway.md, "Answer memory"): the service owns the gateway's `AnswerMemory`.
+Chat choices remember the ids behind the text they returned (their runners are given the memory);
+a chat prompt whose assistant messages are remembered is spliced (`text/answer_splice.py`): those
+messages become the remembered ids, so the prompt starts with exactly what the previous turn's lane
+holds. Hits, misses and fallbacks go to the observer. Text completions neither remember nor splice.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from calculet.client import SamplingParams
 from calculet.daemon.errors import CalculetError, InvalidArgument, Unavailable
@@ -45,6 +52,8 @@ from calculet.gateway.serving.choice import ChoiceEvent, ChoiceRunner, RetryPoli
 from calculet.gateway.serving.merge import merged
 from calculet.gateway.serving.observer import NoObserver, ServingObserver
 from calculet.gateway.serving.tracing import RequestScope
+from calculet.gateway.text.answer_memory import AnswerMemory
+from calculet.gateway.text.answer_splice import SplicedChat, splice_chat
 from calculet.gateway.text.model_text import ModelText
 
 SEED_SPACE = 2**64
@@ -106,16 +115,24 @@ class GatewayService:
     Args:
         fleet / router: the boards and the routing rule.
         policy: retries and failover budget per choice.
-        observer: told of retries and failovers (the app sets its metrics here).
+        observer: told of retries, failovers and answer-memory use (the app sets its metrics here).
+        answers: the chat answers' token memory (a default-sized one when not given; one with
+            `max_tokens` 0 disables remembering and splicing).
     """
 
     def __init__(
-        self, fleet: Fleet, router: Router, policy: RetryPolicy | None = None, observer: ServingObserver | None = None
+        self,
+        fleet: Fleet,
+        router: Router,
+        policy: RetryPolicy | None = None,
+        observer: ServingObserver | None = None,
+        answers: AnswerMemory | None = None,
     ) -> None:
         self.fleet = fleet
         self.router = router
         self.policy = policy or RetryPolicy()
         self.observer: ServingObserver = observer or NoObserver()
+        self.answers = answers if answers is not None else AnswerMemory()
 
     async def prepare_chat(
         self, req: ChatCompletionRequest, session: str, scope: RequestScope | None = None
@@ -127,10 +144,10 @@ class GatewayService:
         messages = [m.template_view() for m in req.messages]
 
         async def tokenize(package: ModelPackage) -> list[list[int]]:
-            prompt = package.text.render_chat(messages, add_generation_prompt=req.add_generation_prompt)
-            return [await self._encode(package.text, prompt)]
+            return [await self._chat_tokens(req.model, package, messages, req.add_generation_prompt)]
 
-        return await self._prepare(req, session, packages, tokenize, "chatcmpl", scope)
+        answers = self.answers if self.answers.enabled else None
+        return await self._prepare(req, session, packages, tokenize, "chatcmpl", scope, answers)
 
     async def prepare_completion(
         self, req: CompletionRequest, session: str, scope: RequestScope | None = None
@@ -189,11 +206,50 @@ class GatewayService:
             raise errors[0] if errors else Unavailable(f"model {alias!r}: no serving board described it")
         return sorted(groups.values(), key=lambda group: -len(group[1]))
 
+    async def _chat_tokens(
+        self, alias: str, package: ModelPackage, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool
+    ) -> list[int]:
+        """A chat prompt's ids with `package`: the remembered answers spliced in when the template
+        lets them be, else the plain rendering encoded as a whole (exactly as without the memory).
+
+        Raises:
+            InvalidArgument: the template refuses or fails on the messages.
+        """
+        text = package.text
+        prompt = text.render_chat(messages, add_generation_prompt=add_generation_prompt)
+        if not self.answers.enabled:
+            return await self._encode(text, prompt)
+        answers: dict[int, Sequence[int]] = {}
+        misses = 0
+        for i, message in enumerate(messages):
+            content = message.get("content")
+            if message.get("role") != "assistant" or not isinstance(content, str) or not content:
+                continue
+            ids = self.answers.recall(package.package_hash, content)
+            if ids is None:
+                misses += 1
+            else:
+                answers[i] = ids
+        spliced = splice_chat(text, messages, add_generation_prompt, answers, prompt)
+        fallback = bool(answers) and spliced is None
+        self.observer.answers_recalled(
+            alias, spliced=spliced.spliced if spliced else 0, missed=misses, fallback=fallback
+        )
+        if spliced is None:
+            return await self._encode(text, prompt)
+        return await self._encode_spliced(text, spliced)
+
     @staticmethod
     async def _encode(text: ModelText, prompt: str) -> list[int]:
         if len(prompt) > INLINE_TOKENIZE_CHARS:
             return await asyncio.to_thread(text.encode, prompt)
         return text.encode(prompt)
+
+    @staticmethod
+    async def _encode_spliced(text: ModelText, spliced: SplicedChat) -> list[int]:
+        if spliced.text_chars > INLINE_TOKENIZE_CHARS:
+            return await asyncio.to_thread(spliced.encode, text)
+        return spliced.encode(text)
 
     async def _prepare(
         self,
@@ -203,9 +259,10 @@ class GatewayService:
         tokenize: Tokenize,
         id_prefix: str,
         scope: RequestScope | None,
+        answers: AnswerMemory | None = None,
     ) -> Prepared:
         """Tokenize once per package, pick the package, then place every choice (no await from
-        the first placement on).
+        the first placement on); `answers`: where chat choices remember their answers (None: not).
 
         Raises: InvalidArgument (every package refused the prompt), Unavailable (no board left)."""
         max_tokens = req.token_limit()
@@ -223,7 +280,7 @@ class GatewayService:
             raise refusal or Unavailable(f"model {req.model!r}: no package serves it")
         # From here on nothing awaits: the choices are counted on their boards as they are placed.
         package, prompts, routes = self._choose_package(req.model, session, options)
-        runners = self._place_choices(req, session, package, list(zip(prompts, routes, strict=True)), scope)
+        runners = self._place_choices(req, session, package, list(zip(prompts, routes, strict=True)), scope, answers)
         rid = f"{id_prefix}-{secrets.token_hex(12)}"
         return Prepared(req.model, package.text, prompts, runners, rid, req.n)
 
@@ -256,8 +313,10 @@ class GatewayService:
         package: ModelPackage,
         prompts: Sequence[tuple[list[int], RouteRequest]],
         scope: RequestScope | None,
+        answers: AnswerMemory | None,
     ) -> list[ChoiceRunner]:
-        """One runner per choice (n per prompt), each with its placement, counted as placed.
+        """One runner per choice (n per prompt), each with its placement, counted as placed; each
+        remembers its answer in `answers` (if given) when it ends normally.
 
         Raises: Unavailable: no board left for the first choice (they went away meanwhile)."""
         seed = secrets.randbits(63) if req.seed is None else req.seed % SEED_SPACE
@@ -271,7 +330,7 @@ class GatewayService:
                         raise Unavailable(f"model {req.model!r}: no board is left to serve it")
                     runner = ChoiceRunner(
                         self.fleet, self.router, package.text, job, req.stop_strings(), placement, self.policy,
-                        self.observer, scope, route,
+                        self.observer, scope, route, answers,
                     )  # fmt: skip
                     runners.append(runner)
         except BaseException:

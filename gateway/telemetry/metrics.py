@@ -2,8 +2,9 @@
 
 Data flow: the ASGI middleware (`middleware.py`) records each HTTP request's route, status and
 duration; `watch` wraps a prepared request's choice events and records its time to the first visible
-text and its tokens; the serving layer reports retries and failovers (`ServingObserver`); board
-gauges are read from the fleet at each scrape. Everything runs on the event loop, so nothing here
+text and its tokens; the serving layer reports retries, failovers and the answer memory's hits,
+misses and fallbacks (`ServingObserver`); board gauges are read from the fleet, the answer memory's
+size from the memory, at each scrape. Everything runs on the event loop, so nothing here
 locks. One `MetricsRegistry` per app: no global OpenTelemetry or prometheus_client state.
 """
 
@@ -20,17 +21,20 @@ from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, ChoiceEvent
 from calculet.gateway.serving.observer import ServingObserver
+from calculet.gateway.text.answer_memory import AnswerMemory
 
 Events = AsyncIterator[tuple[int, ChoiceEvent]]
 
 
 class GatewayMetrics(ServingObserver):
-    """The instruments of one gateway app; `attach` the fleet before scrapes report boards."""
+    """The instruments of one gateway app; `attach` the fleet (and the answer memory) before
+    scrapes report boards (and the memory's size)."""
 
     def __init__(self) -> None:
         self._registry = MetricsRegistry("calculet-gateway")
         meter = self._registry.meter
         self._fleet: Fleet | None = None
+        self._answers: AnswerMemory | None = None
         self._requests = meter.create_counter("calculet_gateway_requests_total", description="HTTP requests answered")
         self._e2e = meter.create_histogram(
             "calculet_gateway_e2e_request_latency_seconds",
@@ -50,6 +54,26 @@ class GatewayMetrics(ServingObserver):
         )
         self._retries = meter.create_counter("calculet_gateway_retries_total", description="Resubmits before a token")
         self._failovers = meter.create_counter("calculet_gateway_failovers_total", description="Mid-stream resumes")
+        self._answer_hits = meter.create_counter(
+            "calculet_gateway_answer_memory_hits_total", description="Assistant messages spliced as remembered ids"
+        )
+        self._answer_misses = meter.create_counter(
+            "calculet_gateway_answer_memory_misses_total", description="Assistant messages the memory did not hold"
+        )
+        self._answer_fallbacks = meter.create_counter(
+            "calculet_gateway_answer_memory_fallbacks_total",
+            description="Chat prompts encoded plainly because the template changed the placeholders",
+        )
+        meter.create_observable_gauge(
+            "calculet_gateway_answer_memory_tokens",
+            callbacks=[self._answer_tokens],
+            description="Token ids the answer memory holds",
+        )
+        meter.create_observable_gauge(
+            "calculet_gateway_answer_memory_entries",
+            callbacks=[self._answer_entries],
+            description="Answers the answer memory holds",
+        )
         meter.create_observable_gauge(
             "calculet_gateway_board_up", callbacks=[self._board_up], description="1 while the board's streams flow"
         )
@@ -63,9 +87,10 @@ class GatewayMetrics(ServingObserver):
             "calculet_gateway_build_info", callbacks=[self._build_info], description="Gateway version"
         )
 
-    def attach(self, fleet: Fleet) -> None:
-        """Report this fleet's boards from now on."""
+    def attach(self, fleet: Fleet, answers: AnswerMemory | None = None) -> None:
+        """Report this fleet's boards (and this answer memory's size) from now on."""
         self._fleet = fleet
+        self._answers = answers
 
     def render(self) -> tuple[bytes, str]:
         """One scrape: (Prometheus text, its content type)."""
@@ -99,6 +124,13 @@ class GatewayMetrics(ServingObserver):
     def resubmitted(self, model: str, *, mid_stream: bool) -> None:
         (self._failovers if mid_stream else self._retries).add(1, {"model": model})
 
+    def answers_recalled(self, model: str, *, spliced: int, missed: int, fallback: bool) -> None:
+        attributes = {"model": model}
+        self._answer_hits.add(spliced, attributes)
+        self._answer_misses.add(missed, attributes)
+        if fallback:
+            self._answer_fallbacks.add(1, attributes)
+
     # ---- observable gauges (read at a scrape) -------------------------------------------
 
     def _board_up(self, _: CallbackOptions) -> Iterable[Observation]:
@@ -112,6 +144,12 @@ class GatewayMetrics(ServingObserver):
     def _boards(self, _: CallbackOptions) -> Iterable[Observation]:
         boards = list(self._fleet.boards.values()) if self._fleet is not None else []
         return [Observation(sum(1 for b in boards if b.state is s), {"state": s.value}) for s in BoardState]
+
+    def _answer_tokens(self, _: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._answers.tokens)] if self._answers is not None else []
+
+    def _answer_entries(self, _: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._answers.entries)] if self._answers is not None else []
 
     def _build_info(self, _: CallbackOptions) -> Iterable[Observation]:
         return [Observation(1.0, {"version": package_version()})]
