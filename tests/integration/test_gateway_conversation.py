@@ -1,15 +1,19 @@
 """Issue 19, "done when": a 5-turn conversation through the gateway with the official `openai` client.
 
-From turn 2 on the board holding the conversation serves the previous turn's prompt from its parked
-lane (`usage.prompt_tokens_details.cached_tokens`, streamed usage), and every turn's text equals a
-cold fleet's (prefix reuse off) with the same seed, bit for bit on the tiny package's numeric kernel.
+From turn 2 on the board holding the conversation serves the previous turn's whole lane from its
+parked KV (`usage.prompt_tokens_details.cached_tokens`, streamed usage), and every turn's text
+equals a cold fleet's (prefix reuse off) with the same seed, bit for bit on the tiny package's
+numeric kernel.
 
 What the cache can cover is exact: the lane holds the previous prompt and the answer's tokens but
-the last (never fed); the new prompt is the template re-rendering the conversation, so the match
-runs over the whole previous prompt and then as far as the re-encoded answer text agrees with the
-tokens the model produced. The test computes the previous prompt's tokens with the gateway's own
-renderer (`ModelText`, from the daemon's GetModel) and checks the reported figure against that and
-against the daemon's own count of reused tokens.
+the last (never fed). The gateway's answer memory splices the ids the model produced in place of
+the previous answer's text (docs/gateway.md, "Answer memory"), so the match runs over the whole
+lane: previous prompt + previous completion - 1 tokens. The test builds the expected prompt ids
+without the gateway: the first turn's by encoding the package's rendering (the daemon's GetModel
+tokenizer and template), each later one as the previous prompt's ids, the answer's ids generated
+directly on the cold board with the same seed and sampling (their text must be the answer), and the
+encoding of the rest of the new rendering (which must extend the previous rendering and the answer).
+The reported figure is checked against that and against the daemon's own count of reused tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from calculet.client import DaemonClient
+from calculet.client import DaemonClient, SamplingParams
 from calculet.gateway.text.model_text import ModelFacts, ModelText
 
 from .conftest import DaemonProcess
@@ -31,6 +35,8 @@ pytestmark = pytest.mark.integration
 TURNS = 5
 SYSTEM = "You are a terse assistant. " * 3
 USER_LINES = ["Tell me about lanes.", "And parking?", "Why per lane?", "What drops them?", "Thanks, bye."]
+MAX_TOKENS = 10
+TEMPERATURE, TOP_P = 0.9, 0.95
 
 
 def model_text(daemon: DaemonProcess) -> ModelText:
@@ -44,7 +50,8 @@ def ask(gateway: GatewayProcess, messages: list[dict[str, str]], seed: int) -> t
     """One streamed turn; returns its text and the streamed usage."""
     with gateway.openai() as client:
         stream = client.chat.completions.create(
-            model="tiny", messages=messages, max_tokens=10, seed=seed, temperature=0.9, top_p=0.95, user="alice",
+            model="tiny", messages=messages, max_tokens=MAX_TOKENS, seed=seed, temperature=TEMPERATURE, top_p=TOP_P,
+            user="alice",
             stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
         )  # fmt: skip
         text, usage = "", None
@@ -55,6 +62,14 @@ def ask(gateway: GatewayProcess, messages: list[dict[str, str]], seed: int) -> t
                 usage = chunk.usage
     assert usage is not None, "streamed usage was asked for"
     return text, usage
+
+
+def answer_ids(board: DaemonProcess, prompt: list[int], seed: int) -> list[int]:
+    """The answer's ids generated directly on `board` as the gateway asks for them (choice 0: the
+    request's seed; the same sampling, no EOS stop, the same limit)."""
+    sampling = SamplingParams(seed=seed, temperature=TEMPERATURE, top_p=TOP_P)
+    with DaemonClient(board.target) as client:
+        return list(client.generate("tiny", prompt, max_tokens=MAX_TOKENS, ignore_eos=True, sampling=sampling))
 
 
 def reused(daemons: list[DaemonProcess]) -> int:
@@ -76,9 +91,20 @@ def test_a_five_turn_conversation_reuses_the_previous_turn_and_equals_a_cold_run
 
     messages: list[dict[str, str]] = [{"role": "system", "content": SYSTEM}]
     previous: tuple[int, int] | None = None  # (prompt tokens, completion tokens) of the last turn
+    rendered = ""  # the previous turn's rendering
+    prompt_ids: list[int] = []  # the previous turn's expected prompt ids
+    last_answer_ids: list[int] = []  # the ids the model produced for the previous answer
     for turn in range(TURNS):
+        last_rendered = rendered
         messages.append({"role": "user", "content": USER_LINES[turn]})
-        prompt_ids = text.encode(text.render_chat(messages, add_generation_prompt=True))
+        rendered = text.render_chat(messages, add_generation_prompt=True)
+        if turn == 0:
+            prompt_ids = text.encode(rendered)
+        else:
+            answer_text = messages[-2]["content"]
+            assert rendered.startswith(last_rendered + answer_text), "the template extends the conversation"
+            rest = rendered[len(last_rendered) + len(answer_text) :]
+            prompt_ids = [*prompt_ids, *last_answer_ids, *text.encode(rest)]
         before = reused(warm_boards)
         answer, usage = ask(warm, messages, seed=70 + turn)
         cold_answer, cold_usage = ask(cold, messages, seed=70 + turn)
@@ -93,6 +119,10 @@ def test_a_five_turn_conversation_reuses_the_previous_turn_and_equals_a_cold_run
             last_prompt, last_completion = previous
             assert cached >= last_prompt, f"turn {turn}: the previous prompt ({last_prompt} tokens) was not reused"
             assert cached <= last_prompt + last_completion - 1, "never more than the lane held"
+            assert cached == last_prompt + last_completion - 1, f"turn {turn}: not the whole lane was reused"
+        last_answer_ids = answer_ids(cold_board, prompt_ids, seed=70 + turn)
+        assert len(last_answer_ids) == usage.completion_tokens == MAX_TOKENS
+        assert text.tokenizer.decode(last_answer_ids, skip_special_tokens=True) == answer, "the oracle's answer"
         previous = (usage.prompt_tokens, usage.completion_tokens)
         messages.append({"role": "assistant", "content": answer})
     for board in warm_boards:
