@@ -107,6 +107,7 @@ class FakeDaemon(DaemonConnection):
             prefill work; the block hashes its lanes hold).
         prefill_fixed_ms / prefill_ms_per_token: the package's declared prefill cost (0 = none).
         context: the package's context (tokens a sequence may hold).
+        chat_template: the package's chat template (ChatML by default).
         get_model_calls: GetModel calls answered.
         reports_package: its load reports name its package (ModelLoad.package_hash), as daemons do.
     """
@@ -127,6 +128,7 @@ class FakeDaemon(DaemonConnection):
     prefill_fixed_ms: float = 0.0
     prefill_ms_per_token: float = 0.0
     context: int = CONTEXT
+    chat_template: str = CHAT_TEMPLATE
     get_model_calls: int = 0
     reports_package: bool = False
     submitted: list[Submitted] = field(default_factory=list)
@@ -181,7 +183,7 @@ class FakeDaemon(DaemonConnection):
             alias=ALIAS, generation=1, state=ModelState.READY, package_name="fake", package_hash=self.package_hash,
             family="test", quantization="none", vocab_size=300, context=self.context, lanes=self.lanes,
             eos_token_ids=(EOS,), bos_token_id=None, pad_token_id=None, model_max_length=self.context,
-            tokenizer_json=byte_tokenizer_json(), chat_template=CHAT_TEMPLATE,
+            tokenizer_json=byte_tokenizer_json(), chat_template=self.chat_template,
             prefill_fixed_ms=self.prefill_fixed_ms, prefill_ms_per_token=self.prefill_ms_per_token,
         )  # fmt: skip
 

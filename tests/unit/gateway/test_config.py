@@ -3,6 +3,9 @@ and `main` refusing a bad setting with one line and status 2, before any server 
 
 from __future__ import annotations
 
+import asyncio
+import gc
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ from calculet.daemon.errors import InvalidArgument
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import GatewayConfig, config_from, read_config
 from calculet.gateway.fleet.routing_policy import RoutingMode
-from calculet.gateway.main import build_parser, settings_from, uvicorn_config
+from calculet.gateway.main import build_parser, service_factory, settings_from, uvicorn_config
 
 
 def _toml(tmp_path: Path, body: str, name: str = "gateway.toml") -> Path:
@@ -124,6 +127,8 @@ def test_a_missing_file_is_refused(tmp_path: Path) -> None:
         ("routing = 1", "routing"),
         ('routing = "fastest"', "routing"),
         ('routing = "PREFIX"', "routing"),
+        ('answer-memory-tokens = "1000"', "answer-memory-tokens"),
+        ("answer-memory-tokens = 10.5", "answer-memory-tokens"),
     ],
 )
 def test_wrong_types_are_refused_naming_the_key(tmp_path: Path, line: str, key: str) -> None:
@@ -144,6 +149,8 @@ def test_wrong_types_are_refused_naming_the_key(tmp_path: Path, line: str, key: 
         ("max-attempts = 101", "max-attempts"),
         ("failover-wait = -1", "failover-wait"),
         ("failover-wait = 3601", "failover-wait"),
+        ("answer-memory-tokens = -1", "answer-memory-tokens"),
+        ("answer-memory-tokens = 2147483649", "answer-memory-tokens"),
     ],
 )
 def test_out_of_range_is_refused_naming_the_key(tmp_path: Path, line: str, key: str) -> None:
@@ -244,3 +251,25 @@ def test_routing_prefix_by_default_load_by_file_or_flag(tmp_path: Path) -> None:
     assert _from_args(["--daemon", "unix:a", "--routing", "load"]).routing is RoutingMode.LOAD
     with pytest.raises(SystemExit):  # argparse refuses other values (exit status 2)
         build_parser().parse_args(["--daemon", "unix:a", "--routing", "fastest"])
+
+
+def test_answer_memory_tokens_by_default_file_or_flag(tmp_path: Path) -> None:
+    assert _from_args(["--daemon", "unix:a"]).answer_memory_tokens == 4_000_000
+    assert _from_toml(tmp_path, 'daemons = ["unix:a"]\nanswer_memory_tokens = 0\n').answer_memory_tokens == 0
+    path = _toml(tmp_path, '[gateway]\ndaemons = ["unix:a"]\nanswer-memory-tokens = 0\n')
+    assert _from_args(["--config", str(path), "--answer-memory-tokens", "500"]).answer_memory_tokens == 500
+    with pytest.raises(SystemExit):  # argparse refuses a non-integer (exit status 2)
+        build_parser().parse_args(["--daemon", "unix:a", "--answer-memory-tokens", "lots"])
+
+
+@pytest.mark.parametrize("tokens", [0, 1234])
+def test_the_service_owns_an_answer_memory_of_the_configured_size(tokens: int) -> None:
+    async def scenario() -> None:
+        cfg = GatewayConfig(daemons=("unix:/nonexistent/board0.sock",), answer_memory_tokens=tokens)
+        try:
+            async with asynccontextmanager(service_factory(cfg))() as service:
+                assert service.answers.max_tokens == tokens and service.answers.enabled == (tokens > 0)
+        finally:
+            gc.unfreeze()  # the factory freezes start-up objects, as a gateway process should
+
+    asyncio.run(scenario())
