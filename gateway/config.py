@@ -15,7 +15,7 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     daemon-key = "/etc/calculet/gateway.key"
     daemon-server-name = "calculet-daemon"              # the name in the daemons' certificates
     routing = "prefix"                 # or "load": the load-only rule, for comparison (docs/gateway.md)
-    answer-memory-tokens = 4000000     # chat answers' token ids kept for the next turn; 0 = off
+    answer-memory-tokens = 4000000     # chat answers' token ids kept for the next turn; 0 = off (the default)
 
 The files are read here, once, at start-up: an unreadable or empty one is a bad setting (exit 2).
 Secrets never appear in `GatewayConfig`'s repr.

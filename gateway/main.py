@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--answer-memory-tokens",
         type=int,
         metavar="N",
-        help="token ids of chat answers kept so the next turn reuses the board's KV exactly; 0 = off (4000000)",
+        help="token ids of chat answers kept so the next turn reuses the board's KV exactly; 0 = off (the "
+        "default): opt in where a conversation's turns reach one gateway (e.g. 4000000)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (INFO)")
     p.add_argument("--log-format", choices=("text", "json"), help="text (default) or json: one object a line")

@@ -30,8 +30,11 @@ from collections.abc import Sequence
 
 from calculet.daemon.errors import InvalidArgument
 
-DEFAULT_MAX_TOKENS = 4_000_000
-"""The default bound: about 16 MB of ids plus their texts."""
+DEFAULT_MAX_TOKENS = 0
+"""Off by default: the ids it splices make a prompt depend on this gateway's memory (another gateway,
+or this one after an eviction or a restart, encodes the same request from its text), so a sampled
+answer would depend on which gateway served the previous turn. Opt in where conversations stay on
+one gateway (4,000,000 tokens are about 16 MB of ids plus their texts)."""
 
 _Key = tuple[str, str]  # (package hash, answer text)
 

@@ -92,7 +92,10 @@ def test_ids_are_stored_compactly_and_must_be_token_ids() -> None:
     assert memory.recall("pkg", "b") is None
 
 
-def test_a_negative_bound_is_refused_and_the_default_is_on() -> None:
+def test_a_negative_bound_is_refused_and_the_default_is_off() -> None:
     with pytest.raises(InvalidArgument, match="answer-memory-tokens"):
         AnswerMemory(-1)
-    assert AnswerMemory().enabled and AnswerMemory().max_tokens == DEFAULT_MAX_TOKENS
+    default = AnswerMemory()
+    assert not default.enabled and default.max_tokens == DEFAULT_MAX_TOKENS == 0, "opt-in: a gateway stays stateless"
+    default.remember("pkg", "a", [1, 2])
+    assert default.recall("pkg", "a") is None

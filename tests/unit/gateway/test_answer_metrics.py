@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from calculet.gateway.api.app import create_app
 from calculet.gateway.serving.service import GatewayService
+from calculet.gateway.text.answer_memory import AnswerMemory
 from calculet.gateway.text.answer_splice import placeholder
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
 from tests.unit.gateway.harness import start_service
@@ -24,6 +25,7 @@ QUESTION = {"role": "user", "content": "Tell me about lanes."}
 def gateway() -> Iterator[TestClient]:
     async def make_service() -> AsyncIterator[GatewayService]:
         fleet, service = await start_service(FakeDaemon("board-a"))
+        service.answers = AnswerMemory(100_000)  # opt-in (off by default)
         try:
             yield service
         finally:

@@ -25,6 +25,7 @@ PACKAGE = "pkg-a"
 PADDING = 299  # past the byte tokenizer's ids, below the model's vocab: decodes to nothing
 TEXT = ModelText(ModelFacts(ALIAS, PACKAGE, 300, CONTEXT, (EOS,)), byte_tokenizer_json(), CHAT_TEMPLATE)
 QUESTION = {"role": "user", "content": "Tell me about lanes."}
+MEMORY_TOKENS = 100_000
 FOLLOW_UP = {"role": "user", "content": "And parking?"}
 
 
@@ -48,6 +49,7 @@ def run(scenario: Callable[[GatewayService, FakeDaemon], Awaitable[None]], daemo
     async def main() -> None:
         board = daemon or FakeDaemon("a")
         fleet, service = await start_service(board)
+        service.answers = AnswerMemory(MEMORY_TOKENS)  # opt-in (off by default)
         service.observer = Recorder()
         try:
             await scenario(service, board)

@@ -254,8 +254,8 @@ def test_routing_prefix_by_default_load_by_file_or_flag(tmp_path: Path) -> None:
 
 
 def test_answer_memory_tokens_by_default_file_or_flag(tmp_path: Path) -> None:
-    assert _from_args(["--daemon", "unix:a"]).answer_memory_tokens == 4_000_000
-    assert _from_toml(tmp_path, 'daemons = ["unix:a"]\nanswer_memory_tokens = 0\n').answer_memory_tokens == 0
+    assert _from_args(["--daemon", "unix:a"]).answer_memory_tokens == 0, "off unless asked for"
+    assert _from_toml(tmp_path, 'daemons = ["unix:a"]\nanswer_memory_tokens = 7\n').answer_memory_tokens == 7
     path = _toml(tmp_path, '[gateway]\ndaemons = ["unix:a"]\nanswer-memory-tokens = 0\n')
     assert _from_args(["--config", str(path), "--answer-memory-tokens", "500"]).answer_memory_tokens == 500
     with pytest.raises(SystemExit):  # argparse refuses a non-integer (exit status 2)
