@@ -44,6 +44,7 @@ from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.registry import available_drivers, load_driver
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.daemon.parent_death import die_with_parent
 from calculet.daemon.server.access import Plane, ServerSecurity, load_policy
 from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, normalize_target, serve, unix_path
 from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
@@ -494,6 +495,7 @@ def reload_config(args: argparse.Namespace, core: DeviceCore) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the daemon. Returns an exit status: EXIT_OK after a clean stop, else see `exit_status`."""
+    die_with_parent()  # started by `calctl up`: stop with it
     args = build_parser().parse_args(argv)
     try:
         settings = merged_settings(args)

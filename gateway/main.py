@@ -29,6 +29,7 @@ import uvicorn
 
 from calculet.client import Transport, parse_target
 from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.parent_death import die_with_parent
 from calculet.daemon.server.sd_notify import Notifier
 from calculet.daemon.telemetry.logs import setup_logging
 from calculet.daemon.telemetry.tracing import tracer_provider_from_env
@@ -198,6 +199,7 @@ def _has(module: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()  # started by `calctl up`: stop with it
     args = build_parser().parse_args(argv)
     try:
         cfg = config_from(settings_from(args))

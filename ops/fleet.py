@@ -15,7 +15,6 @@ that started them dies, even if the parent was killed with SIGKILL.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import ipaddress
 import os
 import signal
@@ -32,6 +31,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from calculet.daemon.parent_death import PARENT_PID_ENV
+
 GATEWAY_MODULE = "calculet.gateway.main"
 DAEMON_MODULE = "calculet.daemon.main"
 POLL_S = 0.05  # readiness and exit polling period
@@ -39,7 +40,6 @@ PROBE_TIMEOUT_S = 2.0  # one health Check / one GET /ready
 TAIL_LINES = 20
 GATEWAY_STOP_S = 15.0
 DAEMON_STOP_S = 45.0  # the daemon drains for up to its --drain-timeout (30 s by default) on SIGTERM
-_PR_SET_PDEATHSIG = 1
 
 GatewayCommand = Callable[[str, Sequence[str]], list[str]]
 """(listen "HOST:PORT", daemon targets) -> the gateway's argv."""
@@ -143,29 +143,6 @@ def read_tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = 16384) -> st
     return "\n".join("    " + line for line in text.splitlines()[-lines:])
 
 
-def _pdeathsig_preexec() -> Callable[[], None] | None:
-    """A preexec_fn setting PR_SET_PDEATHSIG=SIGTERM in the child (Linux only, else None).
-
-    prctl is looked up before the fork, so the child only calls an already resolved function. A
-    parent that died before prctl ran is caught by comparing the parent pid.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    sig = ctypes.c_ulong(int(signal.SIGTERM))
-
-    def set_pdeathsig() -> None:
-        prctl(ctypes.c_int(_PR_SET_PDEATHSIG), sig, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return set_pdeathsig
-
-
 @dataclass
 class Child:
     """One child process and its log file. Owns the Popen; `LocalFleet` owns the Child."""
@@ -179,12 +156,13 @@ class Child:
     reported: bool = False
 
     def start(self) -> None:
-        """Start the process in its own process group, stdout and stderr to the log (truncated).
+        """Start the process in its own process group, stdout and stderr to the log (truncated). It
+        learns our pid (`parent_death.PARENT_PID_ENV`) and dies with us (`die_with_parent`).
 
         Raises:
             FleetError: the process could not be started.
         """
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
         try:
             with self.log_path.open("wb") as log:
                 self.proc = subprocess.Popen(
@@ -193,8 +171,7 @@ class Child:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    process_group=0,
-                    preexec_fn=_pdeathsig_preexec(),  # prctl resolved before the fork, see there
+                    process_group=0,  # no preexec_fn: vfork, so grpcio's at-fork handlers never run
                 )
         except OSError as exc:
             raise FleetError(f"{self.name}: cannot start {self.argv[0]}: {exc}") from None

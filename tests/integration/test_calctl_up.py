@@ -25,12 +25,17 @@ pytestmark = pytest.mark.integration
 TIMEOUT_S = 90.0
 
 STAND_IN_GATEWAY = '''
-"""Stand-in for calculet-gateway: /health 200; /ready 200 once some daemon answers SERVING, else 503."""
+"""Stand-in for calculet-gateway: /health 200; /ready 200 once some daemon answers SERVING, else 503.
+Like the real one, it dies with the calctl that started it (calculet.daemon.parent_death)."""
 import argparse
 import http.server
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from calculet.daemon.parent_death import die_with_parent
+
+die_with_parent()
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--listen", required=True)

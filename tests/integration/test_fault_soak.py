@@ -255,9 +255,14 @@ def test_fault_soak_loses_nothing(start_daemon: StartDaemon, start_gateway: Star
     boards = [start_daemon("--board", str(i), *flags) for i in range(2)]
     gateway = start_gateway(*(f for b in boards for f in ("--daemon", b.target)), "--failover-wait", "60")
     gateway.wait_until(lambda body: sorted(body["boards"].values()) == ["up", "up"], "both boards up")
-    # Warm-up without faults, so thread pools and connections have grown before the baseline.
+    # Warm-up without faults, so thread pools and connections have grown before the baseline: the
+    # requests, and the Status call the end of the test makes (its first blocking call starts the
+    # daemon's worker thread; the gateway learns the package from board 0's GetModel and may never
+    # ask board 1 anything blocking during the requests).
     warm = run_soak(gateway, reqs[:CONCURRENCY])
     assert warm == expected[:CONCURRENCY]
+    with DaemonClient(boards[1].target) as client:
+        client.status()
     baseline = {name: process_usage(p.proc.pid) for name, p in (("board1", boards[1]), ("gateway", gateway))}
 
     chaos = Chaos(boards=list(boards), restart=lambda: start_daemon("--board", "0", *flags, listen=boards[0].target))
