@@ -35,7 +35,7 @@ import psutil
 import pytest
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError
+from calculet.daemon.errors import CalculetError, InvalidArgument
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess, Oracle
 from tests.integration.helpers import assert_idle_soon
@@ -153,14 +153,33 @@ class Chaos:
         offset = self.rng.randint(0, 3)
         try:
             with DaemonClient(self.boards[board].target, timeout=10) as client:
-                nxt = client.inject_fault().next_job_index  # plans nothing: reads the next index
-                client.inject_fault(kind, job_index=nxt + offset)
-        except CalculetError:  # the board restarts, or that index is already planned
+                index = self._plan_at(client, kind, offset)
+        except CalculetError:  # the board restarts
+            index = None
+        if index is None:
             self.skipped += 1
             return
-        self.planned.append(PlannedFault(self.boards[board].proc.pid, nxt + offset, kind))
+        self.planned.append(PlannedFault(self.boards[board].proc.pid, index, kind))
         if kind == "hang":
             self.hangs_left[board] -= 1
+
+    @staticmethod
+    def _plan_at(client: DaemonClient, kind: str, offset: int) -> int | None:
+        """Plan `kind` `offset` submit attempts ahead, or at the first free index after it: several
+        faults planned at once on one board (the catch-up) would otherwise collide, and the index
+        read may be passed before the plan arrives. Returns the index, None if none was free.
+
+        Raises:
+            CalculetError: the board cannot be reached (it restarts).
+        """
+        for extra in range(8):
+            index = client.inject_fault().next_job_index + offset + extra  # plans nothing: reads the index
+            try:
+                client.inject_fault(kind, job_index=index)
+                return index
+            except InvalidArgument:  # taken by an earlier plan, or already passed: further on
+                continue
+        return None
 
     def _kill_and_restart(self) -> None:
         self.killed = True
