@@ -218,6 +218,7 @@ def load_report_from_pb(pb: observe_pb2.LoadReport) -> LoadReport:
             prefix_hashes=_prefix_hashes(m.prefix),
             prefix_truncated=m.prefix.truncated,
             package_hash=m.package_hash,
+            prefix_tips=frozenset(m.prefix.lane_tips) if m.prefix.block_tokens == BLOCK_TOKENS else frozenset(),
         )
         for m in pb.models
     )

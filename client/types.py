@@ -240,6 +240,7 @@ class ModelLoad:
             empty when prefix reuse is off.
         prefix_truncated: the daemon left blocks out to bound the report.
         package_hash: SHA-256 of the generation's manifest ("" when not reported).
+        prefix_tips: each lane's last block hash: a prompt matching through one continues that lane.
     """
 
     alias: str
@@ -255,6 +256,7 @@ class ModelLoad:
     prefix_hashes: frozenset[int] = frozenset()
     prefix_truncated: bool = False
     package_hash: str = ""
+    prefix_tips: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from calculet.daemon.core.status import (
     JobView,
     LoadView,
     ModelInfoView,
+    ModelLoadView,
     ModelView,
     PrefixCacheView,
     StatusView,
@@ -139,10 +140,12 @@ def _prefix_cache_to_pb(p: PrefixCacheView) -> observe_pb2.PrefixCacheStatus:
     )  # fmt: skip
 
 
-def _prefix_blocks_to_pb(hashes: tuple[int, ...] | None, truncated: bool) -> observe_pb2.PrefixBlocks | None:
-    if hashes is None:
+def _prefix_blocks_to_pb(m: ModelLoadView) -> observe_pb2.PrefixBlocks | None:
+    if m.prefix_hashes is None:
         return None
-    return observe_pb2.PrefixBlocks(block_tokens=BLOCK_TOKENS, hashes=hashes, truncated=truncated)
+    return observe_pb2.PrefixBlocks(
+        block_tokens=BLOCK_TOKENS, hashes=m.prefix_hashes, truncated=m.prefix_truncated, lane_tips=m.prefix_tips
+    )
 
 
 def _reset_record_to_pb(e: ResetEntry) -> observe_pb2.ResetRecord:
@@ -296,7 +299,7 @@ def load_report_to_pb(
                 lanes_total=m.lanes_total,
                 parked_lanes=m.parked_lanes,
                 pending_prefill_tokens=m.pending_prefill_tokens,
-                prefix=_prefix_blocks_to_pb(m.prefix_hashes, m.prefix_truncated),
+                prefix=_prefix_blocks_to_pb(m),
                 package_hash=m.package_hash,
             )
             for m in v.models

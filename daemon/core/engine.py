@@ -84,7 +84,7 @@ from calculet.daemon.core.observer import (
     ResetRecorded,
     RowDone,
 )
-from calculet.daemon.core.prefix_advert import advertise
+from calculet.daemon.core.prefix_advert import advertise, tips
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, validate_request
 from calculet.daemon.core.request_digest import request_digest
 from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry
@@ -863,7 +863,8 @@ class Engine:
         waiting = sum(1 for s in mine if s.state is SeqState.WAITING)
         kv = rt.kv
         prefix = self._prefix_view_locked(rt)
-        hashes, truncated = self._advert_locked(rt, mine) if prefix is not None and prefix.enabled else (None, False)
+        chains = self._lane_chains_locked(rt, mine) if prefix is not None and prefix.enabled else None
+        hashes, truncated = advertise(chains) if chains is not None else (None, False)
         return GenerationView(
             alias=rt.alias,
             generation=rt.generation,
@@ -882,6 +883,7 @@ class Engine:
             prefix_cache=prefix,
             prefix_hashes=hashes,
             prefix_truncated=truncated,
+            prefix_tips=tips(chains) if chains is not None else (),
             pending_prefill_tokens=self._pending_prefill_locked(rt, mine),
             prefill_chunk_tokens=rt.prefill_chunk,
         )
@@ -896,15 +898,15 @@ class Engine:
         )  # fmt: skip
 
     @staticmethod
-    def _advert_locked(rt: ModelRuntime, mine: list[Sequence]) -> tuple[tuple[int, ...], bool]:
-        """The block hashes of what the generation's lanes hold: parked lanes' histories and the
-        committed KV of running client sequences (hashed once per block, kept by each sequence)."""
+    def _lane_chains_locked(rt: ModelRuntime, mine: list[Sequence]) -> list[tuple[int, ...] | list[int]]:
+        """The block-hash chain of what each lane of the generation holds: parked lanes' histories and
+        the committed KV of running client sequences (hashed once per block, kept by each sequence)."""
         assert rt.kv is not None
         chains: list[tuple[int, ...] | list[int]] = [parked.hashes for _, parked in rt.kv.parked()]
         for seq in mine:
             if seq.lane is not None and not seq.internal:
                 chains.append(seq.block_hashes(rt.kv.lane(seq.lane).length))
-        return advertise(chains)
+        return chains
 
     @staticmethod
     def _pending_prefill_locked(rt: ModelRuntime, mine: list[Sequence]) -> int:

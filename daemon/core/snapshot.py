@@ -43,8 +43,9 @@ class GenerationView:
         waiting / running: its client jobs queued for a lane, and holding one.
         free_lanes / lanes_total: its KV lanes (0 / 0 before it is configured); free counts parked.
         prefix_cache: its prefix reuse figures (None before it is configured).
-        prefix_hashes / prefix_truncated: the block hashes its lanes hold (`prefix_advert.py`), None
-            when prefix reuse is off; whether the bound left some out.
+        prefix_hashes / prefix_truncated / prefix_tips: the block hashes its lanes hold
+            (`prefix_advert.py`), None when prefix reuse is off; whether the bound left some out; each
+            lane's last hash.
         pending_prefill_tokens: prompt tokens its client jobs still have to prefill.
         prefill_chunk_tokens: tokens one prefill job carries (0 before it is configured).
     """
@@ -66,6 +67,7 @@ class GenerationView:
     prefix_cache: PrefixCacheView | None = None
     prefix_hashes: tuple[int, ...] | None = None
     prefix_truncated: bool = False
+    prefix_tips: tuple[int, ...] = ()
     pending_prefill_tokens: int = 0
     prefill_chunk_tokens: int = 0
 

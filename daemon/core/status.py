@@ -186,7 +186,8 @@ class ModelLoadView:
     pending_prefill_tokens: int = 0
     prefix_hashes: tuple[int, ...] | None = None  # None: prefix reuse off (nothing advertised)
     prefix_truncated: bool = False
-    package_hash: str = ""  # SHA-256 of calculet-package.json ("" if unreadable)
+    package_hash: str = ""
+    prefix_tips: tuple[int, ...] = ()  # SHA-256 of calculet-package.json ("" if unreadable)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ def load_view(
             g.prefix_hashes,
             g.prefix_truncated,
             package_hash(g),
+            g.prefix_tips,
         )
         for g in snap.published
     )

@@ -152,6 +152,8 @@ class Board:
             fixed_ms=fixed_ms,
             per_token_ms=per_token_ms,
             turnover_ms=turnover_ms,
+            prefix_tips=m.prefix_tips if m is not None else frozenset(),
+            cold_lanes=max(0, m.lanes_total - self.jobs(alias) - m.parked_lanes) if m is not None else 0,
         )
 
     # ---- what placements count (only `Placement` calls these) ----------------------------

@@ -73,6 +73,8 @@ class BoardView:
         pending_tokens: prompt tokens still to prefill there before a new prompt: others' + this
             gateway's placements that have not received their first token.
         prefix_hashes: the block hashes its lanes hold (last report; empty without prefix reuse).
+        prefix_tips: each lane's last block hash (last report; empty from a daemon that sends none).
+        cold_lanes: lanes neither held by a job nor parked (a stranger's prompt is prefilled there).
         fixed_ms / per_token_ms: the package's prefill cost: n tokens take fixed + n * per_token.
         turnover_ms: how long a lane stays taken (this gateway's recent choice durations).
     """
@@ -86,6 +88,8 @@ class BoardView:
     fixed_ms: float
     per_token_ms: float
     turnover_ms: float
+    prefix_tips: frozenset[int] = frozenset()
+    cold_lanes: int = 0
 
 
 Scorer = Callable[[RouteRequest, BoardView], float]

@@ -4,6 +4,14 @@ A board's lanes advertise the chained block hashes of what they hold; the reques
 there is its longest run of block hashes, from block 0, found among them (64 tokens a block). At
 least the last token is always prefilled (its logits start the completion), so the cached count
 stays below the request's length.
+
+The daemon reuses a lane only in two cases (docs/daemon.md, "Conversations"), and so does this
+estimate: the request *continues* a lane (its hashes contain that lane's tip, the lane's last full
+block: its next turn), or it shares a shorter prefix (a system prompt) and the board has no cold lane
+left, so a parked lane must be taken anyway. A stranger that only shares a prefix with a board's
+conversations is prefilled cold there while a lane is free: no saving is counted. A tip among the
+request's hashes also proves the lane holds every block before it, advertised or not. A daemon that
+sends no tips (before lane tips) gets the plain run.
 """
 
 from __future__ import annotations
@@ -23,7 +31,14 @@ def cached_tokens(request: RouteRequest, board: BoardView) -> int:
     """
     if not board.prefix_hashes or request.tokens <= 1:
         return 0
-    return min(cached_blocks(request.block_hashes, board.prefix_hashes) * BLOCK_TOKENS, request.tokens - 1)
+    blocks = cached_blocks(request.block_hashes, board.prefix_hashes)
+    if board.prefix_tips:
+        through_tip = max((i + 1 for i, h in enumerate(request.block_hashes) if h in board.prefix_tips), default=0)
+        if through_tip:
+            blocks = max(blocks, through_tip)  # continues a lane
+        elif board.cold_lanes > 0:
+            blocks = 0  # only a shared prefix: the daemon prefills it cold on a free lane
+    return min(blocks * BLOCK_TOKENS, request.tokens - 1)
 
 
 def uncached_tokens(request: RouteRequest, board: BoardView) -> int:

@@ -465,14 +465,16 @@ class ModelLoad(_message.Message):
     def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., ready: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., free_lanes: _Optional[int] = ..., lanes_total: _Optional[int] = ..., parked_lanes: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ..., prefix: _Optional[_Union[PrefixBlocks, _Mapping]] = ..., package_hash: _Optional[str] = ...) -> None: ...
 
 class PrefixBlocks(_message.Message):
-    __slots__ = ("block_tokens", "hashes", "truncated")
+    __slots__ = ("block_tokens", "hashes", "truncated", "lane_tips")
     BLOCK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     HASHES_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    LANE_TIPS_FIELD_NUMBER: _ClassVar[int]
     block_tokens: int
     hashes: _containers.RepeatedScalarFieldContainer[int]
     truncated: bool
-    def __init__(self, block_tokens: _Optional[int] = ..., hashes: _Optional[_Iterable[int]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    lane_tips: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, block_tokens: _Optional[int] = ..., hashes: _Optional[_Iterable[int]] = ..., truncated: _Optional[bool] = ..., lane_tips: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GetModelRequest(_message.Message):
     __slots__ = ("alias",)

@@ -9,7 +9,7 @@ import pytest
 from calculet.client.prefix import BLOCK_TOKENS, block_hash, block_hashes, cached_blocks
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, auto_chunk_tokens, chunk_tokens, parse_chunk_setting
 from calculet.daemon.core.kv import KVManager, LaneState
-from calculet.daemon.core.prefix_advert import advertise
+from calculet.daemon.core.prefix_advert import advertise, tips
 from calculet.daemon.core.prefix_match import (
     CONTINUATION_LOSS_TOKENS,
     LaneChoice,
@@ -167,6 +167,10 @@ def test_block_hashes_chain_so_a_hash_names_the_whole_prefix() -> None:
     assert ha[1] == block_hash(ha[0], a[BLOCK_TOKENS : 2 * BLOCK_TOKENS])
     assert block_hashes(a, start=1, prev=ha[0]) == ha[1:]
     assert cached_blocks(hb, set(ha)) == 1 and cached_blocks(ha, set(ha)) == 3 and cached_blocks(ha, set()) == 0
+
+
+def test_each_lane_advertises_its_tip() -> None:
+    assert tips([[1, 2, 3], [1, 2], [], [1, 2]]) == (3, 2)
 
 
 def test_the_advertisement_is_bounded_breadth_first_so_every_chain_stays_a_prefix() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from calculet.client.prefix import block_hashes
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.chunking import CHUNK_OFF
 from calculet.daemon.core.device_core import DeviceCore
@@ -167,3 +168,19 @@ def test_a_daemon_that_trusts_dropped_kv_is_refused_by_the_device(
             got, _ = run(core, req)
         assert any("stale KV" in r.getMessage() for r in caplog.records), "the device refused the stale row"
         assert got == want
+
+
+def test_the_load_report_advertises_what_a_parked_lane_holds_and_its_tip(models: Path) -> None:
+    prompt = [(7 * i + 3) % 500 for i in range(150)]
+    with running_core(models) as core:
+        steps, _ = run(core, turn_request(prompt, seed=1, answer=20))
+        (model,) = core.load_report().models
+        held = [*prompt, *(s[0] for s in steps)][:169]  # the lane: prompt + answer but its last token
+        chain = block_hashes(held)
+        assert model.parked_lanes == 1 and model.prefix_hashes is not None
+        assert set(chain) <= set(model.prefix_hashes) and model.prefix_tips == (chain[-1],)
+        assert model.package_hash and model.pending_prefill_tokens == 0
+    with running_core(models, prefix_reuse=False) as off:
+        run(off, turn_request(prompt, seed=1, answer=20))
+        (model,) = off.load_report().models
+        assert model.prefix_hashes is None and model.prefix_tips == () and model.parked_lanes == 0

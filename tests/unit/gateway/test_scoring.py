@@ -67,6 +67,22 @@ def test_a_later_block_without_the_first_is_no_prefix() -> None:
     assert cached_tokens(REQUEST, view) == 0
 
 
+def test_a_prompt_that_continues_a_lane_counts_through_its_tip_even_unadvertised() -> None:
+    tip = REQUEST.block_hashes[2]  # a lane holding blocks 0..2 of PROMPT: this request continues it
+    view = board(prefix_hashes=frozenset(REQUEST.block_hashes[:1]), prefix_tips=frozenset({tip}), cold_lanes=5)
+    assert cached_tokens(REQUEST, view) == 3 * BLOCK_TOKENS, "the tip proves blocks 0..2 are held"
+
+
+def test_a_stranger_sharing_only_a_prefix_is_counted_cold_while_a_lane_is_free() -> None:
+    other = RouteRequest.build("m", "pkg", [*PROMPT[:192], *range(90_000, 90_300)])  # another conversation
+    shared = frozenset(other.block_hashes)  # its lane holds PROMPT's first 3 blocks, then its own
+    tips = frozenset({other.block_hashes[-1]})
+    assert cached_tokens(REQUEST, board(prefix_hashes=shared, prefix_tips=tips, cold_lanes=1)) == 0
+    full = board(prefix_hashes=shared, prefix_tips=tips, cold_lanes=0)  # a parked lane must go anyway
+    assert cached_tokens(REQUEST, full) == 3 * BLOCK_TOKENS
+    assert cached_tokens(REQUEST, board(prefix_hashes=shared, cold_lanes=1)) == 192, "no tips: the plain run"
+
+
 def test_the_last_token_is_always_prefilled() -> None:
     exact = RouteRequest.build("m", "pkg", PROMPT[:128])  # exactly two blocks, both held
     view = board(prefix_hashes=frozenset(exact.block_hashes))
