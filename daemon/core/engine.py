@@ -730,13 +730,17 @@ class Engine:
         seq.capture_logits = capture_logits
         seq.internal = runtime is not None
         seq.history = TokenHistory(limits.vocab_size, req.prompt_tokens, seq.generated)
+        if self._config.policy.prefix_reuse and runtime is None:
+            seq.prefill_array()  # O(prompt), outside the lock: matched against parked lanes under it
         with self._cond:
             if req.client_request_id and (first := self._jobs.deduplicate(req.client_request_id, digest)):
                 return first, True  # an identical Submit won the race while this one was prepared
             if self._admitting_runtime_locked(req.model, runtime) is not rt:
                 raise Unavailable(f"model {req.model!r} changed generation while the request was prepared; retry")
             try:
-                self._scheduler.enqueue(seq, rt.kv.free_count() if rt.kv is not None else 0)
+                self._scheduler.enqueue(
+                    seq, rt.kv.free_count() if rt.kv is not None else 0, self._expected_keep(seq, rt)
+                )
             except Overloaded:
                 if seq.deadline is not None and seq.deadline <= time.monotonic():
                     # Not a capacity refusal: retrying elsewhere (what OVERLOADED invites) cannot help.
@@ -753,6 +757,14 @@ class Engine:
                 self._observers.emit(_queued(seq))
             self._cond.notify_all()
             return seq, False
+
+    def _expected_keep(self, seq: Sequence, rt: ModelRuntime) -> int:
+        """Prefill tokens of a new client request that a parked lane holds now (lock held; its array
+        was built before the lock): what the scheduler classifies it by."""
+        policy = self._config.policy
+        if not policy.prefix_reuse or seq.internal or rt.kv is None or not rt.kv.parked_count():
+            return 0
+        return rt.kv.expected_keep(seq.prefill_array(), policy.prefix_min_tokens)
 
     def _rejected_locked(self, model: str, reason: str) -> None:
         """Tell the observers admission refused a Submit (the transport counts it in `rejected`)."""

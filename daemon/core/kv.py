@@ -292,9 +292,10 @@ class KVManager:
         return self.take(owner, None, 0)
 
     def take(self, owner: SequenceId, tokens: np.ndarray | None, min_tokens: int) -> LaneHandle | None:
-        """Give `owner` a lane chosen by `prefix_match.choose_lane`: a parked lane whose KV prefix it
-        shares (PARKED -> ACTIVE, length = the tokens kept: a tail deletion), a FREE lane, or the least
-        recently used parked lane emptied (its device lane queued for KV Free, `take_device_closes`).
+        """Give `owner` a lane chosen by `prefix_match.choose_lane`: a parked lane it continues
+        (PARKED -> ACTIVE, length = the tokens kept: a tail deletion), a FREE lane, or the least
+        recently used parked lane, truncated to the prefix they share or emptied (its device lane
+        queued for KV Free, `take_device_closes`).
 
         Args:
             tokens: the owner's prefill tokens (int32), or None to take a lane without matching.
@@ -319,15 +320,23 @@ class KVManager:
             self._free.remove(rec.index)
         else:
             parked = self._unpark(rec)
-            if choice.source is LaneSource.HIT:
+            if choice.keep:  # its shared prefix stays: a tail deletion
                 kept_hashes = parked.hashes[: choice.keep // BLOCK_TOKENS]
-            elif rec.on_device:  # evicted: KV Free then KV Apply, so nothing of the old KV survives
+            elif rec.on_device:  # emptied: KV Free then KV Apply, so nothing of the old KV survives
                 rec.on_device = False
                 self._device_closes.append(rec.index)
         rec.life.move(LaneState.ACTIVE)
         rec.owner, rec.length = owner, choice.keep
         self._by_owner[owner] = rec.index
         return LaneHandle(rec.index, owner, self.generation, choice.source, choice.keep, kept_hashes)
+
+    def expected_keep(self, tokens: np.ndarray, min_tokens: int) -> int:
+        """The KV tokens `take(owner, tokens, min_tokens)` would keep now (0 unless a parked lane's
+        prefix would be taken). Changes nothing: the scheduler classifies a request by what it would
+        have to prefill."""
+        views = [ParkedView(i, rec.parked.tokens, rec.parked.tick) for i, rec in self._parked.items() if rec.parked]
+        choice = choose_lane(tokens, views, self._free, min_tokens)
+        return choice.keep if choice is not None else 0
 
     def park(self, lane: int, owner: SequenceId, tokens: np.ndarray, hashes: tuple[int, ...], now: float) -> None:
         """The owner finished with trusted KV: keep it warm (ACTIVE -> PARKED, owned by no one).

@@ -15,9 +15,12 @@ order, cheapest loss first:
    re-renders differently, or the unsampled last token).
 2. **A FREE lane** (lowest index): while capacity is free, a warm conversation is never truncated to
    serve a stranger that merely shares its system prompt (its own next turn would lose its history).
-3. **The longest partial match** (at least `min_tokens`): no lane is free, so some parked lane must
-   go; the one sharing the most with the sequence saves the most prefill.
-4. **Eviction**: the least recently used parked lane, emptied (KV Free, then Apply).
+3. **Eviction of the least recently used parked lane**: some parked lane must go, and, as in any
+   cache, the one idle longest is the least likely to be continued. If its history shares at least
+   `min_tokens` with the sequence (a system prompt), that prefix is kept (a tail deletion of the lane
+   being evicted anyway); otherwise it is emptied (KV Free, then Apply). A more recent conversation
+   is never truncated for a stranger's sake, however much they share: that would trade its next
+   turn, likely soon, for a saving now.
 
 The matched length is capped at `len(tokens) - 1`, so at least one token is prefilled and yields
 the logits of the first new token.
@@ -39,9 +42,10 @@ CONTINUATION_LOSS_TOKENS = 64
 class LaneSource(Enum):
     """How `choose_lane` found the lane."""
 
-    HIT = "hit"  # a parked lane whose KV prefix is kept
+    HIT = "hit"  # a parked lane the sequence continues: its KV prefix is kept
     FREE = "free"  # a FREE lane, empty
-    EVICTED = "evicted"  # a parked lane emptied for this sequence (its device lane is closed and reopened)
+    EVICTED = "evicted"  # the least recently used parked lane, given to this sequence: emptied (its
+    # device lane closed and reopened), or, with `keep` > 0, truncated to the prefix they share
 
 
 @dataclass(frozen=True)
@@ -101,10 +105,8 @@ def choose_lane(
         return LaneChoice(p.lane, LaneSource.HIT, keep)
     if free:
         return LaneChoice(min(free), LaneSource.FREE)
-    if hits:
-        keep, _, p = max(hits, key=lambda h: (h[0], -h[2].lane))
-        return LaneChoice(p.lane, LaneSource.HIT, keep)
-    if parked:
-        oldest = min(parked, key=lambda p: (p.last_used, p.lane))
-        return LaneChoice(oldest.lane, LaneSource.EVICTED)
-    return None
+    if not parked:
+        return None
+    oldest = min(parked, key=lambda p: (p.last_used, p.lane))
+    shared = next((keep for keep, _, p in hits if p is oldest), 0)
+    return LaneChoice(oldest.lane, LaneSource.EVICTED, shared)

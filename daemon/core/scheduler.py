@@ -6,12 +6,14 @@ them into `JobPlan`s; it never touches the device. Order of preference for each 
 1. RECOVER sequences (lost KV) re-prefill first: they already hold a lane and a client waits.
 2. decode-ready sequences, up to the largest decode batch, highest priority then least recently
    served; the model whose ready sequence has waited longest goes first;
-3. a prefill: first the next chunk of a PARTIAL sequence (a long prompt part-way through its
-   chunks, oldest first: it holds a lane already), then a new prefill into a free lane — short
-   prompts before long ones, but a long prompt is served once `long_prefill_budget` short-prompt
-   tokens have passed it (token budget), and any prefill (chunk) is served before decode once
-   `max_prefill_defer` decode jobs have passed it while it was admissible (bounded wait), so neither
-   queue starves.
+3. a prefill: a short one (a new request with at most `short_prefill_tokens` to prefill: a
+   conversation's next turn, whose earlier turns a parked lane holds, is short however long its
+   prompt), then the next chunk of a PARTIAL sequence (a long prompt part-way through its chunks,
+   oldest first), then a new long one. Shortest first keeps time to first token low for the many
+   short prefills; a long prompt's chunk (or a new long prompt) is served once `long_prefill_budget`
+   short-prefill tokens have passed it (token budget), and any prefill (chunk) is served before
+   decode once `max_prefill_defer` decode jobs have passed it while it was admissible (bounded
+   wait), so nothing starves.
 
 Chunked prefill: a prefill job carries at most the model's `prefill_chunk` tokens from the lane's
 committed length on (`past_kv_len` = the chunk's offset). With two in-flight slots a decode job and
@@ -72,7 +74,9 @@ class SchedulingPolicy:
     Attributes:
         max_active: sequences holding lanes at once per model (1 for the serial policy).
         short_prefill_tokens: prompts up to this length use the short-prefill queue.
-        long_prefill_budget: short-prefill tokens that may pass a waiting long prompt.
+        short_prefill_tokens: requests with at most this many tokens to prefill (prompt and resumed
+            tokens less what a parked lane holds when queued) use the short-prefill queue.
+        long_prefill_budget: short-prefill tokens that may pass a waiting long prompt or chunk.
         max_prefill_defer: decode jobs that may pass an admissible waiting prefill.
         decode_jobs_per_model: decode jobs of one model in flight at once. 1 keeps every ready
             sequence in one batch (a batch of 16 costs 2.5 t1, two of 8 cost 3.4 t1 under the timing
@@ -93,7 +97,7 @@ class SchedulingPolicy:
 
     max_active: int = 1 << 30
     short_prefill_tokens: int = 512
-    long_prefill_budget: int = 4096
+    long_prefill_budget: int = 512
     max_prefill_defer: int = 2
     decode_jobs_per_model: int = DECODE_JOBS_AUTO
     queue_depth: int = 1024
@@ -139,12 +143,14 @@ class Scheduler:
 
     # ---- bookkeeping --------------------------------------------------------------------
 
-    def enqueue(self, seq: Sequence, free_lanes: int) -> None:
+    def enqueue(self, seq: Sequence, free_lanes: int, expected_keep: int = 0) -> None:
         """Queue a new sequence for admission.
 
         Args:
             free_lanes: FREE and PARKED lanes of its generation now: that many queued requests of the
                 generation get a lane at the next plan and do not count against `queue_depth`.
+            expected_keep: its prefill tokens a parked lane holds now (`KVManager.expected_keep`):
+                it is short or long by what is left to prefill.
 
         Raises:
             Overloaded: `queue_depth` requests of the generation already wait for a lane.
@@ -157,7 +163,8 @@ class Scheduler:
         deadline = time.monotonic() + self.policy.admission_timeout_s
         if seq.deadline is not None:
             deadline = min(deadline, seq.deadline)
-        queue = self.short if len(seq.prefill_tokens) <= self.policy.short_prefill_tokens else self.long
+        seq.expected_uncached = len(seq.prompt) + len(seq.generated) - expected_keep
+        queue = self.short if seq.expected_uncached <= self.policy.short_prefill_tokens else self.long
         queue.enqueue(seq.job_id, seq, deadline=deadline, priority=seq.request.priority)
         self._queued[seq.generation] += 1
 
@@ -387,7 +394,27 @@ class Scheduler:
         return in_flight < jobs
 
     def _plan_prefill(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
-        for held in list(self.partial):  # the next chunk of a prompt part-way through, oldest first
+        """Short new prefills first, then the next chunk of a PARTIAL prompt, then a new long one;
+        once `long_prefill_budget` short tokens passed waiting long work, that work goes first."""
+        long_due = self._short_tokens_passed_long >= self.policy.long_prefill_budget
+        if long_due:
+            plan = self._next_chunk(runtimes) or self._new_prefill(self.long, runtimes)
+            if plan is not None:
+                self._short_tokens_passed_long = 0
+                return plan
+        plan = self._new_prefill(self.short, runtimes)
+        if plan is not None:
+            if self.partial or len(self.long):
+                self._short_tokens_passed_long += plan.seqs[0].expected_uncached
+            return plan
+        plan = self._next_chunk(runtimes) or self._new_prefill(self.long, runtimes)
+        if plan is not None:
+            self._short_tokens_passed_long = 0
+        return plan
+
+    def _next_chunk(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
+        """The next chunk of the oldest PARTIAL sequence that may run (orphans set aside)."""
+        for held in list(self.partial):
             held_rt = runtimes.get(held.generation)
             if held_rt is None or held_rt.prefill is None:
                 self.partial.remove(held)
@@ -395,6 +422,10 @@ class Scheduler:
             elif self._eligible(held):
                 self.partial.remove(held)
                 return JobPlan(held_rt, TaskType.PREFILL, held_rt.prefill, [held])
+        return None
+
+    def _new_prefill(self, queue: AdmissionQueue[Sequence], runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
+        """The most urgent admissible request of `queue` (a lane free or parked for it), or None."""
 
         def admissible(seq: Sequence) -> bool:
             rt = runtimes.get(seq.generation)
@@ -406,21 +437,13 @@ class Scheduler:
                 and rt.kv.used_count() < self.policy.max_active
             )
 
-        long_due = self._short_tokens_passed_long >= self.policy.long_prefill_budget
-        order = (self.long, self.short) if long_due else (self.short, self.long)
-        for queue in order:
-            seq = queue.pop_ready(admissible)
-            if seq is None:
-                continue
-            self._dequeued(seq)
-            if queue is self.long:
-                self._short_tokens_passed_long = 0
-            elif len(self.long):
-                self._short_tokens_passed_long += len(seq.prefill_tokens)
-            rt = runtimes[seq.generation]
-            assert rt.prefill is not None
-            return JobPlan(rt, TaskType.PREFILL, rt.prefill, [seq])
-        return None
+        seq = queue.pop_ready(admissible)
+        if seq is None:
+            return None
+        self._dequeued(seq)
+        rt = runtimes[seq.generation]
+        assert rt.prefill is not None
+        return JobPlan(rt, TaskType.PREFILL, rt.prefill, [seq])
 
 
 __all__ = ["JobPlan", "Scheduler", "SchedulingPolicy", "SeqState"]

@@ -71,6 +71,8 @@ class Sequence:
         self.recoveries = 0
         self.cached_tokens = 0  # prompt (+ resumed) tokens a parked lane held at admission (usage)
         self._block_hashes: list[int] = []  # chained hashes of prefill_tokens' first blocks (a cache)
+        self._array: np.ndarray | None = None  # prefill_array's cache
+        self.expected_uncached = 0  # prefill tokens no parked lane held when it was queued (its class)
         self.history: TokenHistory | None = None  # penalties' view of prompt + generated (engine sets it)
         self.capture_logits = False  # warm-up probes keep the first step's logits
         self.internal = False  # a warm-up probe, not a client request (not counted in Status)
@@ -106,8 +108,12 @@ class Sequence:
         return head
 
     def prefill_array(self) -> np.ndarray:
-        """`prefill_tokens` as an int32 array (the prefix matcher's and a parked lane's form)."""
-        return np.fromiter(self.prefill_tokens, dtype=np.int32, count=len(self.prompt) + len(self.generated))
+        """`prefill_tokens` as an int32 array (the prefix matcher's and a parked lane's form), built
+        once per length (admission reads it twice: to classify the request, then to match it)."""
+        length = len(self.prompt) + len(self.generated)
+        if self._array is None or len(self._array) != length:
+            self._array = np.fromiter(self.prefill_tokens, dtype=np.int32, count=length)
+        return self._array
 
     def block_hashes(self, tokens: int) -> list[int]:
         """Chained hashes of the full blocks of `prefill_tokens[:tokens]` (`calculet.client.prefix`),

@@ -8,7 +8,9 @@ stays below the request's length.
 The daemon reuses a lane only in two cases (docs/daemon.md, "Conversations"), and so does this
 estimate: the request *continues* a lane (its hashes contain that lane's tip, the lane's last full
 block: its next turn), or it shares a shorter prefix (a system prompt) and the board has no cold lane
-left, so a parked lane must be taken anyway. A stranger that only shares a prefix with a board's
+left, so its least recently used parked lane is taken and keeps what it shares (counted as the
+shared run: an estimate, since the report does not say which lane that is; when the lanes hold one
+system prompt, as they usually do, it is exact for that prefix). A stranger that only shares a prefix with a board's
 conversations is prefilled cold there while a lane is free: no saving is counted. A tip among the
 request's hashes also proves the lane holds every block before it, advertised or not. A daemon that
 sends no tips (before lane tips) gets the plain run.

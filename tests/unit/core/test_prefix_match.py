@@ -63,8 +63,16 @@ def test_a_stranger_sharing_only_a_system_prompt_takes_a_free_lane_not_a_warm_co
     stranger = np.concatenate([system, seq(50, start=9000)])
     parked = [ParkedView(3, conversation, 1)]
     assert choose_lane(stranger, parked, {0}, 16) == LaneChoice(0, LaneSource.FREE)
-    # With no FREE lane a parked lane must go anyway: the one sharing the most saves the most.
-    assert choose_lane(stranger, parked, set(), 16) == LaneChoice(3, LaneSource.HIT, 1000)
+    # With no FREE lane the least recently used parked lane goes, keeping what it shares.
+    assert choose_lane(stranger, parked, set(), 16) == LaneChoice(3, LaneSource.EVICTED, 1000)
+
+
+def test_with_no_free_lane_the_least_recently_used_lane_goes_not_the_one_sharing_most() -> None:
+    system = seq(1000)
+    recent = ParkedView(1, np.concatenate([system, seq(200, start=5000)]), 9)  # a live conversation
+    stale = ParkedView(2, seq(300, start=20_000), 4)  # idle longest, shares nothing
+    stranger = np.concatenate([system, seq(50, start=9000)])
+    assert choose_lane(stranger, [recent, stale], set(), 16) == LaneChoice(2, LaneSource.EVICTED)
 
 
 def test_a_loss_below_the_continuation_tolerance_is_a_continuation() -> None:

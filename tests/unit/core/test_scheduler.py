@@ -242,3 +242,44 @@ def test_queue_depth_counts_only_requests_that_wait_for_a_lane(manifest_dir: Pat
     other = make_runtime(manifest_dir, lanes=1, generation=2)
     assert other.kv is not None
     sched.enqueue(Sequence("x", request((1,), 4, seed=9), 2, frozenset()), other.kv.free_count())  # per generation
+
+
+def test_short_prefills_pass_a_long_prompts_chunks_until_the_budget_then_a_chunk_goes(manifest_dir: Path) -> None:
+    rt = make_runtime(manifest_dir, lanes=64)
+    rt.prefill_chunk = 4
+    h = Harness(rt, SchedulingPolicy(short_prefill_tokens=8, long_prefill_budget=10, max_prefill_defer=0))
+    long = h.add(prompt_len=40)
+    first = h.sched._plan_prefill({rt.generation: rt})  # alone: its first chunk runs
+    assert first is not None and first.seqs == [long]
+    h.sched._hand_to_job(first)
+    assert rt.kv is not None
+    rt.kv.commit(rt.kv.reserve(first.targets[0][0], long.job_id, first.targets[0][1], 99))
+    long.lifecycle.move(SeqState.PARTIAL)
+    h.sched.mark_partial(long)
+    served = []
+    for _ in range(6):
+        h.add(prompt_len=4)  # a short prefill arrives before every choice
+        plan = h.sched._plan_prefill({rt.generation: rt})
+        assert plan is not None
+        served.append("long" if plan.seqs == [long] else "short")
+        if plan.seqs == [long]:
+            break
+    assert served == ["short", "short", "short", "long"], "3 shorts of 4 tokens pass (12 >= budget 10), then a chunk"
+
+
+def test_a_conversation_s_next_turn_is_a_short_prefill_however_long_its_prompt(manifest_dir: Path) -> None:
+    rt = make_runtime(manifest_dir)
+    assert rt.kv is not None
+    sched = Scheduler(SchedulingPolicy(short_prefill_tokens=16))
+    history = np.arange(1, 101, dtype=np.int32)
+    handle = rt.kv.assign("turn1")
+    assert handle is not None
+    rt.kv.opened(handle.lane, "turn1")
+    rt.kv.commit(rt.kv.reserve(handle.lane, "turn1", 100, 1))
+    rt.kv.park(handle.lane, "turn1", history, (), 0.0)
+    nxt = Sequence("turn2", request((*range(1, 101), 7, 8), 4, seed=1), rt.generation, frozenset())
+    sched.enqueue(nxt, rt.kv.free_count(), rt.kv.expected_keep(nxt.prefill_array(), 16))
+    assert nxt.job_id in sched.short and nxt.expected_uncached == 2
+    stranger = Sequence("other", request(tuple(range(500, 600)), 4, seed=2), rt.generation, frozenset())
+    sched.enqueue(stranger, rt.kv.free_count(), rt.kv.expected_keep(stranger.prefill_array(), 16))
+    assert stranger.job_id in sched.long
