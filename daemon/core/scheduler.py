@@ -6,14 +6,14 @@ them into `JobPlan`s; it never touches the device. Order of preference for each 
 1. RECOVER sequences (lost KV) re-prefill first: they already hold a lane and a client waits.
 2. decode-ready sequences, up to the largest decode batch, highest priority then least recently
    served; the model whose ready sequence has waited longest goes first;
-3. a prefill: a short one (a new request with at most `short_prefill_tokens` to prefill: a
+3. a prefill: a short one (a request with at most `short_prefill_tokens` to prefill: a
    conversation's next turn, whose earlier turns a parked lane holds, is short however long its
-   prompt), then the next chunk of a PARTIAL sequence (a long prompt part-way through its chunks,
-   oldest first), then a new long one. Shortest first keeps time to first token low for the many
-   short prefills; a long prompt's chunk (or a new long prompt) is served once `long_prefill_budget`
-   short-prefill tokens have passed it (token budget), and any prefill (chunk) is served before
-   decode once `max_prefill_defer` decode jobs have passed it while it was admissible (bounded
-   wait), so nothing starves.
+   prompt), the next chunk of a short one part-way through its chunks before a new one; then the
+   next chunk of a long PARTIAL prompt (oldest first), then a new long one. Shortest first keeps
+   time to first token low for the many short prefills; a long prompt's chunk (or a new long
+   prompt) is served once `long_prefill_budget` short-prefill tokens have passed it (token
+   budget), and any prefill (chunk) is served before decode once `max_prefill_defer` decode jobs
+   have passed it while it was admissible (bounded wait), so nothing starves.
 
 Chunked prefill: a prefill job carries at most the model's `prefill_chunk` tokens from the lane's
 committed length on (`past_kv_len` = the chunk's offset). With two in-flight slots a decode job and
@@ -398,28 +398,40 @@ class Scheduler:
         once `long_prefill_budget` short tokens passed waiting long work, that work goes first."""
         long_due = self._short_tokens_passed_long >= self.policy.long_prefill_budget
         if long_due:
-            plan = self._next_chunk(runtimes) or self._new_prefill(self.long, runtimes)
+            plan = self._next_chunk(runtimes, short=False) or self._new_prefill(self.long, runtimes)
             if plan is not None:
                 self._short_tokens_passed_long = 0
                 return plan
-        plan = self._new_prefill(self.short, runtimes)
+        # A short prefill part-way through its chunks finishes before another starts (shortest
+        # remaining work first: one first token now beats two later).
+        plan = self._next_chunk(runtimes, short=True) or self._new_prefill(self.short, runtimes)
         if plan is not None:
-            if self.partial or len(self.long):
-                self._short_tokens_passed_long += plan.seqs[0].expected_uncached
+            if self._long_waiting():
+                self._short_tokens_passed_long += self._prefill_left(plan.seqs[0], plan.runtime)
             return plan
-        plan = self._next_chunk(runtimes) or self._new_prefill(self.long, runtimes)
+        plan = self._next_chunk(runtimes, short=False) or self._new_prefill(self.long, runtimes)
         if plan is not None:
             self._short_tokens_passed_long = 0
         return plan
 
-    def _next_chunk(self, runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
-        """The next chunk of the oldest PARTIAL sequence that may run (orphans set aside)."""
+    def _long_waiting(self) -> bool:
+        return len(self.long) > 0 or any(s.expected_uncached > self.policy.short_prefill_tokens for s in self.partial)
+
+    @staticmethod
+    def _prefill_left(seq: Sequence, rt: ModelRuntime) -> int:
+        """Prefill tokens the sequence still has to run (what its lane does not hold yet)."""
+        held = rt.kv.lane(seq.lane).length if rt.kv is not None and seq.lane is not None else 0
+        return len(seq.prompt) + len(seq.generated) - held
+
+    def _next_chunk(self, runtimes: dict[int, ModelRuntime], *, short: bool) -> JobPlan | None:
+        """The next chunk of the oldest PARTIAL sequence of that class (`short`: it was queued as a
+        short prefill) that may run; orphans are set aside."""
         for held in list(self.partial):
             held_rt = runtimes.get(held.generation)
             if held_rt is None or held_rt.prefill is None:
                 self.partial.remove(held)
                 self.orphans.append(held)  # its generation is gone; the engine fails it
-            elif self._eligible(held):
+            elif self._eligible(held) and (held.expected_uncached <= self.policy.short_prefill_tokens) == short:
                 self.partial.remove(held)
                 return JobPlan(held_rt, TaskType.PREFILL, held_rt.prefill, [held])
         return None
