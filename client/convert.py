@@ -219,6 +219,8 @@ def load_report_from_pb(pb: observe_pb2.LoadReport) -> LoadReport:
             prefix_truncated=m.prefix.truncated,
             package_hash=m.package_hash,
             prefix_tips=frozenset(m.prefix.lane_tips) if m.prefix.block_tokens == BLOCK_TOKENS else frozenset(),
+            pending_short_prefill_tokens=m.pending_short_prefill_tokens,
+            short_prefill_tokens=m.short_prefill_tokens,
         )
         for m in pb.models
     )

@@ -241,6 +241,8 @@ class ModelLoad:
         prefix_truncated: the daemon left blocks out to bound the report.
         package_hash: SHA-256 of the generation's manifest ("" when not reported).
         prefix_tips: each lane's last block hash: a prompt matching through one continues that lane.
+        pending_short_prefill_tokens / short_prefill_tokens: of the pending prefill, short prefills'
+            (served first), and the daemon's short bound (0 = not reported).
     """
 
     alias: str
@@ -257,6 +259,8 @@ class ModelLoad:
     prefix_truncated: bool = False
     package_hash: str = ""
     prefix_tips: frozenset[int] = frozenset()
+    pending_short_prefill_tokens: int = 0
+    short_prefill_tokens: int = 0
 
 
 @dataclass(frozen=True)

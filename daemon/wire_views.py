@@ -301,6 +301,8 @@ def load_report_to_pb(
                 pending_prefill_tokens=m.pending_prefill_tokens,
                 prefix=_prefix_blocks_to_pb(m),
                 package_hash=m.package_hash,
+                pending_short_prefill_tokens=m.pending_short_prefill_tokens,
+                short_prefill_tokens=m.short_prefill_tokens,
             )
             for m in v.models
         ],

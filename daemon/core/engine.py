@@ -85,6 +85,7 @@ from calculet.daemon.core.observer import (
     RowDone,
 )
 from calculet.daemon.core.prefix_advert import advertise, tips
+from calculet.daemon.core.prefix_views import lane_chains, pending_prefill_tokens, prefix_cache_view
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, validate_request
 from calculet.daemon.core.request_digest import request_digest
 from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry
@@ -101,7 +102,7 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.snapshot import CounterView, EngineSnapshot, GenerationView
-from calculet.daemon.core.status import JobView, PoolView, PrefixCacheView, QueueView, ResetOutcome
+from calculet.daemon.core.status import JobView, PoolView, QueueView, ResetOutcome
 from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, ModelReleased, OutOfKV, StaleKV, WaitTimeout
@@ -122,8 +123,6 @@ from calculet.daemon.sampling.history import TokenHistory
 
 log = logging.getLogger(__name__)
 
-# States in which a sequence still has prefill work (queued, part-way, in a prefill job, recovering).
-_PREFILLING = frozenset({SeqState.WAITING, SeqState.PARTIAL, SeqState.PREFILL, SeqState.RECOVER})
 # Finishes after which a lane's KV is trusted and worth keeping warm (prefix reuse).
 _PARKABLE = frozenset({FinishReason.STOP, FinishReason.LENGTH, FinishReason.CANCELLED, FinishReason.DEADLINE})
 
@@ -874,9 +873,11 @@ class Engine:
         mine = [s for s in seqs if s.generation == rt.generation]
         waiting = sum(1 for s in mine if s.state is SeqState.WAITING)
         kv = rt.kv
-        prefix = self._prefix_view_locked(rt)
-        chains = self._lane_chains_locked(rt, mine) if prefix is not None and prefix.enabled else None
+        prefix = prefix_cache_view(rt, self._config.policy)
+        chains = lane_chains(rt, mine) if prefix is not None and prefix.enabled else None
         hashes, truncated = advertise(chains) if chains is not None else (None, False)
+        short_bound = self._config.policy.short_prefill_tokens
+        pending, pending_short = pending_prefill_tokens(rt, mine, short_bound)
         return GenerationView(
             alias=rt.alias,
             generation=rt.generation,
@@ -896,41 +897,11 @@ class Engine:
             prefix_hashes=hashes,
             prefix_truncated=truncated,
             prefix_tips=tips(chains) if chains is not None else (),
-            pending_prefill_tokens=self._pending_prefill_locked(rt, mine),
+            pending_prefill_tokens=pending,
+            pending_short_prefill_tokens=pending_short,
+            short_prefill_tokens=short_bound,
             prefill_chunk_tokens=rt.prefill_chunk,
         )
-
-    def _prefix_view_locked(self, rt: ModelRuntime) -> PrefixCacheView | None:
-        if rt.kv is None:
-            return None
-        policy, stats = self._config.policy, rt.prefix
-        return PrefixCacheView(
-            policy.prefix_reuse, policy.prefix_min_tokens, rt.kv.parked_count(), stats.hit_tokens,
-            stats.miss_tokens, stats.hits, stats.misses, stats.evictions, stats.dropped,
-        )  # fmt: skip
-
-    @staticmethod
-    def _lane_chains_locked(rt: ModelRuntime, mine: list[Sequence]) -> list[tuple[int, ...] | list[int]]:
-        """The block-hash chain of what each lane of the generation holds: parked lanes' histories and
-        the committed KV of running client sequences (hashed once per block, kept by each sequence)."""
-        assert rt.kv is not None
-        chains: list[tuple[int, ...] | list[int]] = [parked.hashes for _, parked in rt.kv.parked()]
-        for seq in mine:
-            if seq.lane is not None and not seq.internal:
-                chains.append(seq.block_hashes(rt.kv.lane(seq.lane).length))
-        return chains
-
-    @staticmethod
-    def _pending_prefill_locked(rt: ModelRuntime, mine: list[Sequence]) -> int:
-        """Prompt (+ resumed) tokens the generation's client jobs have yet to prefill: the device
-        work queued ahead of a new prompt there."""
-        kv, pending = rt.kv, 0
-        for seq in mine:
-            if seq.internal or seq.state not in _PREFILLING:
-                continue
-            held = kv.lane(seq.lane).length if kv is not None and seq.lane is not None else 0
-            pending += len(seq.prompt) + len(seq.generated) - held
-        return pending
 
     def _pool_view_locked(self) -> PoolView:
         in_use = free = quarantined = waits = 0

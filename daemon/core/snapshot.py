@@ -46,7 +46,8 @@ class GenerationView:
         prefix_hashes / prefix_truncated / prefix_tips: the block hashes its lanes hold
             (`prefix_advert.py`), None when prefix reuse is off; whether the bound left some out; each
             lane's last hash.
-        pending_prefill_tokens: prompt tokens its client jobs still have to prefill.
+        pending_prefill_tokens / pending_short_prefill_tokens: prompt tokens its client jobs still
+            have to prefill; of those, short prefills' (at most `short_prefill_tokens` when queued).
         prefill_chunk_tokens: tokens one prefill job carries (0 before it is configured).
     """
 
@@ -69,6 +70,8 @@ class GenerationView:
     prefix_truncated: bool = False
     prefix_tips: tuple[int, ...] = ()
     pending_prefill_tokens: int = 0
+    pending_short_prefill_tokens: int = 0
+    short_prefill_tokens: int = 0
     prefill_chunk_tokens: int = 0
 
 

@@ -187,7 +187,9 @@ class ModelLoadView:
     prefix_hashes: tuple[int, ...] | None = None  # None: prefix reuse off (nothing advertised)
     prefix_truncated: bool = False
     package_hash: str = ""
-    prefix_tips: tuple[int, ...] = ()  # SHA-256 of calculet-package.json ("" if unreadable)
+    prefix_tips: tuple[int, ...] = ()
+    pending_short_prefill_tokens: int = 0
+    short_prefill_tokens: int = 0  # SHA-256 of calculet-package.json ("" if unreadable)
 
 
 @dataclass(frozen=True)

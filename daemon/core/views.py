@@ -55,6 +55,8 @@ def load_view(
             g.prefix_truncated,
             package_hash(g),
             g.prefix_tips,
+            g.pending_short_prefill_tokens,
+            g.short_prefill_tokens,
         )
         for g in snap.published
     )

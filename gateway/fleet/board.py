@@ -65,8 +65,10 @@ class Board:
         self.health = ServingStatus.NOT_SERVING
         self.placed = 0  # jobs of this gateway placed here now
         self.pending_tokens = 0  # prompt tokens of those placements still waiting for their first token
+        self.pending_short_tokens = 0  # of those, short prefills' (the daemon serves them first)
         self._placed_at_report = 0  # `placed` when the current report arrived
         self._pending_at_report = 0  # `pending_tokens` when the current report arrived
+        self._pending_short_at_report = 0  # `pending_short_tokens` when the current report arrived
         self.epoch = 0  # times the board came UP: a new epoch after DOWN may be a restarted daemon
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -126,6 +128,17 @@ class Board:
         others = 0 if m is None else max(0, m.pending_prefill_tokens - self._pending_at_report)
         return others + self.pending_tokens
 
+    def pending_short(self, alias: str) -> int:
+        """Of `pending`, the tokens of short prefills (counted the same way)."""
+        m = self.model(alias)
+        others = 0 if m is None else max(0, m.pending_short_prefill_tokens - self._pending_short_at_report)
+        return others + self.pending_short_tokens
+
+    def short_bound(self, alias: str) -> int:
+        """The daemon's short-prefill bound for `alias` (0: not reported)."""
+        m = self.model(alias)
+        return m.short_prefill_tokens if m is not None else 0
+
     def load(self, alias: str) -> float:
         """`jobs` per lane (inf when the model is not reported here)."""
         m = self.model(alias)
@@ -154,23 +167,29 @@ class Board:
             turnover_ms=turnover_ms,
             prefix_tips=m.prefix_tips if m is not None else frozenset(),
             cold_lanes=max(0, m.lanes_total - self.jobs(alias) - m.parked_lanes) if m is not None else 0,
+            pending_short_tokens=self.pending_short(alias),
+            short_tokens=self.short_bound(alias),
         )
 
     # ---- what placements count (only `Placement` calls these) ----------------------------
 
-    def count_placement(self, tokens: int) -> None:
-        """A choice was placed here: one job, `tokens` prompt tokens to prefill."""
+    def count_placement(self, tokens: int, short: bool) -> None:
+        """A choice was placed here: one job, `tokens` prompt tokens to prefill (`short`: a short
+        prefill, by the daemon's bound)."""
         self.placed += 1
         self.pending_tokens += tokens
+        self.pending_short_tokens += tokens if short else 0
 
-    def count_first_token(self, tokens: int) -> None:
+    def count_first_token(self, tokens: int, short: bool) -> None:
         """A placed choice's first token came: its `tokens` are prefilled."""
         self.pending_tokens -= tokens
+        self.pending_short_tokens -= tokens if short else 0
 
-    def uncount_placement(self, pending_tokens: int) -> None:
+    def uncount_placement(self, pending_tokens: int, short: bool) -> None:
         """A placed choice left: one job fewer, and its `pending_tokens` if it never started."""
         self.placed -= 1
         self.pending_tokens -= pending_tokens
+        self.pending_short_tokens -= pending_tokens if short else 0
 
     def mark_down(self, why: str) -> None:
         """A request saw the board fail (e.g. a dead channel) before the watchers did."""
@@ -207,6 +226,7 @@ class Board:
         async for report in self.conn.watch_load():
             got = True
             self.report, self._placed_at_report, self._pending_at_report = report, self.placed, self.pending_tokens
+            self._pending_short_at_report = self.pending_short_tokens
             if self.state is not BoardState.UP:
                 self.life.move(BoardState.UP)
                 self.epoch += 1

@@ -64,7 +64,9 @@ class Placement:
         self.placed_at = placed_at
         self._on_release = on_release
         self.life = Lifecycle(f"placement on {board.target}", PlacementState.PREFILLING, PLACEMENT_TRANSITIONS)
-        board.count_placement(tokens)
+        bound = board.short_bound(alias)
+        self.short = bool(bound) and tokens <= bound  # a short prefill there: counted as such until released
+        board.count_placement(tokens, self.short)
 
     @property
     def state(self) -> PlacementState:
@@ -75,7 +77,7 @@ class Placement:
         work. Later calls (every further chunk) change nothing; so does a call after release."""
         if self.state is PlacementState.PREFILLING:
             self.life.move(PlacementState.STREAMING)
-            self.board.count_first_token(self.tokens)
+            self.board.count_first_token(self.tokens, self.short)
 
     def release(self, *, completed: bool = False) -> None:
         """Uncount the choice from its board, once; later calls change nothing.
@@ -87,7 +89,7 @@ class Placement:
             return
         pending = self.tokens if self.state is PlacementState.PREFILLING else 0
         self.life.move(PlacementState.RELEASED)
-        self.board.uncount_placement(pending)
+        self.board.uncount_placement(pending, self.short)
         self._on_release(self, completed)
 
     def __repr__(self) -> str:

@@ -75,6 +75,8 @@ class BoardView:
         prefix_hashes: the block hashes its lanes hold (last report; empty without prefix reuse).
         prefix_tips: each lane's last block hash (last report; empty from a daemon that sends none).
         cold_lanes: lanes neither held by a job nor parked (a stranger's prompt is prefilled there).
+        pending_short_tokens: of `pending_tokens`, short prefills' (the daemon serves them first).
+        short_tokens: the daemon's short-prefill bound (0: not reported).
         fixed_ms / per_token_ms: the package's prefill cost: n tokens take fixed + n * per_token.
         turnover_ms: how long a lane stays taken (this gateway's recent choice durations).
     """
@@ -90,6 +92,8 @@ class BoardView:
     turnover_ms: float
     prefix_tips: frozenset[int] = frozenset()
     cold_lanes: int = 0
+    pending_short_tokens: int = 0
+    short_tokens: int = 0
 
 
 Scorer = Callable[[RouteRequest, BoardView], float]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from calculet.daemon.core.kv import KVManager, LaneState
+from calculet.daemon.core.prefix_views import pending_prefill_tokens
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
@@ -283,3 +284,20 @@ def test_a_conversation_s_next_turn_is_a_short_prefill_however_long_its_prompt(m
     stranger = Sequence("other", request(tuple(range(500, 600)), 4, seed=2), rt.generation, frozenset())
     sched.enqueue(stranger, rt.kv.free_count(), rt.kv.expected_keep(stranger.prefill_array(), 16))
     assert stranger.job_id in sched.long
+
+
+def test_pending_prefill_counts_what_is_left_and_the_short_part(manifest_dir: Path) -> None:
+    rt = make_runtime(manifest_dir)
+    assert rt.kv is not None
+    sched = Scheduler(SchedulingPolicy(short_prefill_tokens=16))
+    short = Sequence("s", request(tuple(range(1, 11)), 4, seed=1), rt.generation, frozenset())
+    long = Sequence("l", request(tuple(range(1, 41)), 4, seed=2), rt.generation, frozenset())
+    for seq in (short, long):
+        sched.enqueue(seq, rt.kv.free_count())
+    assert pending_prefill_tokens(rt, [short, long], 16) == (50, 10)
+    plan = sched.plan({rt.generation: rt}, {})  # the short one is admitted: its prefill is in flight
+    assert plan is not None and plan.seqs == [short]
+    rt.kv.commit(rt.kv.reserve(plan.targets[0][0], "s", plan.targets[0][1], 1))
+    short.generated.append(7)
+    short.lifecycle.move(SeqState.READY)
+    assert pending_prefill_tokens(rt, [short, long], 16) == (40, 0), "a READY sequence has nothing left"

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from calculet.client.types import LoadReport, ModelLoad, ModelState, ServingStatus
 from calculet.daemon.errors import IllegalTransition
 from calculet.daemon.lifecycle import Lifecycle
 from calculet.gateway.fleet.board import Board
@@ -66,3 +67,21 @@ def test_router_place_counts_before_returning_and_samples_turnover_of_completed_
         await fleet.close()
 
     asyncio.run(scenario())
+
+
+def test_a_short_placement_counts_in_the_short_pending_work_until_its_first_token_or_release() -> None:
+    board = Board(FakeDaemon("short-board"))
+    board.report = LoadReport(
+        "short-board", ServingStatus.SERVING, 0,
+        (ModelLoad("m", 1, ModelState.READY, True, 0, 0, 16, 16, short_prefill_tokens=512),),
+    )  # fmt: skip
+    released: list[bool] = []
+    short = Placement(board, "m", 200, 0.0, lambda _p, done: released.append(done))
+    long = Placement(board, "m", 1300, 0.0, lambda _p, done: released.append(done))
+    assert (short.short, long.short) == (True, False)
+    assert (board.pending("m"), board.pending_short("m")) == (1500, 200)
+    short.first_token()
+    assert (board.pending("m"), board.pending_short("m")) == (1300, 0)
+    long.release()
+    short.release(completed=True)
+    assert (board.placed, board.pending("m"), board.pending_short("m")) == (0, 0, 0) and released == [False, True]

@@ -91,6 +91,19 @@ def test_the_last_token_is_always_prefilled() -> None:
     assert cached_tokens(one, view) == 0 and uncached_tokens(one, view) == 1
 
 
+def test_a_short_request_waits_only_for_the_short_prefills_pending() -> None:
+    busy = board(pending_tokens=12_000, pending_short_tokens=400, short_tokens=512)  # long first turns queued
+    assert work_ahead_ms(REQUEST, busy) == 400 * 0.5, "300 uncached tokens <= 512: served before the long work"
+    assert work_ahead_ms(REQUEST, holding(4, **vars_of(busy))) == 200.0  # 44 uncached: short too
+    long_request = RouteRequest.build("m", "pkg", list(range(600)))
+    assert work_ahead_ms(long_request, busy) == 12_000 * 0.5, "a long request waits for all of it"
+    assert work_ahead_ms(REQUEST, board(pending_tokens=12_000, pending_short_tokens=400)) == 6000.0, "no bound"
+
+
+def vars_of(view: BoardView) -> dict[str, object]:
+    return {k: getattr(view, k) for k in ("pending_tokens", "pending_short_tokens", "short_tokens")}
+
+
 def test_work_ahead_is_pending_tokens_at_the_prefill_cost() -> None:
     assert work_ahead_ms(REQUEST, IDLE) == 0.0
     assert work_ahead_ms(REQUEST, board(pending_tokens=1000)) == 500.0
