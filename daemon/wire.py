@@ -47,8 +47,11 @@ PRIORITY_RANGE = (-1000, 1000)  # SubmitRequest.priority
 MAX_ID_BYTES = 128  # SubmitRequest.client_request_id and session_id
 
 
-def error_status(kind: ErrorKind, message: str) -> common_pb2.ErrorStatus:
-    return common_pb2.ErrorStatus(kind=kind_to_pb(kind), message=message)  # type: ignore[arg-type]
+def error_status(kind: ErrorKind, message: str, retry_after_s: float | None = None) -> common_pb2.ErrorStatus:
+    status = common_pb2.ErrorStatus(kind=kind_to_pb(kind), message=message)  # type: ignore[arg-type]
+    if retry_after_s is not None:
+        status.retry_after_s = retry_after_s
+    return status
 
 
 # ---- enums ---------------------------------------------------------------------------------
@@ -260,7 +263,7 @@ def event_to_pb(
         recoveries=recoveries,
     )
     if event.error_kind is not None:
-        final.error.CopyFrom(error_status(event.error_kind, event.error_message))
+        final.error.CopyFrom(error_status(event.error_kind, event.error_message, event.retry_after_s))
     if stop_token_id is not None:
         final.stop_token_id = stop_token_id
     return inference_pb2.WaitEvent(index=event.index, final=final)
@@ -282,4 +285,5 @@ def event_from_pb(pb: inference_pb2.WaitEvent) -> Event:
         timings=Timings(f.timings.queue_s, f.timings.prefill_s, f.timings.ttft_s, f.timings.decode_s, f.timings.e2e_s),
         error_kind=kind,
         error_message=f.error.message if f.HasField("error") else "",
+        retry_after_s=f.error.retry_after_s if f.HasField("error") and f.error.HasField("retry_after_s") else None,
     )

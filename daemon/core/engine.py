@@ -964,7 +964,8 @@ class Engine:
         lane = self._scheduler.release_lane(seq, rt, park_at=park_at)
         if lane is not None and rt is not None and rt.model is not None:
             self._lane_closes.append((rt.model, lane))  # closed on the device outside the lock
-        seq.finish(reason, kind, message)
+        retry_after_s = self._scheduler.policy.retry_after_s if kind is ErrorKind.OVERLOADED else None
+        seq.finish(reason, kind, message, retry_after_s)
         retired = self._jobs.retire(seq)
         if retired and self._observers.wants(RequestFinished):
             self._observers.emit(_finished(seq))

@@ -78,6 +78,9 @@ class FinalEvent:
     timings: Timings
     error_kind: ErrorKind | None = None
     error_message: str = ""
+    # OVERLOADED only: seconds after which a retry may succeed (the in-band form of the
+    # RESOURCE_EXHAUSTED trailing metadata).
+    retry_after_s: float | None = None
 
 
 Event = TokenChunk | FinalEvent
@@ -150,12 +153,14 @@ class EventLog:
         timings: Timings,
         error_kind: ErrorKind | None = None,
         error_message: str = "",
+        retry_after_s: float | None = None,
     ) -> bool:
         """Append the final event. Returns False when the log was already finished (first wins)."""
         with self._lock:
             if self._events and isinstance(self._events[-1], FinalEvent):
                 return False
-            self._events.append(FinalEvent(len(self._events), reason, usage, timings, error_kind, error_message))
+            self._events.append(FinalEvent(len(self._events), reason, usage, timings, error_kind, error_message, retry_after_s)
+            )
             listeners = list(self._listeners)
         _notify(listeners)
         return True

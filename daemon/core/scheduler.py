@@ -60,6 +60,7 @@ from calculet.daemon.core.prefix_match import LaneSource
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType
+from calculet.daemon.error_codes import DEFAULT_RETRY_AFTER_S
 from calculet.daemon.errors import Overloaded
 
 DECODE_JOBS_AUTO = 0
@@ -73,7 +74,6 @@ class SchedulingPolicy:
 
     Attributes:
         max_active: sequences holding lanes at once per model (1 for the serial policy).
-        short_prefill_tokens: prompts up to this length use the short-prefill queue.
         short_prefill_tokens: requests with at most this many tokens to prefill (prompt and resumed
             tokens less what a parked lane holds when queued) use the short-prefill queue.
         long_prefill_budget: short-prefill tokens that may pass a waiting long prompt or chunk.
@@ -88,6 +88,8 @@ class SchedulingPolicy:
         queue_depth: requests of one generation that may wait for a lane before Submit is refused
             (RESOURCE_EXHAUSTED); requests a free or parked lane awaits do not count.
         admission_timeout_s: how long a request may wait for a lane before it is refused.
+        retry_after_s: the retry hint of every OVERLOADED answer of this scheduler: a refused Submit
+            (trailing metadata) and an in-band Final (admission deadline, no KV space).
         priority_aging_s: waiting time that raises a request's priority by one.
         prefix_reuse: finished sequences park their lanes and new ones match against them.
         prefix_min_tokens: the shortest shared prefix a sequence takes a parked lane for.
@@ -102,6 +104,7 @@ class SchedulingPolicy:
     decode_jobs_per_model: int = DECODE_JOBS_AUTO
     queue_depth: int = 1024
     admission_timeout_s: float = 30.0
+    retry_after_s: float = DEFAULT_RETRY_AFTER_S
     priority_aging_s: float | None = 5.0
     prefix_reuse: bool = True
     prefix_min_tokens: int = 16
@@ -158,7 +161,8 @@ class Scheduler:
         waiting_for_lane = self._queued[seq.generation] - free_lanes
         if waiting_for_lane >= self.policy.queue_depth:
             raise Overloaded(
-                f"admission queue full ({self.policy.queue_depth} requests wait for a KV lane)", retry_after_s=1.0
+                f"admission queue full ({self.policy.queue_depth} requests wait for a KV lane)",
+                retry_after_s=self.policy.retry_after_s,
             )
         deadline = time.monotonic() + self.policy.admission_timeout_s
         if seq.deadline is not None:

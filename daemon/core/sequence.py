@@ -160,11 +160,18 @@ class Sequence:
             self.t_first = time.monotonic()
         self.log.append_tokens((token,), (logprob,) if logprob is not None else ())
 
-    def finish(self, reason: FinishReason, error_kind: ErrorKind | None = None, message: str = "") -> bool:
-        """Move to DONE and write the final event (first call wins)."""
+    def finish(
+        self,
+        reason: FinishReason,
+        error_kind: ErrorKind | None = None,
+        message: str = "",
+        retry_after_s: float | None = None,
+    ) -> bool:
+        """Move to DONE and write the final event (first call wins); `retry_after_s` is an
+        OVERLOADED Final's retry hint."""
         if self.state is not SeqState.DONE:
             self.lifecycle.move(SeqState.DONE)
-        return self.log.finish(reason, self.usage(), self.timings(), error_kind, message)
+        return self.log.finish(reason, self.usage(), self.timings(), error_kind, message, retry_after_s)
 
     def usage(self) -> Usage:
         resumed = len(self.request.resume_tokens)

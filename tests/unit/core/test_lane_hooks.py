@@ -18,6 +18,7 @@ from calculet.daemon.calsim.options import parse_options
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
+from calculet.daemon.core.scheduler import SchedulingPolicy
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.errors import OutOfKV
 from calculet.daemon.errors import ErrorKind
@@ -127,6 +128,7 @@ def test_out_of_kv_ends_the_request_overloaded_and_the_board_keeps_serving(model
         tokens, final = finish(core, core.submit(request((1, 2, 3), 4, seed=1)).job_id)
         assert tokens == [] and final.reason is FinishReason.ERROR and final.error_kind is ErrorKind.OVERLOADED
         assert "KV" in final.error_message
+        assert final.retry_after_s == SchedulingPolicy().retry_after_s, "an in-band OVERLOADED carries its hint"
         assert core.health().serving and core.engine.idle()
         status = core.status()
         assert all(lane.owner is None for m in status.models for lane in m.lanes), "no lane left held"

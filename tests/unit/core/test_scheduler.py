@@ -230,12 +230,13 @@ def test_queue_depth_counts_only_requests_that_wait_for_a_lane(manifest_dir: Pat
         rt.kv.commit(rt.kv.reserve(handle.lane, owner, 3, lane))
         rt.kv.park(handle.lane, owner, np.array([1, 2, 3], dtype=np.int32), (), 0.0)
     assert rt.kv.free_count() == 16
-    sched = Scheduler(SchedulingPolicy(queue_depth=8))
+    sched = Scheduler(SchedulingPolicy(queue_depth=8, retry_after_s=2.5))
     burst = [Sequence(f"b{i}", request((i + 1, 2, 3), 4, seed=i), rt.generation, frozenset()) for i in range(25)]
     for seq in burst[:24]:
         sched.enqueue(seq, rt.kv.free_count())  # 16 get a lane at the next plan, 8 wait for one
-    with pytest.raises(Overloaded, match="8 requests wait for a KV lane"):
+    with pytest.raises(Overloaded, match="8 requests wait for a KV lane") as refused:
         sched.enqueue(burst[24], rt.kv.free_count())
+    assert refused.value.retry_after_s == 2.5
     plan = sched.plan({rt.generation: rt}, {})  # one admitted: one lane fewer, one request fewer
     assert plan is not None and rt.kv.free_count() == 15
     with pytest.raises(Overloaded):

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calculet.client import convert
 from calculet.daemon import error_codes, wire
 from calculet.daemon.core.events import FinalEvent, FinishReason, Timings, TokenChunk, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
@@ -96,6 +97,17 @@ def test_events_round_trip_including_deadline_and_errors() -> None:
     ]:
         final = FinalEvent(3, reason, Usage(4, 2, 1), Timings(0.25, 0.5, 0.75, 1.0, 2.0), kind, "m" if kind else "")
         assert wire.event_from_pb(wire.event_to_pb(final)) == final
+
+
+def test_an_overloaded_final_carries_its_retry_hint_in_band() -> None:
+    final = FinalEvent(1, FinishReason.ERROR, Usage(4, 0), Timings(), ErrorKind.OVERLOADED, "no lane", 2.5)
+    pb = wire.event_to_pb(final)
+    assert pb.final.error.HasField("retry_after_s") and pb.final.error.retry_after_s == 2.5
+    assert wire.event_from_pb(pb) == final
+    error = convert.final_from_pb(pb.index, pb.final).error  # what the gateway's client rebuilds
+    assert isinstance(error, Overloaded) and error.retry_after_s == 2.5
+    plain = wire.event_to_pb(FinalEvent(1, FinishReason.ERROR, Usage(4, 0), Timings(), ErrorKind.ABORTED, "x"))
+    assert not plain.final.error.HasField("retry_after_s")
 
 
 def test_raw_logits_are_refused_rather_than_silently_ignored() -> None:
