@@ -43,7 +43,9 @@ from calculet.daemon.package.manifest import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
 
-CLOSE_SETTLE_S = 2.0  # at close, how long device jobs in flight may take before they count as hung
+CLOSE_SETTLE_S = (
+    2.0  # at close, unload or an interrupting drain: how long cut-off device jobs may take before they count as hung
+)
 _LOST_INFO = DeviceInfo("lost", 0, (), "", "", "", DeviceCapabilities(0, False, 0, False))
 
 
@@ -56,7 +58,14 @@ class DeviceCore:
         # engine relies on (buffers, lanes, banks) are checked before each device call.
         self.device = GuardedDevice(device or load_driver(config.device).open(config.board, config.device_options))
         self.engine = Engine(self.device, config.engine_config())
-        self.models = ModelManager(self.engine, self.device, config.models_root, drain_timeout_s=config.drain_timeout_s)
+        self.models = ModelManager(
+            self.engine,
+            self.device,
+            config.models_root,
+            drain_timeout_s=config.drain_timeout_s,
+            end_hung_jobs=self._end_hung_jobs,
+            hung_after_s=CLOSE_SETTLE_S,
+        )
         self.started_at = time.time()
         self._last_info: DeviceInfo | None = self.device.info()
         self._closed = False
@@ -187,7 +196,24 @@ class DeviceCore:
         if remaining and interrupt:
             for rt in self.models.all():
                 interrupted += self.engine.cancel_generation(rt.generation, "board drained")
+            if not self.engine.wait_device_idle(min(CLOSE_SETTLE_S, self.config.job_timeout_s)):
+                self._end_hung_jobs(
+                    f"interrupting drain: a device job still ran {CLOSE_SETTLE_S:g}s after its jobs were cancelled"
+                )
         return remaining == 0, remaining, interrupted
+
+    def _end_hung_jobs(self, reason: str) -> None:
+        """End a device job that outlived its cancelled sequences (an unload or an interrupting
+        drain cut them off) with a CCU reset, audited with `reason`, rather than waiting out the job
+        timeout. Another reset in progress ends it anyway."""
+        log.warning("%s: resetting the compute units", reason)
+        try:
+            report = self.operator_reset("ccu", reason)
+        except FailedPrecondition as exc:
+            log.warning("%s: %s", reason, exc)
+            return
+        if not report.ok:
+            log.error("%s: %s", reason, report.message)
 
     def resume(self) -> bool:
         """Admit again after a drain. Returns whether the board was draining."""

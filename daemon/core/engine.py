@@ -220,8 +220,9 @@ class Engine:
         self._reset_audit = ResetAudit()
         self._halt: Lifecycle[BoardHalt] = Lifecycle("board halt", BoardHalt.NONE, HALT_TRANSITIONS)
         self._abandoned: list[DeviceJob] = []  # given up at a halt while the device still held them
-        self._admitting_before_halt = True
-        self._admitting = True
+        # The operator's drain (stop_admitting until resume), kept apart from halts so a drain or
+        # resume issued while the board is halted still holds when the halt lifts.
+        self._draining = False
         self._device_lost = False
         self._stopping = False
         self._launch_holds = 0  # resets in progress that must not see a job being submitted
@@ -305,17 +306,24 @@ class Engine:
         with self._cond:
             return self._cond.wait_for(lambda: not self._executor, timeout)
 
+    @property
+    def _admitting(self) -> bool:
+        """New client Submits are taken: no operator drain and no halt."""
+        return not self._draining and not self._device_lost
+
     def stop_admitting(self) -> None:
-        """Refuse new Submits (drain); jobs already accepted still run."""
+        """Refuse new Submits (drain); jobs already accepted still run. Issued during a halt, the
+        drain still holds after an operator reset lifts the halt."""
         with self._cond:
-            self._admitting = False
+            self._draining = True
             self._cond.notify_all()
 
     def resume(self) -> bool:
-        """Admit again after a drain (not while the board is halted). Returns whether it was draining."""
+        """End an operator drain. A halted board admits again only once its halt lifts. Returns
+        whether it was not admitting."""
         with self._cond:
             was = not self._admitting
-            self._admitting = not self._device_lost
+            self._draining = False
             self._cond.notify_all()
             return was
 
@@ -660,8 +668,7 @@ class Engine:
                 upkeeps = [self._executor.end_context(job) for job in ended]
                 self._abandoned.clear()
                 self._halt.move(BoardHalt.NONE)
-                self._device_lost = False
-                self._admitting = self._admitting_before_halt
+                self._device_lost = False  # admitting again unless an operator drained meanwhile
             else:
                 upkeeps = []
             self._reset_budget.clear()
@@ -1081,11 +1088,8 @@ class Engine:
         the path that gives the job up) fails. `halt` says whether an operator reset may lift it
         (AWAITING_OPERATOR) or only a restart (LOST)."""
         was_lost, self._device_lost = self._device_lost, True
-        if self._halt.state is BoardHalt.NONE:
-            self._admitting_before_halt = self._admitting
         if self._halt.can_move(halt):
             self._halt.move(halt)
-        self._admitting = False
         self._drop_parked_locked(f"board stopped serving: {message}")
         if not was_lost:
             for listener in self._health_listeners:  # non-blocking by contract

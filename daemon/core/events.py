@@ -159,7 +159,8 @@ class EventLog:
         with self._lock:
             if self._events and isinstance(self._events[-1], FinalEvent):
                 return False
-            self._events.append(FinalEvent(len(self._events), reason, usage, timings, error_kind, error_message, retry_after_s)
+            self._events.append(
+                FinalEvent(len(self._events), reason, usage, timings, error_kind, error_message, retry_after_s)
             )
             listeners = list(self._listeners)
         _notify(listeners)

@@ -106,6 +106,10 @@ class ModelManager:
         models_root: every package path must resolve inside this directory.
         warm_timeout_s: how long the golden check may take.
         drain_timeout_s: default time a replaced generation may drain before its jobs are cut off.
+        end_hung_jobs: called with a reason when a cut-off generation still has a device job in
+            flight `hung_after_s` after its sequences were cancelled (a healthy job ends within a
+            step): it ends the hung job through a reset instead of waiting out the job timeout.
+        hung_after_s: see `end_hung_jobs`.
     """
 
     def __init__(
@@ -115,8 +119,12 @@ class ModelManager:
         models_root: Path,
         warm_timeout_s: float = 120.0,
         drain_timeout_s: float = 30.0,
+        end_hung_jobs: Callable[[str], None] | None = None,
+        hung_after_s: float = 2.0,
     ):
         self.engine = engine
+        self._end_hung_jobs = end_hung_jobs
+        self._hung_after_s = hung_after_s
         self.device = device
         self.models_root = models_root.resolve()
         self.warm_timeout_s = warm_timeout_s
@@ -402,12 +410,24 @@ class ModelManager:
             rt.interrupted_jobs, rt.drained_jobs = cancelled, max(0, running - cancelled)
             log.warning("unload %s gen %s: cancelled %d jobs after %.1fs", rt.alias, rt.generation, cancelled, timeout)
             # Cancel only stops delivery; the device still owns in-flight buffers until it is done.
-            self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
+            self._wait_device_jobs(rt)
         self.engine.unpublish(rt.alias, rt.generation)
         rt.lifecycle.move(ModelState.UNLOADING)
         self._discard(rt)
         rt.lifecycle.move(ModelState.UNLOADED)
         return True
+
+    def _wait_device_jobs(self, rt: ModelRuntime) -> None:
+        """Wait for a cancelled generation's device jobs to end; one still in flight after
+        `hung_after_s` is hung and is ended through `end_hung_jobs` (a CCU reset) rather than the
+        job timeout."""
+        timeout = self.engine.config.job_timeout_s
+        if self._end_hung_jobs is not None and not self.engine.wait_generation_idle(
+            rt.generation, min(self._hung_after_s, timeout)
+        ):
+            self._end_hung_jobs(f"unload of {rt.alias} generation {rt.generation}: a device job still ran "
+                                f"{self._hung_after_s:g}s after its jobs were cancelled")  # fmt: skip
+        self.engine.wait_generation_idle(rt.generation, timeout * 2)
 
     def _discard(self, rt: ModelRuntime) -> None:
         """Fence a generation, give its device resources back, and remove it from the engine."""

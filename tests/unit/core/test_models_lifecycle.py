@@ -13,7 +13,15 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.calsim.memory import chip_needs
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from calculet.daemon.core.reset_budget import BoardHalt
+from calculet.daemon.errors import (
+    ErrorKind,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 from calculet.daemon.package.manifest import load_manifest
 
 from .engine_factories import build_models, finish, request, running_core, until
@@ -181,6 +189,31 @@ def test_unload_reports_drained_and_interrupted_jobs_and_health_needs_a_ready_mo
         assert (retired.drained_jobs, retired.interrupted_jobs) == (0, 1)
         health = core.health()
         assert not health.serving and health.reason == "no model is ready"
+
+
+@pytest.mark.parametrize("cut_off_by", ["unload", "interrupting drain"])
+def test_a_hung_job_cut_off_by_an_operator_ends_through_a_ccu_reset_not_the_job_timeout(
+    models: Path, cut_off_by: str
+) -> None:
+    """The job timeout is an hour away, so only the reset path can end the hung job: the unload or
+    drain returns, the audit records an operator CCU reset naming why, and no hang was detected."""
+    with running_core(models, fault_injection=True, job_timeout_s=3600.0) as core:
+        core.inject_fault(Fault(FaultKind.HANG))
+        job = core.submit(request((4, 5, 6), 40, seed=2)).job_id
+        until("the job is on the device", lambda: core.snapshot().inflight > 0)
+        if cut_off_by == "unload":
+            retired = core.unload("tiny", timeout_s=0.0)
+            assert retired.interrupted_jobs == 1 and retired.state is ModelState.UNLOADED
+        else:
+            drained, remaining, interrupted = core.drain(timeout_s=0.0, interrupt=True)
+            assert (drained, remaining, interrupted) == (False, 1, 1)
+            assert core.engine.wait_device_idle(60.0), "the reset ended the hung job"
+        _, final = finish(core, job)
+        assert final.reason is FinishReason.ERROR and final.error_kind is ErrorKind.UNAVAILABLE
+        resets = core.status().reset_history
+        assert [(r.kind, r.automatic, r.ok) for r in resets] == [("ccu", False, True)], resets
+        assert cut_off_by in resets[0].reason and "cancelled" in resets[0].reason
+        assert core.health().device_healthy and core.snapshot().halt is BoardHalt.NONE
 
 
 def test_a_job_nobody_waits_for_is_cancelled_after_the_orphan_timeout(models: Path) -> None:

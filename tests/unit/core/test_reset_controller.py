@@ -236,6 +236,38 @@ def test_a_drained_board_stays_drained_after_the_halt_is_lifted(models: Path) ->
         assert core.resume() and core.health().serving
 
 
+def test_a_drain_issued_during_the_halt_holds_after_the_reset_lifts_it(models: Path) -> None:
+    with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
+        _halt_on_a_hang(core)
+        core.stop_admitting()  # the operator drains the halted board, then resets it
+        assert core.reset("ccu", "operator")[0]
+        health = core.health()
+        assert core.snapshot().halt is BoardHalt.NONE and health.device_healthy, health
+        assert health.draining and not health.serving, "the drain issued during the halt was lost"
+        assert core.resume() and core.health().serving
+
+
+def test_a_resume_issued_during_the_halt_takes_effect_when_the_reset_lifts_it(models: Path) -> None:
+    with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
+        core.stop_admitting()
+        _halt_on_a_hang_while_drained(core)
+        core.resume()  # halted: nothing is admitted yet
+        assert not core.health().serving
+        assert core.reset("ccu", "operator")[0]
+        assert core.health().serving, "the resume issued during the halt was lost"
+
+
+def _halt_on_a_hang_while_drained(core: DeviceCore) -> None:
+    """`_halt_on_a_hang` on a drained board: the hanging job was admitted before the drain."""
+    core.resume()
+    core.set_reset_budget(0)
+    core.inject_fault(Fault(FaultKind.HANG))
+    job = core.submit(request((4, 5, 6), 6, seed=1)).job_id
+    core.stop_admitting()
+    finish(core, job)
+    assert core.snapshot().halt is BoardHalt.AWAITING_OPERATOR
+
+
 def test_a_reset_that_does_not_end_the_hung_job_leaves_the_board_halted(models: Path) -> None:
     with running_core(models, fault_injection=True, job_timeout_s=0.3) as core:
         _halt_on_a_hang(core)
