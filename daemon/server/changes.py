@@ -6,6 +6,8 @@ every Health call; when the signature differs from the last one, `StateChanges.n
 stream blocked in `wait`, so a WatchLoad subscriber hears of a Load, Unload, Drain, Resume or Reset
 at once instead of an interval later. Changes the engine makes on its own (a device lost, a reset
 budget exhausted) come through `DeviceCore.on_health_change`, which the servicer turns into a sync.
+A finished request (a lane parked or freed) notifies too, through `load_notices.LoadNotices`, at most
+once per 50 ms, so a router hears of a parked conversation before its next turn.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ from calculet.daemon.server.checks import (
 )
 from calculet.daemon.server.errors import map_errors
 from calculet.daemon.server.liveness import LIVENESS_SERVICE, EngineBeats, LivenessPolicy, needs_restart
+from calculet.daemon.server.load_notices import LoadNotices
 from calculet.daemon.server.wakeups import LoopWakeups
 from calculet.daemon.wire import check_submit_sizes, event_to_pb, request_from_pb, trace_from_metadata
 from calculet.daemon.wire_views import (
@@ -115,6 +116,9 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             loop.call_soon_threadsafe(self._sync_in_background)
 
         core.on_health_change(board_changed)
+        # A finished request parks or frees a lane: routers hear of it within 50 ms, not an interval.
+        self._load_notices = LoadNotices(loop, self.changes)
+        core.engine.add_observer(self._load_notices)
         self._start_liveness(loop, liveness or LivenessPolicy.for_job_timeout(core.config.job_timeout_s))
 
     def _start_liveness(self, loop: asyncio.AbstractEventLoop, policy: LivenessPolicy) -> None:
@@ -148,6 +152,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         """Stop Submit's worker threads (after the server stopped; a running conversion finishes) and
         the liveness timer."""
         self._closed = True
+        self._load_notices.close()
         if self._liveness_timer is not None:
             self._liveness_timer.cancel()
         self._submit_pool.shutdown(wait=False, cancel_futures=True)
