@@ -11,6 +11,7 @@ sessions until its lanes are full or its queued prefill work outweighs the savin
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from fractions import Fraction
@@ -18,6 +19,9 @@ from fractions import Fraction
 from calculet.gateway.fleet.routing_policy import RoutingPolicy, affinity
 from calculet.gateway.fleet.scoring.estimate import estimate_ms
 from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.fleet.scoring.prefix import cached_tokens
+
+log = logging.getLogger(__name__)
 
 NEAR_TIE_FRACTION = 0.05
 NEAR_TIE_MS = 5.0
@@ -66,7 +70,19 @@ class TtftPolicy(RoutingPolicy):
 
     def choose(self, request: RouteRequest, boards: Sequence[BoardView]) -> BoardView:
         scored = [(estimate_ms(request, board), board) for board in boards]
-        return break_tie(near_ties(scored), request.session, self._rng)
+        chosen = break_tie(near_ties(scored), request.session, self._rng)
+        if log.isEnabledFor(logging.DEBUG):  # why a request went where it did (--log-level debug)
+            log.debug("route %d tokens -> %s: %s", request.tokens, chosen.target, "; ".join(_why(request, scored)))
+        return chosen
 
     def rank(self, request: RouteRequest, board: BoardView) -> float:
         return estimate_ms(request, board)
+
+
+def _why(request: RouteRequest, scored: Sequence[tuple[float, BoardView]]) -> list[str]:
+    """One line per candidate: its estimate and the inputs behind it."""
+    return [
+        f"{b.target} est {ms:.0f} ms cached {cached_tokens(request, b)} pending {b.pending_tokens}"
+        f"/{b.pending_short_tokens} short jobs {b.jobs}/{b.lanes} cold {b.cold_lanes} tips {len(b.prefix_tips)}"
+        for ms, b in scored
+    ]

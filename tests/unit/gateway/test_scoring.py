@@ -5,6 +5,7 @@ turnover average and the fallback prefill cost."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from dataclasses import replace
@@ -180,6 +181,14 @@ def test_ttft_policy_randomness_only_among_near_ties() -> None:
     assert set(got) == {"a", "b"} and min(got.values()) > 50
     session = RouteRequest.build("m", "pkg", PROMPT, session="user-1")
     assert len({policy.choose(session, views).target for _ in range(20)}) == 1
+
+
+def test_ttft_policy_logs_why_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="calculet.gateway.fleet.ttft_policy")
+    chosen = TtftPolicy(random.Random(1)).choose(REQUEST, [board(target="cold"), holding(4, target="warm")])
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert chosen.target == "warm" and "-> warm" in line
+    assert "warm est 42 ms cached 256" in line and "cold est 170 ms cached 0" in line, line
 
 
 def test_load_policy_ignores_prefixes_and_prefill_work() -> None:
