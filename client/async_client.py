@@ -22,7 +22,12 @@ import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.client.channel import ClientSettings, Target, TlsConfig, open_aio_channel, wait_ready_async
-from calculet.client.convert import event_from_pb, load_report_from_pb, model_info_from_pb, serving_status_from_health
+from calculet.client.convert import (
+    event_from_pb,
+    load_report_from_pb,
+    model_info_from_stream,
+    serving_status_from_health,
+)
 from calculet.client.errors import error_from_rpc
 from calculet.client.generation import DEFAULT_MAX_REATTACH, AsyncGeneration, WaitCursor
 from calculet.client.messages import (
@@ -170,7 +175,7 @@ class AsyncDaemonClient:
 
     async def get_model(self, alias: str) -> ModelInfo:
         """See `DaemonClient.get_model`."""
-        return model_info_from_pb(await self._unary("GetModel", observe_pb2.GetModelRequest(alias=alias)))
+        return model_info_from_stream(await self._collect("GetModel", observe_pb2.GetModelRequest(alias=alias)))
 
     def watch_load(self, interval_ms: int = 0) -> AsyncIterator[LoadReport]:
         """See `DaemonClient.watch_load` (an async iterator)."""
@@ -268,6 +273,12 @@ class AsyncDaemonClient:
             return await rpc(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
         except grpc.RpcError as err:
             raise error_from_rpc(err, method) from err
+
+    async def _collect(self, method: str, request: Any) -> list[Any]:
+        """Every message of a short server stream, read within the client's timeout."""
+        self._life.check_open()
+        call = getattr(self._stub, method)(request, timeout=self.timeout, metadata=self._settings.metadata)
+        return [message async for message in _typed(call, method)]
 
     def _stream(self, method: str, request: Any) -> AsyncGenerator[Any, None]:
         self._life.check_open()

@@ -1,11 +1,11 @@
 """Daemon addresses and the gRPC channels to them, shared by the sync and async clients.
 
 Owns: parsing a target string into what gRPC dials (`parse_target`), the channel options every
-client uses (message size limits, keepalive, reconnect backoff), TLS (`TlsConfig` -> `read_tls`
--> `TlsMaterial`, the files read once when a client is built), and the per-call metadata
-(`authorization: Bearer <token>`). Data flow: `DaemonClient(target, token=, tls=)` ->
-`ClientSettings.build` -> `open_channel`/`open_aio_channel` (secure when TLS is configured) -> the
-client's stub; every call carries `ClientSettings.metadata`.
+client uses (send limit, keepalive, reconnect backoff; the receive limit stays gRPC's default),
+TLS (`TlsConfig` -> `read_tls` -> `TlsMaterial`, the files read once when a client is built), and
+the per-call metadata (`authorization: Bearer <token>`). Data flow: `DaemonClient(target, token=,
+tls=)` -> `ClientSettings.build` -> `open_channel`/`open_aio_channel` (secure when TLS is
+configured) -> the client's stub; every call carries `ClientSettings.metadata`.
 
 Accepted targets:
 - `unix:///abs/path.sock` (absolute), `unix:relative.sock` or `unix:/abs/path.sock`;
@@ -42,9 +42,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.daemon.errors import InvalidArgument, Unavailable
 
-# GetModel carries the package's tokenizer.json byte for byte (about 7 MB for Qwen3), above
-# gRPC's default 4 MiB receive limit; nothing the client sends comes near the send limit.
-MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024
+# The receive limit stays gRPC's default (4 MiB), as on any stock client: the daemon sends nothing
+# larger (GetModel streams tokenizer.json in 1 MiB pieces). Nothing the client sends comes near
+# the send limit.
 MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
 # Pings only while a call is open: they detect a dead TCP peer under a long Wait/WatchLoad stream
 # or a long Unload/Drain. Just above gRPC servers' default minimum ping interval (5 min,
@@ -133,7 +133,6 @@ def channel_options(server_name: str | None = None) -> list[tuple[str, int | str
     """The options every client channel is opened with (see the constants above), plus the TLS
     name override when `server_name` is given."""
     options: list[tuple[str, int | str]] = [
-        ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
         ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),

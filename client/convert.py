@@ -2,13 +2,16 @@
 
 Requests: `SamplingParams` <-> `inference_pb2.SamplingParams` (None fields stay unset, so the daemon
 applies its defaults and picks the seed). Answers: `WaitEvent` -> `TokenChunk` / `FinalEvent` (an
-in-band `ErrorStatus` becomes the typed `CalculetError`), `GetModelResponse` -> `ModelInfo`,
-`LoadReport` -> `LoadReport`, and the standard health status -> `ServingStatus`. The daemon has its
-own conversions to its domain types (`calculet.daemon.wire`); this module imports none of them,
-only the generated messages and the shared error table (`calculet.daemon.error_codes`).
+in-band `ErrorStatus` becomes the typed `CalculetError`), GetModel's stream of `GetModelResponse`s
+(tokenizer.json in pieces, joined) -> `ModelInfo`, `LoadReport` -> `LoadReport`, and the standard
+health status -> `ServingStatus`. The daemon has its own conversions to its domain types
+(`calculet.daemon.wire`); this module imports none of them, only the generated messages and the
+shared error table (`calculet.daemon.error_codes`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from grpc_health.v1 import health_pb2
 
@@ -174,9 +177,32 @@ def serving_status_from_health(pb: health_pb2.HealthCheckResponse) -> ServingSta
     return ServingStatus.SERVING if pb.status == health_pb2.HealthCheckResponse.SERVING else ServingStatus.NOT_SERVING
 
 
+def model_info_from_stream(messages: Sequence[observe_pb2.GetModelResponse]) -> ModelInfo:
+    """GetModel's whole stream as a `ModelInfo`: the first message's fields, with the pieces of
+    tokenizer.json of every message joined in order.
+
+    Raises:
+        CalculetError (INTERNAL): no message, or the pieces do not add up to `tokenizer_size` (a
+            daemon before the stream left it 0 and sent the whole file in its one message).
+    """
+    if not messages or not messages[0].HasField("model"):
+        raise CalculetError("GetModel: the stream did not start with the model summary", kind=ErrorKind.INTERNAL)
+    first = messages[0]
+    data = b"".join(m.tokenizer_json for m in messages)
+    if first.tokenizer_size and len(data) != first.tokenizer_size:
+        raise CalculetError(
+            f"GetModel: tokenizer.json arrived with {len(data)} of {first.tokenizer_size} bytes",
+            kind=ErrorKind.INTERNAL,
+        )
+    return _model_info(first.model, data, first.chat_template)
+
+
 def model_info_from_pb(pb: observe_pb2.GetModelResponse) -> ModelInfo:
-    """GetModel's answer as a `ModelInfo`."""
-    m = pb.model
+    """One GetModel message holding the whole tokenizer.json as a `ModelInfo`."""
+    return _model_info(pb.model, pb.tokenizer_json, pb.chat_template)
+
+
+def _model_info(m: observe_pb2.ModelSummary, tokenizer_json: bytes, chat_template: str) -> ModelInfo:
     return ModelInfo(
         alias=m.alias,
         generation=m.generation,
@@ -192,8 +218,8 @@ def model_info_from_pb(pb: observe_pb2.GetModelResponse) -> ModelInfo:
         bos_token_id=m.bos_token_id if m.HasField("bos_token_id") else None,
         pad_token_id=m.pad_token_id if m.HasField("pad_token_id") else None,
         model_max_length=m.model_max_length,
-        tokenizer_json=pb.tokenizer_json,
-        chat_template=pb.chat_template,
+        tokenizer_json=tokenizer_json,
+        chat_template=chat_template,
         prefill_fixed_ms=m.prefill_fixed_ms,
         prefill_ms_per_token=m.prefill_ms_per_token,
         decode_step_ms=m.decode_step_ms,

@@ -9,9 +9,10 @@ messages themselves (they are for tools such as calctl). Every failed call raise
 `calculet.daemon.errors` class of its status (`calculet.client.errors`). Nothing here imports the
 daemon's engine or numpy.
 
-Deadlines: each unary call gets `timeout` seconds; Unload and Drain also get their drain window
-(or the protocol's maximum window when the daemon's default applies); server streams (Wait,
-WatchLoad, Load, health Watch) have no deadline: close the iterator to stop one.
+Deadlines: each unary call gets `timeout` seconds, and so does GetModel's short stream, read whole;
+Unload and Drain also get their drain window (or the protocol's maximum window when the daemon's
+default applies); the other server streams (Wait, WatchLoad, Load, health Watch) have no deadline:
+close the iterator to stop one.
 
 Ownership: the client owns its channel until `close()`; it is safe to share between threads.
 Iterators it returns own their call and cancel it when closed or garbage-collected.
@@ -27,7 +28,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.client.channel import ClientSettings, Target, TlsConfig, open_channel, wait_ready
-from calculet.client.convert import event_from_pb, load_report_from_pb, model_info_from_pb, serving_status_from_health
+from calculet.client.convert import (
+    event_from_pb,
+    load_report_from_pb,
+    model_info_from_stream,
+    serving_status_from_health,
+)
 from calculet.client.errors import error_from_rpc
 from calculet.client.generation import DEFAULT_MAX_REATTACH, Generation, WaitCursor
 from calculet.client.messages import (
@@ -230,11 +236,12 @@ class DaemonClient:
         return self._unary("Status", observe_pb2.StatusRequest())
 
     def get_model(self, alias: str) -> ModelInfo:
-        """Manifest summary, state, tokenizer.json and chat template of an alias.
+        """Manifest summary, state, tokenizer.json and chat template of an alias (the daemon streams
+        tokenizer.json in pieces; they are joined here, all within one `timeout`).
 
         Raises: NotFound: unknown alias.
         """
-        return model_info_from_pb(self._unary("GetModel", observe_pb2.GetModelRequest(alias=alias)))
+        return model_info_from_stream(self._collect("GetModel", observe_pb2.GetModelRequest(alias=alias)))
 
     def watch_load(self, interval_ms: int = 0) -> Iterator[LoadReport]:
         """Load reports, one at once and then every interval (0 = daemon default) until closed.
@@ -360,6 +367,12 @@ class DaemonClient:
             return rpc(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
         except grpc.RpcError as err:
             raise error_from_rpc(err, method) from err
+
+    def _collect(self, method: str, request: Any) -> list[Any]:
+        """Every message of a short server stream, read within the client's timeout."""
+        self._life.check_open()
+        call = getattr(self._stub, method)(request, timeout=self.timeout, metadata=self._settings.metadata)
+        return list(_typed(call, method))
 
     def _stream(self, method: str, request: Any) -> Generator[Any, None, None]:
         self._life.check_open()

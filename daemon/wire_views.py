@@ -7,6 +7,7 @@ modules; domain code never imports `*_pb2`.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -31,6 +32,10 @@ from calculet.daemon.device.types import DeviceInfo, EngineSlot, MemoryUsage
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
 from calculet.v1 import common_pb2, observe_pb2, operate_pb2
+
+# GetModel's pieces of tokenizer.json (with the chat template in the first message): every message
+# stays far below gRPC's default 4 MiB receive limit, so stock clients take them all.
+TOKENIZER_PIECE_BYTES = 1 << 20
 
 _LANE = {
     LaneState.FREE: observe_pb2.LANE_STATE_FREE,
@@ -309,7 +314,13 @@ def load_report_to_pb(
     )
 
 
-def model_info_to_pb(m: ModelInfoView) -> observe_pb2.GetModelResponse:
+def model_info_to_pb(
+    m: ModelInfoView, piece_bytes: int = TOKENIZER_PIECE_BYTES
+) -> Iterator[observe_pb2.GetModelResponse]:
+    """GetModel's stream: the summary, chat template, tokenizer size and the first piece of
+    tokenizer.json, then one message for each further piece. No message carries more than
+    `piece_bytes` of tokenizer.json and template together, but a longer template (inline in a
+    manifest of at most 4 MiB) is never split: it comes with an empty first piece."""
     summary = observe_pb2.ModelSummary(
         alias=m.alias,
         generation=m.generation,
@@ -333,7 +344,13 @@ def model_info_to_pb(m: ModelInfoView) -> observe_pb2.GetModelResponse:
         summary.bos_token_id = m.bos_token_id
     if m.pad_token_id is not None:
         summary.pad_token_id = m.pad_token_id
-    return observe_pb2.GetModelResponse(model=summary, tokenizer_json=m.tokenizer_json, chat_template=m.chat_template)
+    data = m.tokenizer_json
+    first = max(0, piece_bytes - len(m.chat_template.encode("utf-8")))
+    yield observe_pb2.GetModelResponse(
+        model=summary, tokenizer_json=data[:first], chat_template=m.chat_template, tokenizer_size=len(data)
+    )
+    for start in range(first, len(data), piece_bytes):
+        yield observe_pb2.GetModelResponse(tokenizer_json=data[start : start + piece_bytes])
 
 
 def progress_to_pb(p: LoadProgress, elapsed_s: float) -> operate_pb2.LoadProgress:
@@ -410,6 +427,7 @@ def _version() -> str:
 
 
 __all__ = [
+    "TOKENIZER_PIECE_BYTES",
     "health_to_pb",
     "kind_to_pb",
     "load_report_to_pb",

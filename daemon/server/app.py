@@ -14,7 +14,8 @@ it is still this process's (`ownership`).
 
 Transport bounds: the receive limit defaults to the largest valid request for a 40,960-token context
 (`checks.request_bytes`, 212,992 bytes), so a prompt far beyond any context is refused by grpc before
-it is parsed; the send limit is separate and large (GetModel carries the tokenizer). Every method
+it is parsed; the send limit is gRPC's default receive limit, so no answer is larger than a stock
+client takes (GetModel streams the tokenizer in pieces well below it). Every method
 answers INVALID_ARGUMENT for a request that does not parse (`errors.StrictDecoding`).
 """
 
@@ -51,7 +52,7 @@ from calculet.v1 import daemon_pb2_grpc
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = request_bytes(REFERENCE_CONTEXT)  # what a client may send: 212,992 bytes
-MAX_SEND_BYTES = 64 * 1024 * 1024  # what the daemon may send (GetModel carries tokenizer.json)
+MAX_SEND_BYTES = 4 * 1024 * 1024  # what the daemon may send: a stock client's receive limit
 STOP_GRACE_S = 2.0  # for RPCs still running at shutdown: Wait streams send their last Final meanwhile
 SHUTDOWN_REASON = "board shutting down: resume on another board"
 STATUS_FOLLOW_S = 3600.0  # the STATUS= follower re-checks at least this often (it wakes on every change)

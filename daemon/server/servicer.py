@@ -282,9 +282,12 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             await self.changes.wait(seen, interval_s)
 
     @map_errors
-    async def GetModel(self, request: observe_pb2.GetModelRequest, context: grpc.aio.ServicerContext) -> Any:
+    async def GetModel(
+        self, request: observe_pb2.GetModelRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
         info = await self._blocking(self.core.get_model, request.alias)  # reads the tokenizer file
-        return model_info_to_pb(info)
+        for message in model_info_to_pb(info):  # tokenizer.json in pieces below gRPC's 4 MiB default
+            yield message
 
     # ---- operations plane ---------------------------------------------------------------
 

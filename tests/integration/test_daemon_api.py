@@ -1,6 +1,6 @@
 """The gRPC surface of a real daemon: idempotent Submit, Wait re-attach, health per alias,
-reflection, GetModel, the client's chunks/logprobs, WatchLoad and health Watch, config file +
-flags, and calctl against it."""
+reflection, GetModel (Qwen3's 5.36 MB tokenizer through a stock channel), the client's
+chunks/logprobs, WatchLoad and health Watch, config file + flags, and calctl against it."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from calculet.client import (
     TokenChunk,
 )
 from calculet.ops import calctl
+from calculet.v1 import daemon_pb2_grpc, observe_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +88,26 @@ def test_grpc_health_per_alias_reflection_and_get_model(start_daemon) -> None:
         assert (
             health.Check(health_pb2.HealthCheckRequest(service="")).status == health_pb2.HealthCheckResponse.NOT_SERVING
         )
+
+
+def test_get_model_streams_qwens_tokenizer_to_a_stock_channel(start_daemon, models_root: Path) -> None:
+    """Issue 21: Qwen3's tokenizer.json is over gRPC's default 4 MiB receive limit; a channel opened
+    without options (as grpcurl or any stock client) still gets it whole, in messages under it."""
+    stock_limit = 4 * 1024 * 1024
+    manifest = json.loads((models_root / "qwen" / "calculet-package.json").read_text())
+    on_disk = (models_root / "qwen" / manifest["tokenizer"]["path"]).read_bytes()
+    assert len(on_disk) > stock_limit
+    daemon = start_daemon("--model", "qwen=qwen")
+    with grpc.insecure_channel(daemon.target) as ch:
+        stub = daemon_pb2_grpc.DaemonStub(ch)
+        messages = list(stub.GetModel(observe_pb2.GetModelRequest(alias="qwen"), timeout=30))
+    assert len(messages) > 1 and all(m.ByteSize() < stock_limit for m in messages)
+    assert messages[0].model.alias == "qwen" and messages[0].tokenizer_size == len(on_disk)
+    assert b"".join(m.tokenizer_json for m in messages) == on_disk
+    with DaemonClient(daemon.target) as c:  # the client library keeps gRPC's default limit too
+        model = c.get_model("qwen")
+    assert model.tokenizer_json == on_disk and "<|im_start|>" in model.chat_template
+    assert Tokenizer.from_str(model.tokenizer_json.decode()).get_vocab_size() > 150_000
 
 
 def test_chunks_logprobs_load_reports_and_health_watch(start_daemon) -> None:

@@ -152,10 +152,9 @@ class Attacker:
 
 def test_maximal_prompts_do_not_stall_a_stream_or_health(start_daemon) -> None:
     daemon = start_daemon("--model", "qwen=qwen", "--time-scale", "1")
-    big = [("grpc.max_receive_message_length", -1)]  # GetModel carries Qwen's 5 MB tokenizer.json
-    with grpc.insecure_channel(daemon.target, options=big) as channel:
+    with grpc.insecure_channel(daemon.target) as channel:  # stock limits: GetModel streams the tokenizer
         stub = daemon_pb2_grpc.DaemonStub(channel)
-        model = stub.GetModel(observe_pb2.GetModelRequest(alias="qwen"), timeout=CALL_S).model
+        model = next(stub.GetModel(observe_pb2.GetModelRequest(alias="qwen"), timeout=CALL_S)).model
         attacks = _maximal_prompts("qwen", model.vocab_size, model.context)
         job = stub.Submit(
             inference_pb2.SubmitRequest(

@@ -43,7 +43,7 @@ EXPECTED_PLANES = {
     "Health": OBS, "Status": OBS, "WatchLoad": OBS, "GetModel": OBS,
     "Load": OPS, "Unload": OPS, "Drain": OPS, "Resume": OPS, "Reset": OPS, "InjectFault": OPS,
 }  # fmt: skip
-SERVER_STREAMING = {"Wait", "WatchLoad", "Load"}
+SERVER_STREAMING = {"Wait", "WatchLoad", "Load", "GetModel"}
 
 UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
 FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False)

@@ -67,7 +67,7 @@ class DaemonStub:
                 request_serializer=calculet_dot_v1_dot_observe__pb2.WatchLoadRequest.SerializeToString,
                 response_deserializer=calculet_dot_v1_dot_observe__pb2.LoadReport.FromString,
                 _registered_method=True)
-        self.GetModel = channel.unary_unary(
+        self.GetModel = channel.unary_stream(
                 '/calculet.v1.Daemon/GetModel',
                 request_serializer=calculet_dot_v1_dot_observe__pb2.GetModelRequest.SerializeToString,
                 response_deserializer=calculet_dot_v1_dot_observe__pb2.GetModelResponse.FromString,
@@ -162,8 +162,12 @@ class DaemonServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetModel(self, request, context):
-        """Observation plane. Manifest summary, tokenizer.json and chat template of an alias. Errors:
-        NOT_FOUND (alias).
+        """Observation plane. Manifest summary, tokenizer.json and chat template of an alias, streamed
+        so that no message nears gRPC's default 4 MiB receive limit whatever the tokenizer's size:
+        the first message carries the summary, the template, the tokenizer's size and its first piece,
+        each further one the next piece (GetModelResponse). A tokenizer of one piece comes in one
+        message, as the unary GetModel of earlier versions sent it. Errors: NOT_FOUND (alias),
+        UNAVAILABLE (the package's tokenizer files cannot be read).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -253,7 +257,7 @@ def add_DaemonServicer_to_server(servicer, server):
                     request_deserializer=calculet_dot_v1_dot_observe__pb2.WatchLoadRequest.FromString,
                     response_serializer=calculet_dot_v1_dot_observe__pb2.LoadReport.SerializeToString,
             ),
-            'GetModel': grpc.unary_unary_rpc_method_handler(
+            'GetModel': grpc.unary_stream_rpc_method_handler(
                     servicer.GetModel,
                     request_deserializer=calculet_dot_v1_dot_observe__pb2.GetModelRequest.FromString,
                     response_serializer=calculet_dot_v1_dot_observe__pb2.GetModelResponse.SerializeToString,
@@ -473,7 +477,7 @@ class Daemon:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
+        return grpc.experimental.unary_stream(
             request,
             target,
             '/calculet.v1.Daemon/GetModel',

@@ -487,14 +487,16 @@ class GetModelRequest(_message.Message):
     def __init__(self, alias: _Optional[str] = ...) -> None: ...
 
 class GetModelResponse(_message.Message):
-    __slots__ = ("model", "tokenizer_json", "chat_template")
+    __slots__ = ("model", "tokenizer_json", "chat_template", "tokenizer_size")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_JSON_FIELD_NUMBER: _ClassVar[int]
     CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_SIZE_FIELD_NUMBER: _ClassVar[int]
     model: ModelSummary
     tokenizer_json: bytes
     chat_template: str
-    def __init__(self, model: _Optional[_Union[ModelSummary, _Mapping]] = ..., tokenizer_json: _Optional[bytes] = ..., chat_template: _Optional[str] = ...) -> None: ...
+    tokenizer_size: int
+    def __init__(self, model: _Optional[_Union[ModelSummary, _Mapping]] = ..., tokenizer_json: _Optional[bytes] = ..., chat_template: _Optional[str] = ..., tokenizer_size: _Optional[int] = ...) -> None: ...
 
 class ModelSummary(_message.Message):
     __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "model_role", "family", "quantization", "vocab_size", "context", "lanes", "eos_token_ids", "bos_token_id", "pad_token_id", "model_max_length", "prefill_fixed_ms", "prefill_ms_per_token", "decode_step_ms", "prefill_chunk_tokens")

@@ -30,6 +30,7 @@ from calculet.v1 import common_pb2, daemon_pb2_grpc, inference_pb2, observe_pb2,
 VOCAB = 1000
 DEFAULT_MAX_TOKENS = 6
 DAEMON_SEED = 4242  # the seed the fake "picks" when a request has none
+PIECE_BYTES = 1 << 20  # GetModel's pieces of tokenizer.json
 GATE_TIMEOUT_S = 10.0  # a gate nobody opens fails the stream instead of hanging the suite
 ALIAS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 M = common_pb2
@@ -291,7 +292,7 @@ class FakeDaemon(daemon_pb2_grpc.DaemonServicer):
         context.add_callback(gone.set)
         gone.wait(GATE_TIMEOUT_S)
 
-    def GetModel(self, request: observe_pb2.GetModelRequest, context: grpc.ServicerContext) -> Any:
+    def GetModel(self, request: observe_pb2.GetModelRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         self._enter("GetModel", request, context)
         model = self._model(request.alias, context)
         summary = observe_pb2.ModelSummary(
@@ -300,9 +301,12 @@ class FakeDaemon(daemon_pb2_grpc.DaemonServicer):
             quantization="bf16", vocab_size=VOCAB, context=256, lanes=model.lanes, eos_token_ids=[2],
             bos_token_id=1, model_max_length=256,
         )  # fmt: skip
-        return observe_pb2.GetModelResponse(
-            model=summary, tokenizer_json=self.tokenizer_json, chat_template="{{ messages }}"
+        data = self.tokenizer_json
+        yield observe_pb2.GetModelResponse(
+            model=summary, tokenizer_json=data[:PIECE_BYTES], chat_template="{{ messages }}", tokenizer_size=len(data)
         )
+        for start in range(PIECE_BYTES, len(data), PIECE_BYTES):  # the rest in pieces, as a daemon sends it
+            yield observe_pb2.GetModelResponse(tokenizer_json=data[start : start + PIECE_BYTES])
 
     # ---- operations plane --------------------------------------------------------------
 
