@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF
-from calculet.daemon.core.engine import EngineConfig
+from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, SchedulingPolicy
 from calculet.daemon.errors import InvalidArgument

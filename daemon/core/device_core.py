@@ -22,23 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from calculet.daemon.core.config import DaemonConfig
-from calculet.daemon.core.engine import Engine, SubmitReceipt
+from calculet.daemon.core.engine import Engine
+from calculet.daemon.core.engine_types import SubmitReceipt
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
+from calculet.daemon.core.operator_reset import OperatorHooks, operator_reset
 from calculet.daemon.core.request import GenerationRequest, ModelLimits
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
+from calculet.daemon.core.reset_budget import ResetReport
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
 from calculet.daemon.core.views import health_view, load_view, status_view
 from calculet.daemon.device.api import VirtualDevice
-from calculet.daemon.device.errors import DeviceError, DeviceLost
+from calculet.daemon.device.errors import DeviceLost
 from calculet.daemon.device.guard import GuardedDevice
 from calculet.daemon.device.registry import load_driver
 from calculet.daemon.device.types import DeviceCapabilities, DeviceInfo, JobCounters, MemoryUsage
-from calculet.daemon.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from calculet.daemon.package.manifest import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,12 @@ class DeviceCore:
             drain_timeout_s=config.drain_timeout_s,
             end_hung_jobs=self._end_hung_jobs,
             hung_after_s=CLOSE_SETTLE_S,
+        )
+        # What an operator reset needs beyond the engine: the model manager and the board's health.
+        self._reset_hooks = OperatorHooks(
+            loaded=lambda alias: self.models.serving(alias) is not None,
+            rewarm=self.models.rewarm,
+            audit_point=self._audit_point,
         )
         self.started_at = time.time()
         self._last_info: DeviceInfo | None = self.device.info()
@@ -238,6 +245,7 @@ class DeviceCore:
         whichever `model` names; each Ready one is configured again and passes its golden check, then
         its jobs re-prefill and continue). Neither is a device anomaly. A successful one lifts a halt
         for a used-up automatic reset budget, clears the budget and restores the in-flight limit.
+        The engine's reset controller runs it (`operator_reset.py`, `reset_controller.py`).
 
         Args:
             settle_timeout_s: how long to wait for the jobs it hit to rebuild their KV or end before
@@ -252,90 +260,18 @@ class DeviceCore:
             NotFound: `model` is not loaded.
             FailedPrecondition: another reset is in progress (nothing was done).
         """
-        if kind not in ("ccu", "configuration"):
-            raise InvalidArgument(f"reset kind must be ccu or configuration, got {kind!r}")
-        if model and kind != "configuration":
-            raise InvalidArgument("model: only a configuration reset can be limited to one model")
-        if model and self.models.serving(model) is None:
-            raise NotFound(f"model {model!r} is not loaded")
-        engine = self.engine
-        tally = engine.begin_operator_reset(kind, reason)
-        before = self._audit_point()
-        try:
-            problem: CalculetError | None
-            try:
-                message, dropped = self._reset_device(kind)
-                # Lift a halt first: the warm-up probes of the dropped models must be able to run.
-                problem = engine.operator_reset_succeeded() or self._rewarm(dropped)
-            except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
-                message, problem = f"{kind} reset failed", exc
-            settle = SETTLE_TIMEOUT_S if settle_timeout_s is None else settle_timeout_s
-            counts = engine.wait_reset_settled(tally, settle if problem is None else 0.0)
-            engine.note_reset_outcome(kind, problem is None)
-        finally:
-            engine.end_reset()
-        report = (
-            ResetReport(kind, False, f"{message}: {problem}", counts, problem)
-            if problem is not None
-            else ResetReport(kind, True, message, counts)
-        )
-        self._audit(report, reason, before)
-        return report
+        return operator_reset(self.engine.resets, self._reset_hooks, kind, reason, model, settle_timeout_s)
 
     def _audit_point(self) -> tuple[bool, tuple[str, ...]]:
         """(serving, "alias@generation" of every serving model), for the reset audit trail."""
         health = self.health()
         return health.serving, tuple(f"{m.alias}@{m.generation}" for m in health.models if m.state.serving)
 
-    def _audit(self, report: ResetReport, reason: str, before: tuple[bool, tuple[str, ...]]) -> None:
-        serving_after, generations_after = self._audit_point()
-        c = report.counts
-        entry = ResetEntry(
-            at=time.time(),
-            kind=report.kind,
-            automatic=False,
-            reason=reason,
-            fault="operator",
-            inflight_jobs=c.inflight,
-            recovered=c.recovered,
-            failed=c.failed,
-            generations_before=before[1],
-            generations_after=generations_after,
-            serving_before=before[0],
-            serving_after=serving_after,
-            ok=report.ok,
-            message=report.message,
-        )
-        self.engine.record_reset(entry)
-
-    def _reset_device(self, kind: str) -> tuple[str, list[ModelRuntime]]:
-        """The device part of an operator reset. Returns what was done, and the generations a
-        configuration reset dropped (to configure and warm again once the board may serve).
-
-        Raises:
-            DeviceError: the device failed the reset.
-        """
-        if kind == "ccu":
-            self.engine.operator_reset_ccu()
-            return "compute units reset", []
-        dropped = self.engine.reset_configuration("configuration reset")
-        names = ", ".join(f"{rt.alias} (generation {rt.generation})" for rt in dropped) or "none"
-        return f"configuration reset: {names} configured and warmed again; their jobs re-prefill", dropped
-
-    def _rewarm(self, dropped: list[ModelRuntime]) -> CalculetError | None:
-        """Configure and warm again every generation a configuration reset dropped. Returns why one
-        failed (it is Failed and unloaded then), or None."""
-        failed = [(rt, err) for rt in dropped if (err := self.models.rewarm(rt)) is not None]
-        if not failed:
-            return None
-        rt, err = failed[0]
-        return FailedPrecondition(f"model {rt.alias} failed its warm-up after the configuration reset: {err}")
-
     def set_reset_budget(self, limit: int, window_s: float | None = None) -> None:
         """Change the automatic reset budget: `limit` resets per `window_s` seconds (None: unchanged)."""
         if limit < 0 or (window_s is not None and not window_s > 0):
             raise InvalidArgument(f"reset budget: limit >= 0 and a positive window, got {limit}/{window_s}")
-        self.engine.set_reset_budget(limit, window_s)
+        self.engine.resets.set_budget(limit, window_s)
 
     def inject_fault(self, fault: Any) -> Any:
         """Add a fault to calsim's plan (only when the daemon was started with fault injection)."""

@@ -2,9 +2,9 @@
 seed 000 section 14: "every reset records its reason, the jobs in flight, the versions and health
 before and after, and the result").
 
-Owner: the `Engine` (guarded by its lock), which records its own automatic resets; `DeviceCore`
-records operator resets through `Engine.record_reset`. Bounded: the newest `capacity` entries are
-kept, and `total` counts every reset since start.
+Owner: the `ResetController` (guarded by the engine lock), which records its automatic resets as
+they end and operator resets through `ResetController.record` (`operator_reset.py`). Bounded: the
+newest `capacity` entries are kept, and `total` counts every reset since start.
 """
 
 from __future__ import annotations

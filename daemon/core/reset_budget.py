@@ -7,12 +7,14 @@
 - `BoardHalt`: why the board stopped serving on its own. Only AWAITING_OPERATOR (the budget was used
   up) is lifted by a successful operator reset; a lost device or a crashed device thread (LOST)
   needs a process restart.
-- `ResetGate`: one reset at a time. A Reset while another (operator or automatic) is in progress is
-  refused with FAILED_PRECONDITION (operate.proto); an automatic reset never waits for the gate.
+- `ResetState` and `ResetGate`: which reset runs, one at a time (the `ResetController`'s reset
+  lifecycle). A Reset while another (operator or automatic) is in progress is refused with
+  FAILED_PRECONDITION (operate.proto); an automatic reset never waits for the gate.
 - `ResetTally`: the client jobs one reset hit and what became of them (ResetResult.inflight_jobs,
   recovered_jobs, failed_jobs), and `ResetReport`, the outcome an operator reset returns.
 
-Ownership: the engine owns one of each; callers hold the engine lock for every method here.
+Ownership: the `ResetController` (`reset_controller.py`) owns one of each; callers hold the engine lock
+for every method here.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ class ResetBudget:
 
 
 class BoardHalt(Enum):
-    """Why the board stopped serving on its own (the engine's `device_lost` is set in both halts)."""
+    """Why the board stopped serving on its own (`ResetController.halted` in both halts; the
+    snapshot's `device_lost`)."""
 
     NONE = auto()  # not halted
     AWAITING_OPERATOR = auto()  # the automatic reset budget is used up: an operator reset lifts it
@@ -96,15 +99,32 @@ HALT_TRANSITIONS = table(
 
 
 class ResetState(Enum):
+    """Which reset the board runs; one at a time (`RESET_TRANSITIONS`)."""
+
     IDLE = auto()
-    RESETTING = auto()  # an operator reset (until the jobs it hit settle) or an automatic one
+    AUTOMATIC_CCU = auto()  # a hung device job: the compute units are reset, then the job is collected
+    OPERATOR_CCU = auto()  # the Reset RPC (ccu): the compute units are reset, a halt for the budget lifted
+    OPERATOR_CONFIGURATION = auto()  # the Reset RPC (configuration): reset, a halt lifted, models warmed again
+    SETTLING = auto()  # an operator reset waits for the jobs it hit to rebuild their KV or end, then answers
 
 
-RESET_TRANSITIONS = table([(ResetState.IDLE, [ResetState.RESETTING]), (ResetState.RESETTING, [ResetState.IDLE])])
+# An automatic reset ends without settling (its jobs recover on their own, nobody waits for an answer);
+# an operator reset settles, or goes back to IDLE at once when an unexpected error ends it first.
+RESET_TRANSITIONS = table(
+    [
+        (ResetState.IDLE, [ResetState.AUTOMATIC_CCU, ResetState.OPERATOR_CCU, ResetState.OPERATOR_CONFIGURATION]),
+        (ResetState.AUTOMATIC_CCU, [ResetState.IDLE]),
+        (ResetState.OPERATOR_CCU, [ResetState.SETTLING, ResetState.IDLE]),
+        (ResetState.OPERATOR_CONFIGURATION, [ResetState.SETTLING, ResetState.IDLE]),
+        (ResetState.SETTLING, [ResetState.IDLE]),
+    ]
+)
 
 
 class ResetGate:
-    """One reset at a time. `holder` says which reset runs (for the refusal message)."""
+    """One reset at a time: the running reset's state, `holder` (which reset runs, for the refusal
+    message) and `tally` (where resets record the client jobs they hit). `Lifecycle.move` is the one
+    transition function; an edge missing from `RESET_TRANSITIONS` raises `IllegalTransition`."""
 
     def __init__(self) -> None:
         self._life: Lifecycle[ResetState] = Lifecycle("reset controller", ResetState.IDLE, RESET_TRANSITIONS)
@@ -112,16 +132,36 @@ class ResetGate:
         self.tally: ResetTally | None = None  # the running operator reset's, where resets record hits
 
     @property
-    def busy(self) -> bool:
-        return self._life.state is ResetState.RESETTING
+    def state(self) -> ResetState:
+        return self._life.state
 
-    def try_begin(self, holder: str, tally: ResetTally | None = None) -> bool:
-        """Take the gate. Returns False, changing nothing, when another reset holds it."""
+    @property
+    def busy(self) -> bool:
+        return self._life.state is not ResetState.IDLE
+
+    def try_begin(
+        self, holder: str, tally: ResetTally | None = None, state: ResetState = ResetState.AUTOMATIC_CCU
+    ) -> bool:
+        """Take the gate for a reset of kind `state` (AUTOMATIC_CCU unless said; an operator reset
+        passes its tally). Returns False, changing nothing, when another reset holds it.
+
+        Raises:
+            IllegalTransition: `state` is not a reset's first state (IDLE, SETTLING).
+        """
         if self.busy:
             return False
-        self._life.move(ResetState.RESETTING)
+        self._life.move(state)
         self.holder, self.tally = holder, tally
         return True
+
+    def settle(self) -> None:
+        """The operator reset's device work is done: it waits for the jobs it hit (`holder` and
+        `tally` stay).
+
+        Raises:
+            IllegalTransition: no operator reset holds the gate.
+        """
+        self._life.move(ResetState.SETTLING)
 
     def end(self) -> None:
         """Give the gate back.

@@ -139,7 +139,10 @@ class OwnerLock:
 
 
 def track_engine_lock(core: DeviceCore) -> OwnerLock:
-    """White-box (tests only): give a core's engine, before `start`, a lock that knows its holder."""
+    """White-box (tests only): give a core's engine, before `start`, a lock that knows its holder (and
+    to its reset controller, which shares the engine's lock)."""
     lock = OwnerLock()
-    core.engine._cond = threading.Condition(lock)  # type: ignore[arg-type]
+    cond = threading.Condition(lock)  # type: ignore[arg-type]
+    core.engine._cond = cond
+    core.engine._resets._cond = cond
     return lock

@@ -315,14 +315,14 @@ def test_the_report_counts_the_hung_job_a_ccu_reset_recovered(models: Path) -> N
 def test_a_reset_in_progress_refuses_another_and_the_next_one_runs(models: Path) -> None:
     with running_core(models) as core:
         entered, go = threading.Event(), threading.Event()
-        original = core.engine.operator_reset_succeeded
+        original = core.engine.resets.operator_reset_succeeded
 
         def held() -> object:
             entered.set()
             assert go.wait(TIMEOUT)
             return original()
 
-        core.engine.operator_reset_succeeded = held  # type: ignore[method-assign]
+        core.engine.resets.operator_reset_succeeded = held  # type: ignore[method-assign]
         first: list[object] = []
         resetter = threading.Thread(target=lambda: first.append(core.reset("ccu", "first")))
         resetter.start()
@@ -335,7 +335,7 @@ def test_a_reset_in_progress_refuses_another_and_the_next_one_runs(models: Path)
         go.set()
         resetter.join(TIMEOUT)
         assert first and first[0] == (True, "compute units reset")
-        core.engine.operator_reset_succeeded = original  # type: ignore[method-assign]
+        core.engine.resets.operator_reset_succeeded = original  # type: ignore[method-assign]
         assert core.reset("configuration", "next")[0], "the gate is free again"
         assert finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)[1].reason is FinishReason.LENGTH
 

@@ -1,0 +1,68 @@
+"""What crosses the engine's boundary: its settings (`EngineConfig`, built from the daemon's
+configuration in `config.py` and read by the engine and its reset controller; frozen: a reload
+changes the reset budget through `ResetController.set_budget`) and the answers of its methods
+(`SubmitReceipt`, `ProbeOutcome`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from calculet.daemon.core.events import FinalEvent
+from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
+from calculet.daemon.core.scheduler import SchedulingPolicy
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings.
+
+    Attributes:
+        policy: scheduling knobs.
+        max_inflight: device jobs in flight at once (capped by the device's capability).
+        synchronous: wait for each device job right after submitting it (the serial policy).
+        job_timeout_s: wall-clock wait for one device job before the device is reset.
+        max_recoveries: re-prefills a sequence may need after lost KV before it fails.
+        reset_limit / reset_window_s: automatic resets allowed per window before the board stops
+            serving and waits for an operator.
+        restore_after_clean_jobs: consecutive clean completions after which an in-flight limit
+            degraded by an anomaly comes back (0 = only a successful operator reset restores it).
+        orphan_timeout_s: a job with no Wait stream attached for this long is cancelled, so a client
+            that submits and disappears cannot hold a lane forever (None = never).
+        retention_bytes / retention_s: finished jobs are kept for re-attaching `Wait` calls and
+            idempotent Submit retries while their estimated bytes (`events.job_bytes`) fit and for
+            at most this many seconds after their Final; the oldest go first.
+    """
+
+    policy: SchedulingPolicy = field(default_factory=SchedulingPolicy)
+    max_inflight: int = 2
+    synchronous: bool = False
+    job_timeout_s: float = 30.0
+    max_recoveries: int = 3
+    retention_bytes: int = 256 * 1024 * 1024
+    retention_s: float = 600.0
+    reset_limit: int = 3
+    reset_window_s: float = 600.0
+    restore_after_clean_jobs: int = RESTORE_AFTER_CLEAN_JOBS
+    orphan_timeout_s: float | None = 60.0
+
+
+@dataclass(frozen=True)
+class SubmitReceipt:
+    """What Submit answers: the job's id, whether an earlier identical Submit already started it, its
+    seed and the model generation it runs on."""
+
+    job_id: str
+    deduplicated: bool
+    seed: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """A finished warm-up probe: its Final, its tokens and its first step's logits."""
+
+    final: FinalEvent
+    tokens: tuple[int, ...]
+    first_logits: np.ndarray | None

@@ -1,0 +1,155 @@
+"""An operator reset from request to answer (the Reset RPC, `DeviceCore.operator_reset`): check the
+request, take the reset controller's gate, reset the device, lift a halt, warm again the models a
+configuration reset dropped, wait for the jobs it hit to settle, give the gate back, audit.
+
+The state of every step is the `ResetController`'s (`reset_controller.py`), whose methods run each
+step under the engine lock or call the device outside it; this module orders them:
+
+    begin_operator_reset        IDLE -> OPERATOR_CCU | OPERATOR_CONFIGURATION (or FAILED_PRECONDITION)
+    reset_ccu | reset_configuration, operator_reset_succeeded, hooks.rewarm
+    wait_settled                -> SETTLING, until the jobs it hit rebuilt their KV or ended
+    note_outcome, end           -> IDLE
+    record                      the audit entry, with the board's health before and after
+
+What it needs from outside the engine (the model manager, the board's health) comes in
+`OperatorHooks`, which `DeviceCore` supplies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from calculet.daemon.core.reset_audit import ResetEntry
+from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
+from calculet.daemon.core.reset_controller import ResetController
+from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.device.errors import DeviceError
+from calculet.daemon.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound
+
+
+@dataclass(frozen=True)
+class OperatorHooks:
+    """What an operator reset needs from outside the engine; `DeviceCore` supplies it.
+
+    Attributes:
+        loaded: whether a model alias is loaded (a configuration reset may name one).
+        rewarm: configure and warm again a generation a configuration reset dropped
+            (`ModelManager.rewarm`); returns why it failed (it is Failed and unloaded then), or None.
+        audit_point: (serving, "alias@generation" of every serving model), from the board's health,
+            recorded before and after the reset.
+    """
+
+    loaded: Callable[[str], bool]
+    rewarm: Callable[[ModelRuntime], CalculetError | None]
+    audit_point: Callable[[], tuple[bool, tuple[str, ...]]]
+
+
+def operator_reset(
+    resets: ResetController,
+    hooks: OperatorHooks,
+    kind: str,
+    reason: str,
+    model: str = "",
+    settle_timeout_s: float | None = None,
+) -> ResetReport:
+    """Operator reset, one at a time. kind: "ccu" (in-flight jobs end as CCU exceptions; their
+    sequences re-prefill) or "configuration" (as on CalRT 0.7.6 every configured model is dropped,
+    whichever `model` names; each Ready one is configured again and passes its golden check, then
+    its jobs re-prefill and continue). Neither is a device anomaly. A successful one lifts a halt
+    for a used-up automatic reset budget, clears the budget and restores the in-flight limit.
+
+    Steps: OPERATOR_CCU or OPERATOR_CONFIGURATION (`begin_operator_reset`, the device call,
+    `operator_reset_succeeded`, the models warmed again), SETTLING (`wait_settled`), IDLE
+    (`end`); then the audit entry.
+
+    Args:
+        settle_timeout_s: how long to wait for the jobs it hit to rebuild their KV or end before
+            counting them (None: `SETTLE_TIMEOUT_S`). The reset is in progress until then.
+
+    Returns:
+        The report: ok, or not with the error (the device failed the reset, or the board still
+        cannot serve); the jobs it hit and their fate.
+
+    Raises:
+        InvalidArgument: unknown kind, or a model named for a CCU reset.
+        NotFound: `model` is not loaded.
+        FailedPrecondition: another reset is in progress (nothing was done).
+    """
+    if kind not in ("ccu", "configuration"):
+        raise InvalidArgument(f"reset kind must be ccu or configuration, got {kind!r}")
+    if model and kind != "configuration":
+        raise InvalidArgument("model: only a configuration reset can be limited to one model")
+    if model and not hooks.loaded(model):
+        raise NotFound(f"model {model!r} is not loaded")
+    tally = resets.begin_operator_reset(kind, reason)
+    before = hooks.audit_point()
+    try:
+        problem: CalculetError | None
+        try:
+            message, dropped = _reset_device(resets, kind)
+            # Lift a halt first: the warm-up probes of the dropped models must be able to run.
+            problem = resets.operator_reset_succeeded() or _rewarm(hooks, dropped)
+        except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
+            message, problem = f"{kind} reset failed", exc
+        settle = SETTLE_TIMEOUT_S if settle_timeout_s is None else settle_timeout_s
+        counts = resets.wait_settled(tally, settle if problem is None else 0.0)
+        resets.note_outcome(kind, problem is None)
+    finally:
+        resets.end()
+    report = (
+        ResetReport(kind, False, f"{message}: {problem}", counts, problem)
+        if problem is not None
+        else ResetReport(kind, True, message, counts)
+    )
+    resets.record(_operator_entry(report, reason, before, hooks.audit_point()))
+    return report
+
+
+def _reset_device(resets: ResetController, kind: str) -> tuple[str, list[ModelRuntime]]:
+    """The device part of an operator reset. Returns what was done, and the generations a
+    configuration reset dropped (to configure and warm again once the board may serve).
+
+    Raises:
+        DeviceError: the device failed the reset.
+    """
+    if kind == "ccu":
+        resets.reset_ccu()
+        return "compute units reset", []
+    dropped = resets.reset_configuration("configuration reset")
+    names = ", ".join(f"{rt.alias} (generation {rt.generation})" for rt in dropped) or "none"
+    return f"configuration reset: {names} configured and warmed again; their jobs re-prefill", dropped
+
+
+def _rewarm(hooks: OperatorHooks, dropped: list[ModelRuntime]) -> CalculetError | None:
+    """Configure and warm again every generation a configuration reset dropped. Returns why one
+    failed (it is Failed and unloaded then), or None."""
+    failed = [(rt, err) for rt in dropped if (err := hooks.rewarm(rt)) is not None]
+    if not failed:
+        return None
+    rt, err = failed[0]
+    return FailedPrecondition(f"model {rt.alias} failed its warm-up after the configuration reset: {err}")
+
+
+def _operator_entry(
+    report: ResetReport, reason: str, before: tuple[bool, tuple[str, ...]], after: tuple[bool, tuple[str, ...]]
+) -> ResetEntry:
+    """An operator reset's audit entry."""
+    c = report.counts
+    return ResetEntry(
+        at=time.time(),
+        kind=report.kind,
+        automatic=False,
+        reason=reason,
+        fault="operator",
+        inflight_jobs=c.inflight,
+        recovered=c.recovered,
+        failed=c.failed,
+        generations_before=before[1],
+        generations_after=after[1],
+        serving_before=before[0],
+        serving_after=after[0],
+        ok=report.ok,
+        message=report.message,
+    )

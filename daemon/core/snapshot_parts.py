@@ -1,0 +1,89 @@
+"""Builds the parts of an `EngineSnapshot` (`snapshot.py`) from the engine's components: one view per
+generation, the buffer pools' totals, one view per live job. Called by `Engine.snapshot` under the
+engine lock; each function only reads what it is given and returns frozen copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from calculet.daemon.core.generations import GenerationTable
+from calculet.daemon.core.prefix_advert import advertise, tips
+from calculet.daemon.core.prefix_views import lane_chains, pending_prefill_tokens, prefix_cache_view
+from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.core.scheduler import Scheduler, SchedulingPolicy
+from calculet.daemon.core.sequence import SeqState, Sequence
+from calculet.daemon.core.snapshot import GenerationView
+from calculet.daemon.core.status import JobView, PoolView, QueueView
+
+
+def generation_view(
+    rt: ModelRuntime, seqs: list[Sequence], table: GenerationTable, scheduler: Scheduler, policy: SchedulingPolicy
+) -> GenerationView:
+    """One generation: its state, lanes, queues, prefix cache and what its jobs still have to prefill.
+
+    Args:
+        seqs: every live job of the board (its own are picked out).
+        table: the board's generations (whether its alias points at it).
+    """
+    mine = [s for s in seqs if s.generation == rt.generation]
+    waiting = sum(1 for s in mine if s.state is SeqState.WAITING)
+    kv = rt.kv
+    prefix = prefix_cache_view(rt, policy)
+    chains = lane_chains(rt, mine) if prefix is not None and prefix.enabled else None
+    hashes, truncated = advertise(chains) if chains is not None else (None, False)
+    short_bound = policy.short_prefill_tokens
+    pending, pending_short = pending_prefill_tokens(rt, mine, short_bound)
+    return GenerationView(
+        alias=rt.alias,
+        generation=rt.generation,
+        state=rt.state,
+        published=table.is_published(rt),
+        ready_at=rt.ready_at,
+        package_name=rt.manifest.name,
+        package_dir=rt.package_dir,
+        message=rt.message,
+        lanes=kv.snapshot() if kv is not None else (),
+        queues=QueueView(*scheduler.depths(rt.generation, mine)),
+        waiting=waiting,
+        running=len(mine) - waiting,
+        free_lanes=kv.free_count() if kv is not None else 0,
+        lanes_total=kv.lanes if kv is not None else 0,
+        prefix_cache=prefix,
+        prefix_hashes=hashes,
+        prefix_truncated=truncated,
+        prefix_tips=tips(chains) if chains is not None else (),
+        pending_prefill_tokens=pending,
+        pending_short_prefill_tokens=pending_short,
+        short_prefill_tokens=short_bound,
+        prefill_chunk_tokens=rt.prefill_chunk,
+    )
+
+
+def pool_view(generations: Iterable[ModelRuntime]) -> PoolView:
+    """The job buffers of every generation's pool, summed."""
+    in_use = free = quarantined = waits = 0
+    for rt in generations:
+        if rt.pool is None:
+            continue
+        st = rt.pool.stats()
+        in_use += st.in_use
+        quarantined += st.quarantined
+        waits += st.acquire_misses
+        free += sum(k.free for k in st.per_key.values())
+    return PoolView(in_use, free, quarantined, waits)
+
+
+def job_view(s: Sequence, now: float) -> JobView:
+    return JobView(
+        s.job_id,
+        s.request.model,
+        s.generation,
+        s.state.name,
+        s.lane,
+        len(s.request.prompt_tokens),
+        len(s.generated),
+        s.request.priority,
+        now - s.t_submit,
+        s.request.client_request_id,
+    )
