@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from calculet.client.prefix import block_hashes
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.chunking import CHUNK_OFF
+from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.kv import KVManager, LaneState
 from calculet.daemon.core.request import GenerationRequest
+from calculet.daemon.device.api import ConfiguredModel
+from calculet.daemon.device.types import EngineSlot, JobSpec
 from calculet.ops.sim_packages.build import build_sim_package
+from tests.unit.server.held_device import HeldSubmitDevice
 
 from .engine_factories import assert_clean, finish, request, running_core, until
 
@@ -92,15 +97,42 @@ def test_a_long_prompt_in_chunks_equals_it_in_one_job(models: Path) -> None:
     assert jobs_chunked - jobs_whole == 200 // 48, "200 tokens in chunks of 48: 5 prefill jobs instead of 1"
 
 
+class SecondSubmitHeld(HeldSubmitDevice):
+    """calsim whose second `submit` after `hold_second()` blocks until `let_go()`: with chunks, the
+    first chunk is done and the next one is on its way, deterministically (no timing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._before_hold: int | None = None
+
+    def hold_second(self) -> None:
+        self._before_hold = 1
+
+    def submit(self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO) -> Any:
+        if self._before_hold == 0:
+            self._before_hold = None
+            self.hold()
+        elif self._before_hold is not None:
+            self._before_hold -= 1
+        return super().submit(model, job, engine_slot)
+
+
 def test_a_cancel_part_way_through_a_chunked_prefill_frees_everything(models: Path) -> None:
     prompt = [(13 * i + 1) % 500 for i in range(200)]
-    with running_core(models, prefill_chunk=16) as core:
+    device = SecondSubmitHeld()
+    core = DeviceCore(DaemonConfig(models_root=models, models=(("tiny", "tiny"),), prefill_chunk=16), device=device)
+    core.start()
+    try:
+        device.hold_second()
         job = core.submit(turn_request(prompt, seed=5)).job_id
-        until("a chunk is done", lambda: any(j.state == "PARTIAL" for j in core.status().jobs))
-        core.cancel(job)
+        assert device.entered.wait(60), "the second chunk was never submitted"
+        core.cancel(job)  # the first chunk is done, the second on its way to the device
+        device.let_go()
         _, final = finish(core, job)
-        assert final.reason is FinishReason.CANCELLED
+        assert final.reason is FinishReason.CANCELLED and final.usage.completion_tokens == 0
         assert_clean(core)  # its lane is parked with the chunks done (trusted KV) or free
+    finally:
+        core.close()
 
 
 def _first_turns(core: DeviceCore) -> tuple[list[int], GenerationRequest]:
