@@ -52,7 +52,10 @@ def lane_chains(rt: ModelRuntime, mine: list[Sequence]) -> list[Chain]:
 
 def pending_prefill_tokens(rt: ModelRuntime, mine: list[Sequence], short_tokens: int) -> tuple[int, int]:
     """Prompt (+ resumed) tokens the generation's client jobs have yet to prefill: all of them, and
-    those of short prefills (queued with at most `short_tokens` to prefill).
+    those of short prefills (queued with at most `short_tokens` to prefill). A job still waiting for
+    a lane counts what it was expected to prefill when queued (less the prefix of the parked lane it
+    continues), not its whole prompt: a router reading the report would otherwise see a
+    conversation's queued next turn as its whole history of work ahead.
 
     Args:
         rt: the generation.
@@ -63,8 +66,11 @@ def pending_prefill_tokens(rt: ModelRuntime, mine: list[Sequence], short_tokens:
     for seq in mine:
         if seq.internal or seq.state not in _PREFILLING:
             continue
-        held = kv.lane(seq.lane).length if kv is not None and seq.lane is not None else 0
-        left = len(seq.prompt) + len(seq.generated) - held
+        if seq.lane is None and seq.expected_uncached > 0:
+            left = seq.expected_uncached  # still queued: what the parked lane it will take leaves to do
+        else:
+            held = kv.lane(seq.lane).length if kv is not None and seq.lane is not None else 0
+            left = len(seq.prompt) + len(seq.generated) - held
         pending += left
         short += left if seq.expected_uncached <= short_tokens else 0
     return pending, short

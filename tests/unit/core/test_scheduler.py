@@ -285,6 +285,8 @@ def test_a_conversation_s_next_turn_is_a_short_prefill_however_long_its_prompt(m
     stranger = Sequence("other", request(tuple(range(500, 600)), 4, seed=2), rt.generation, frozenset())
     sched.enqueue(stranger, rt.kv.free_count(), rt.kv.expected_keep(stranger.prefill_array(), 16))
     assert stranger.job_id in sched.long
+    # The load report counts what each has left to prefill: 2 tokens for the next turn, not 102.
+    assert pending_prefill_tokens(rt, [nxt, stranger], 16) == (2 + 100, 2)
 
 
 def test_pending_prefill_counts_what_is_left_and_the_short_part(manifest_dir: Path) -> None:
