@@ -3,14 +3,14 @@
 Data flow: argv -> `build_parser` -> `merged_settings` (the `[daemon]` table of `--config`, keys
 spelled like the flags with '-' or '_', then the flags given; device options layered, see
 `merged_settings`) -> `config_from` (every value checked: type, range, finite) -> the board lock
-(`ownership.BoardLock`, before the device is opened) -> a check of the Unix socket path -> the
-driver's `open` -> `DeviceCore` -> `serve`.
+(`ownership.BoardLock` in `runtime_dir`, before the device is opened) -> a check of the Unix socket
+path -> the driver's `open` -> `DeviceCore` -> `serve`.
 
 Every refusal is one line on stderr and an exit status (`exit_status`): EXIT_USAGE (2) for a bad flag
 or config value (a driver refusing its options included), EXIT_BOARD_BUSY (3) when another live
-daemon holds the board's lock, EXIT_SOCKET_IN_USE (4) when a live process listens on the Unix socket
-path, EXIT_FAILURE (1) for anything else (a startup model that fails to load, ...); EXIT_OK (0) after
-a clean stop.
+daemon holds the board's lock or another process its device (`DeviceBusy`), EXIT_SOCKET_IN_USE (4)
+when a live process listens on the Unix socket path, EXIT_FAILURE (1) for anything else (a startup
+model that fails to load, ...); EXIT_OK (0) after a clean stop.
 
 Under systemd (`systemd/calculet-daemon@.service`, Type=notify) the process reports itself through
 `$NOTIFY_SOCKET` (`server/sd_notify.py`: load progress, READY=1, STATUS=, WATCHDOG=1, STOPPING=1), and
@@ -42,9 +42,11 @@ from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
 from calculet.daemon.device.api import VirtualDevice
+from calculet.daemon.device.errors import DeviceBusy
 from calculet.daemon.device.registry import available_drivers, load_driver
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
 from calculet.daemon.parent_death import die_with_parent
+from calculet.daemon.runtime_paths import default_runtime_dir
 from calculet.daemon.server.access import Plane, ServerSecurity, load_policy
 from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, normalize_target, serve, unix_path
 from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
@@ -64,10 +66,9 @@ log = logging.getLogger("calculet.daemon")
 EXIT_OK = 0  # a clean stop (SIGTERM / SIGINT)
 EXIT_FAILURE = 1  # any other refusal: a startup model that fails to load, a device that cannot be opened, ...
 EXIT_USAGE = 2  # a bad flag or config value, a driver refusing its options
-EXIT_BOARD_BUSY = 3  # another live daemon holds the board's lock
+EXIT_BOARD_BUSY = 3  # another live daemon holds the board's lock, or another process its device
 EXIT_SOCKET_IN_USE = 4  # a live process listens on the Unix socket path
 
-DEFAULT_RUNTIME_DIR = "run"  # relative to the working directory, when $RUNTIME_DIRECTORY is not set
 GIL_SWITCH_INTERVAL_S = 0.001  # CPython switch interval while serving (default 0.005; see _serve_board)
 
 
@@ -103,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--runtime-dir",
         type=Path,
-        help="directory of the board lock calculet-board<N>.lock (default $RUNTIME_DIRECTORY, else run/)",
+        help="directory of the board lock calculet-board<N>.lock (default $RUNTIME_DIRECTORY, else "
+        "$XDG_RUNTIME_DIR/calculet, else /run/calculet if writable, else /tmp/calculet-<uid>)",
     )
     p.add_argument(
         "--device-option",
@@ -419,16 +421,17 @@ def security_from(settings: Mapping[str, Any], listen: str) -> ServerSecurity:
 
 
 def runtime_dir(settings: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> Path:
-    """Where the board lock lives: `runtime_dir` (flag or config), else `$RUNTIME_DIRECTORY` (set by
-    systemd's RuntimeDirectory=; the first of several), else `run/` in the working directory.
+    """Where the board lock lives, always absolute: `runtime_dir` (flag or config; a relative one is
+    taken from the working directory), else the host's fixed default (`runtime_paths`:
+    `$RUNTIME_DIRECTORY`, `$XDG_RUNTIME_DIR/calculet`, `/run/calculet`, `/tmp/calculet-<uid>`), so a
+    board has one lock whatever directory its daemon starts in.
 
     Raises:
-        InvalidArgument: `runtime_dir` is not a non-empty string.
+        InvalidArgument: `runtime_dir` is not a non-empty string, or the default is refused.
     """
     if settings.get("runtime_dir") is not None:
-        return Path(_text(settings, "runtime_dir", ""))
-    from_systemd = environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
-    return Path(from_systemd or DEFAULT_RUNTIME_DIR)
+        return Path(_text(settings, "runtime_dir", "")).absolute()
+    return default_runtime_dir(environ)
 
 
 def open_device(config: DaemonConfig) -> VirtualDevice:
@@ -611,8 +614,9 @@ def _observe_jobs(core: DeviceCore) -> TracerProvider | None:
 
 
 def exit_status(exc: CalculetError) -> int:
-    """EXIT_BOARD_BUSY, EXIT_SOCKET_IN_USE, EXIT_USAGE for a bad value (INVALID_ARGUMENT), else EXIT_FAILURE."""
-    if isinstance(exc, BoardBusy):
+    """EXIT_BOARD_BUSY (the board's lock or its device is held), EXIT_SOCKET_IN_USE, EXIT_USAGE for a
+    bad value (INVALID_ARGUMENT), else EXIT_FAILURE."""
+    if isinstance(exc, BoardBusy | DeviceBusy):
         return EXIT_BOARD_BUSY
     if isinstance(exc, SocketInUse):
         return EXIT_SOCKET_IN_USE

@@ -7,6 +7,10 @@ stop order (gateway first, then the boards; SIGTERM, a grace period, then SIGKIL
 sockets `<dir>/board<i>.sock` left behind by a daemon that did not stop cleanly. Packages,
 signals and printing belong to the caller (`calculet.ops.commands.up`).
 
+A fleet is its own emulated host: its board locks live in `<dir>` (`--runtime-dir`) and calsim's
+device locks in `<dir>/calsim` (`$CALSIM_STATE_DIR`), so fleets in other directories (and the test
+suite's daemons) never meet it, while two fleets in one directory refuse each other's boards.
+
 Children run in their own process group (a terminal's Ctrl-C reaches only the parent, which
 stops them in order) and, on Linux, with PR_SET_PDEATHSIG=SIGTERM, so they stop when the thread
 that started them dies, even if the parent was killed with SIGKILL.
@@ -31,6 +35,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from calculet.daemon.calsim.device_lock import STATE_DIR_ENV
 from calculet.daemon.parent_death import PARENT_PID_ENV
 
 GATEWAY_MODULE = "calculet.gateway.main"
@@ -152,6 +157,7 @@ class Child:
     argv: list[str]
     log_path: Path
     socket: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to this process's environment
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     reported: bool = False
 
@@ -162,7 +168,7 @@ class Child:
         Raises:
             FleetError: the process could not be started.
         """
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid()), **self.env}
         try:
             with self.log_path.open("wb") as log:
                 self.proc = subprocess.Popen(
@@ -297,6 +303,7 @@ class LocalFleet:
                 self.daemon_argv(i),
                 self.log_dir / f"board{i}.log",
                 socket=config.workdir / f"board{i}.sock",
+                env=self.daemon_env(),
             )
             for i in range(config.boards)
         ]
@@ -337,6 +344,10 @@ class LocalFleet:
             "--policy", c.policy,
             *c.daemon_args,
         ]  # fmt: skip
+
+    def daemon_env(self) -> dict[str, str]:
+        """What the daemons' environment adds: calsim's device locks in `<workdir>/calsim`."""
+        return {STATE_DIR_ENV: str(self.config.workdir / "calsim")}
 
     def children(self) -> list[Child]:
         """The gateway (once started) and the daemons."""

@@ -1,1 +1,36 @@
-"""Shared pytest configuration."""
+"""Shared pytest configuration.
+
+Every pytest process (each xdist worker too) gets a private runtime directory: `$XDG_RUNTIME_DIR`
+points at a fresh temp dir, so the default board locks (`$XDG_RUNTIME_DIR/calculet/`) and calsim's
+device locks (`.../calculet/calsim/`) of the daemons and devices the tests open never meet another
+worker's, a real daemon's or `/run/calculet`. `$RUNTIME_DIRECTORY` and `$CALSIM_STATE_DIR` of the
+caller are dropped for the same reason (`calculet.daemon.runtime_paths`).
+
+This process itself opens calsim boards (unit tests) under that directory, and may keep one held, so
+a test that starts a daemon process gives it an `XDG_RUNTIME_DIR` of its own, as `DaemonProcess`
+(tests/integration/conftest.py) and `LocalFleet` (`$CALSIM_STATE_DIR`, `--runtime-dir`) do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+DROPPED_ENV = ("RUNTIME_DIRECTORY", "CALSIM_STATE_DIR")
+_private_dirs: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = tempfile.mkdtemp(prefix="calculet-tests-")
+    _private_dirs.append(path)
+    os.environ["XDG_RUNTIME_DIR"] = path
+    for name in DROPPED_ENV:
+        os.environ.pop(name, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _private_dirs:
+        shutil.rmtree(_private_dirs.pop(), ignore_errors=True)

@@ -1,10 +1,12 @@
 """calsim's implementation of the device contract: `CalsimDriver` -> `CalsimDevice`, with
 `CalsimModel` (configured packages) and `CalsimSubmission` (job handles), defined in `handles.py`.
 
-Data flow: `CalsimDriver.open` parses the options and opens a `CalsimDevice`, which owns the one
-lock + condition of the board, the `MemoryMap`, the registered host buffers, the configured
-models (each with its `Kernel`, which owns the model's KV lanes), the `FaultPlan` and the
-`ComputeEngine` (banks, clock, worker thread). `submit` numbers the attempt, asks the fault plan, checks
+Data flow: `CalsimDriver.open` parses the options, holds the board's lock for this process
+(`device_lock`: another process opening the board gets DeviceBusy, as from a real runtime) and
+opens a `CalsimDevice` (which gives the hold back at `close`). The device owns the one lock +
+condition of the board, the `MemoryMap`, the registered host buffers, the configured models (each
+with its `Kernel`, which owns the model's KV lanes), the `FaultPlan` and the `ComputeEngine` (banks,
+clock, worker thread). `submit` numbers the attempt, asks the fault plan, checks
 the job completely (`job_check`) and only then holds bank, buffers and lanes in the engine.
 Ownership of host buffers: the caller owns them; between an accepted submit and the job's
 finish the engine holds them: it reads inputs at H2D and keeps the outputs it computes at D2H, which
@@ -15,13 +17,16 @@ default) it refuses held buffers to other jobs (BufferInUse) and to `unregister_
 from __future__ import annotations
 
 import itertools
+import os
 import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from calculet.daemon.calsim.device_lock import BoardHold, hold_board, state_dir
 from calculet.daemon.calsim.engine import ComputeEngine
 from calculet.daemon.calsim.faults import Fault, FaultKind, FaultPlan
 from calculet.daemon.calsim.handles import CalsimModel, CalsimSubmission, ConfigState
@@ -64,9 +69,12 @@ class CalsimDevice(VirtualDevice):
     Args:
         board: board index.
         options: parsed driver options.
+        hold: the board's lock held for this device (`CalsimDriver.open`), released at `close` or
+            when the device is garbage-collected; None: this device holds none.
     """
 
-    def __init__(self, board: int, options: CalsimOptions) -> None:
+    def __init__(self, board: int, options: CalsimOptions, hold: BoardHold | None = None) -> None:
+        self._release_hold = weakref.finalize(self, hold.release) if hold is not None else None
         self._cond = threading.Condition()
         self._options = options
         self._plan: FaultPlan = options.fault_plan
@@ -356,11 +364,14 @@ class CalsimDevice(VirtualDevice):
             self._models.clear()
             self._buffers.clear()
         self._engine.join()
+        if self._release_hold is not None:
+            self._release_hold()  # another process may open the board now
 
 
 class CalsimDriver(DeviceDriver):
     """Entry point `calsim` of group `calculet.devices`. Every board index >= 0 exists: each open
-    creates an independent emulated board."""
+    creates an independent emulated board. One process at a time may hold a board (`device_lock`);
+    opens within that process share the hold."""
 
     name = "calsim"
 
@@ -370,7 +381,13 @@ class CalsimDriver(DeviceDriver):
             raise DeviceNotFound(f"calsim has no board {board!r} (board indexes are integers >= 0)")
         if not isinstance(options, Mapping):
             raise InvalidJob(f"calsim options must be a mapping, got {type(options).__name__}")
-        return CalsimDevice(board, parse_options(options))
+        parsed = parse_options(options)
+        hold = hold_board(state_dir(parsed.state_dir, os.environ), board)
+        try:
+            return CalsimDevice(board, parsed, hold)
+        except BaseException:
+            hold.release()
+            raise
 
 
 __all__ = ["CalsimDevice", "CalsimDriver", "CalsimModel", "CalsimSubmission"]

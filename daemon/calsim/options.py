@@ -15,6 +15,8 @@ Options:
     kernel_factory (callable like `make_kernel`, default `make_kernel`).
     checks (bool, default True): refuse a busy bank, a held buffer or a busy lane, which a real
         runtime does not (False lets tests show `GuardedDevice` alone catches such a daemon bug).
+    state_dir (path, default $CALSIM_STATE_DIR, else `calsim/` in the default runtime directory):
+        where the per-board device locks live (`calculet.daemon.calsim.device_lock`).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class CalsimOptions:
     kernel_factory: KernelFactory = make_kernel
     chips: int = CHIPS
     checks: bool = True
+    state_dir: Path | None = None
 
 
 _KNOWN = (
@@ -87,6 +90,7 @@ _KNOWN = (
     "max_resident_configurations",
     "kernel_factory",
     "checks",
+    "state_dir",
 )
 
 
@@ -120,6 +124,9 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
     checks = options.get("checks", True)
     if not isinstance(checks, bool):
         raise InvalidJob(f"calsim option checks: expected true or false, got {checks!r}")
+    state_dir = options.get("state_dir")
+    if state_dir is not None and (not isinstance(state_dir, str | Path) or not str(state_dir)):
+        raise InvalidJob(f"calsim option state_dir: expected a directory path, got {state_dir!r}")
     return CalsimOptions(
         profile=name,
         time_scale=float(scale),
@@ -132,4 +139,5 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
         kernel_factory=factory,
         chips=profile.chips,
         checks=checks,
+        state_dir=Path(state_dir) if state_dir is not None else None,
     )

@@ -14,6 +14,7 @@ from calculet.daemon.device.api import (
 from calculet.daemon.device.errors import (
     BufferInUse,
     ConfigurationError,
+    DeviceBusy,
     DeviceError,
     DeviceLost,
     DeviceNotFound,
@@ -50,6 +51,7 @@ __all__ = [
     "ChipMemory",
     "ConfigurationError",
     "ConfiguredModel",
+    "DeviceBusy",
     "DeviceCapabilities",
     "DeviceDriver",
     "DeviceError",

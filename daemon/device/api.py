@@ -277,5 +277,6 @@ class DeviceDriver(ABC):
 
         Raises:
             DeviceNotFound: no such board.
+            DeviceBusy: another process holds the board (the daemon exits with status 3).
             InvalidJob: an option is unknown or malformed (kind INVALID_ARGUMENT).
         """

@@ -21,6 +21,13 @@ class DeviceNotFound(DeviceError):
     kind = ErrorKind.NOT_FOUND
 
 
+class DeviceBusy(DeviceError):
+    """Another process holds the board: its runtime lets one process open a device at a time. The
+    message names the holder when the driver can tell (calsim: its pid and lock file)."""
+
+    kind = ErrorKind.FAILED_PRECONDITION
+
+
 class DeviceLost(DeviceError):
     """The device stopped answering; every later call raises this until the process restarts."""
 

@@ -140,7 +140,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="calsim wall seconds per modelled second; 1 = the board's speed, 0 = never sleep (1)",
     )
     parser.add_argument(
-        "--dir", type=Path, default=Path("run"), help="working directory: models/, board<i>.sock, logs/ (run)"
+        "--dir",
+        type=Path,
+        default=Path("run"),
+        help="working directory: models/, board<i>.sock, logs/, the board locks and calsim/ (run)",
     )
     parser.add_argument("--policy", default="continuous", choices=("continuous", "serial"), help="daemon scheduling")
     parser.add_argument(

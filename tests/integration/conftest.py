@@ -2,7 +2,9 @@
 
 `DaemonProcess` starts `python -m calculet.daemon.main` with calsim at time scale 0, polls its
 health until SERVING (failing fast, with its log, if the process dies), and stops it with SIGTERM
-at teardown. Packages are built once per session.
+at teardown. Each daemon is its own host: `$XDG_RUNTIME_DIR` is `<workdir>/xdg-runtime`, so its
+default board lock and calsim's device lock are its own (a test that wants two daemons to meet
+passes the same `env` to both, or `--runtime-dir`). Packages are built once per session.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import grpc
@@ -36,7 +38,15 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class DaemonProcess:
     """One daemon process under test."""
 
-    def __init__(self, workdir: Path, models_root: Path, args: list[str], listen: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        models_root: Path,
+        args: list[str],
+        listen: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """`env` is added to the daemon's environment, after its own `XDG_RUNTIME_DIR`."""
         self.workdir = workdir
         self.socket = (
             Path(listen.removeprefix("unix:")) if listen and listen.startswith("unix:") else workdir / "board0.sock"
@@ -56,8 +66,9 @@ class DaemonProcess:
             *args,
         ]  # fmt: skip
         self._log = self.log_path.open("wb")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
+        private = {"PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(workdir / "xdg-runtime")}
+        full_env = {**os.environ, **private, **(env or {})}
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir, env=full_env)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -92,14 +103,15 @@ class DaemonProcess:
 def start_daemon(
     tmp_path: Path, models_root: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., DaemonProcess]]:
-    """`start_daemon(*flags, listen=None)` -> a SERVING DaemonProcess (on `listen`, default a Unix
-    socket in its own temp dir); stopped (log shown on failure) at teardown."""
+    """`start_daemon(*flags, listen=None, env=None)` -> a SERVING DaemonProcess (on `listen`, default a
+    Unix socket in its own temp dir; `env` added to its environment); stopped (log shown on failure)
+    at teardown."""
     started: list[DaemonProcess] = []
 
-    def start(*args: str, listen: str | None = None) -> DaemonProcess:
+    def start(*args: str, listen: str | None = None, env: Mapping[str, str] | None = None) -> DaemonProcess:
         workdir = tmp_path / f"d{len(started)}"
         workdir.mkdir()
-        daemon = DaemonProcess(workdir, models_root, list(args), listen)
+        daemon = DaemonProcess(workdir, models_root, list(args), listen, env)
         started.append(daemon)
         daemon.wait_serving()
         return daemon

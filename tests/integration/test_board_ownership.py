@@ -1,8 +1,11 @@
-"""One daemon per board and per Unix socket (issue 9, items 2 and 3), with real daemon processes.
+"""One daemon per board and per Unix socket (issues 9 and 21), with real daemon processes.
 
 - A second daemon for a board exits at once with EXIT_BOARD_BUSY and one line naming the holder's pid
-  and the lock file (given by `--runtime-dir`, `$RUNTIME_DIRECTORY` or `run/` in the working
-  directory), while the first keeps serving.
+  and the lock file (given by `--runtime-dir`, else `$RUNTIME_DIRECTORY`, else the fixed
+  `$XDG_RUNTIME_DIR/calculet`, ...), while the first keeps serving. Without `--runtime-dir`, daemons
+  started from two working directories meet at the same lock.
+- The device is held too: a second daemon given its own `--runtime-dir` is refused by calsim's
+  device lock (`$CALSIM_STATE_DIR`), with the same status and one line naming the holder's pid.
 - A daemon for another board given a live daemon's socket path exits with EXIT_SOCKET_IN_USE and
   leaves that socket alone: the first daemon still answers on it.
 - After a SIGKILL (a stale socket, a lock the kernel released) a new daemon takes the board and the
@@ -49,7 +52,8 @@ def _env(**extra: str) -> dict[str, str]:
 def _run(
     cwd: Path, models_root: Path, *args: str, listen: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """A daemon that must exit on its own."""
+    """A daemon that must exit on its own; without `env`, on a host of its own (`cwd/xdg-runtime`), as
+    this test process may hold calsim boards (unit tests) under the shared default."""
     cmd = [
         sys.executable, "-m", "calculet.daemon.main",
         "--listen", listen,
@@ -58,7 +62,8 @@ def _run(
         *args,
     ]  # fmt: skip
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env or _env(), timeout=EXIT_DEADLINE_S)
+        env = env or _env(XDG_RUNTIME_DIR=str(cwd / "xdg-runtime"))
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=EXIT_DEADLINE_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{args} did not exit: the daemon started serving\n{exc.stderr!r}")
 
@@ -95,18 +100,41 @@ def test_a_second_daemon_for_the_same_board_exits_busy_and_the_first_keeps_servi
     assert _holder(runtime, 0) == str(first.proc.pid)
 
 
-def test_the_lock_defaults_to_run_in_the_working_directory(
-    start_daemon: Callable[..., Any], models_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_without_runtime_dir_two_working_directories_meet_at_one_lock(
+    start_daemon: Callable[..., Any], models_root: Path, tmp_path: Path
 ) -> None:
-    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
-    first = start_daemon(*TINY)
-    runtime = first.workdir / "run"
+    # One host: the same $XDG_RUNTIME_DIR (in a temp dir, never the real /run); no $RUNTIME_DIRECTORY.
+    host = {"XDG_RUNTIME_DIR": str(tmp_path / "xdg")}
+    first = start_daemon(*TINY, env=host)  # working directory tmp_path/d0
+    runtime = tmp_path / "xdg" / "calculet"
     assert stat.S_IMODE(runtime.stat().st_mode) == 0o750
     assert _holder(runtime, 0) == str(first.proc.pid)
-    second = _run(first.workdir, models_root, listen=f"unix:{tmp_path / 'other.sock'}")
-    assert second.returncode == EXIT_BOARD_BUSY
-    one_clear_line(second, f"pid {first.proc.pid}")
-    assert _serving(first.target)
+    assert (runtime / "calsim" / "board0.lock").read_text() == f"{first.proc.pid}\n"  # and the device's
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    second = _run(elsewhere, models_root, listen=f"unix:{tmp_path / 'other.sock'}", env=_env(**host))
+    assert second.returncode == EXIT_BOARD_BUSY, second.stderr
+    one_clear_line(second, f"board 0 is already served by pid {first.proc.pid} (lock {lock_path(runtime, 0)})")
+    assert not (tmp_path / "other.sock").exists()
+    assert not (elsewhere / "run").exists() and not (first.workdir / "run").exists()
+    assert first.alive() and _serving(first.target)
+    assert _holder(runtime, 0) == str(first.proc.pid)
+
+
+def test_a_second_daemon_with_its_own_runtime_dir_is_refused_by_the_device(
+    start_daemon: Callable[..., Any], models_root: Path, tmp_path: Path
+) -> None:
+    device = {"CALSIM_STATE_DIR": str(tmp_path / "calsim")}  # one emulated host's devices
+    first = start_daemon(*TINY, "--runtime-dir", str(tmp_path / "rt1"), env=device)
+    other = tmp_path / "other.sock"
+    second = _run(tmp_path, models_root, "--runtime-dir", str(tmp_path / "rt2"), listen=f"unix:{other}",
+                  env=_env(**device))  # fmt: skip
+    assert second.returncode == EXIT_BOARD_BUSY, second.stderr
+    device_lock = tmp_path / "calsim" / "board0.lock"
+    one_clear_line(second, f"calsim board 0 is already open in pid {first.proc.pid} (device lock {device_lock})")
+    assert not other.exists()
+    assert first.alive() and _serving(first.target)
+    BoardLock.acquire(tmp_path / "rt2", 0).release()  # the refused daemon let its board lock go
 
 
 def test_a_daemon_for_another_board_on_a_live_socket_exits_and_leaves_it(

@@ -1,7 +1,8 @@
 """`LocalFleet` and `calctl up` with real calsim daemons (time scale 0, preset tiny) and a stand-in
 gateway (a small http.server script honouring the gateway's command line, /health and /ready), so
-these tests do not depend on the real gateway. Checked: both boards SERVING, a crash reported while
-the rest keep running, startup failures stop everything, and no child process or socket survives.
+these tests do not depend on the real gateway. Checked: both boards SERVING (their board and device
+locks in the fleet's own directory), a crash reported while the rest keep running, startup failures
+stop everything, and no child process or socket survives.
 """
 
 from __future__ import annotations
@@ -159,6 +160,10 @@ def test_two_boards_and_the_gateway_start_and_stop_without_leftovers(make_fleet:
     pids = fleet.pids()
     assert len(pids) == 3 and set(pids) <= my_children()
     assert fleet.poll() == [] and fleet.serving_boards() == 2
+    # The fleet is its own host: board locks in its dir, calsim's device locks in <dir>/calsim.
+    for i, daemon in enumerate(fleet.daemons):
+        assert (fleet.workdir / f"calculet-board{i}.lock").read_text() == f"{daemon.pid}\n"
+        assert (fleet.workdir / "calsim" / f"board{i}.lock").read_text() == f"{daemon.pid}\n"
     assert fleet.stop() == []  # nothing needed SIGKILL
     assert [d.returncode() for d in fleet.daemons] in ([0, 0], [-signal.SIGTERM] * 2, [0, -signal.SIGTERM])
     assert_nothing_left(fleet, before)

@@ -8,6 +8,7 @@ starts serving instead is a failure (it is killed at the deadline).
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -34,8 +35,10 @@ def _run(tmp_path: Path, models_root: Path, *args: str, listen: str | None = Non
         "--time-scale", "0",
         *args,
     ]  # fmt: skip
+    # Its own host: this test process may hold calsim boards (unit tests) under the shared default.
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "xdg-runtime")}
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=EXIT_DEADLINE_S)
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=EXIT_DEADLINE_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{args} did not exit: the daemon accepted it and started serving\n{exc.stderr!r}")
 

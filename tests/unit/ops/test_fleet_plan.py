@@ -34,6 +34,9 @@ def test_daemon_command_lines(tmp_path: Path) -> None:
         "--time-scale", "0", "--policy", "serial", "--log-level", "DEBUG",
     ]  # fmt: skip
     assert [d.log_path for d in fleet.daemons] == [tmp_path / "logs/board0.log", tmp_path / "logs/board1.log"]
+    # A fleet is its own host: board locks in its dir (--runtime-dir), calsim's device locks in <dir>/calsim.
+    assert [d.env for d in fleet.daemons] == [{"CALSIM_STATE_DIR": str(tmp_path / "calsim")}] * 2
+    assert fleet.gateway.env == {}
     assert fleet.targets == [f"unix:{tmp_path}/board0.sock", f"unix:{tmp_path}/board1.sock"]
     assert fleet.pids() == [] and fleet.poll() == []
 

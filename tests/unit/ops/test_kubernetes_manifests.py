@@ -3,10 +3,11 @@
 manifests support, and the pieces hold together: each daemon container's flags parse with the
 daemon's own parser and config reader, its probes are gRPC on its own health port (startup and
 readiness on the board's service "", liveness on `calculet.liveness`), it mounts its runtime
-directory, device, models and TLS files; the gateway's `--dns` names are the headless Service's name
-and ports; pods outlast their preStop sleep plus the drain; the PDB selects the gateway. Last, the
-gateway's discovery turns one headless name given once per board port into one board per pod
-address and port, as it would in a cluster (a hosts file stands in for DNS).
+directory (board locks, and calsim's device locks by default), device, models and TLS files; the
+gateway's `--dns` names are the headless Service's name and ports; pods outlast their preStop sleep
+plus the drain; the PDB selects the gateway. Last, the gateway's discovery turns one headless name
+given once per board port into one board per pod address and port, as it would in a cluster (a
+hosts file stands in for DNS).
 
 No kustomize binary here: `manifests()` reads the kustomization's resources and builds its
 ConfigMap generator's output itself (namespace set, no hash suffix).
@@ -26,6 +27,8 @@ import pytest
 import yaml
 
 from calculet.daemon import main as daemon_main
+from calculet.daemon.calsim.device_lock import STATE_DIR_ENV
+from calculet.daemon.runtime_paths import APP_DIR, RUN_ROOT
 from calculet.daemon.server.liveness import LIVENESS_SERVICE
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import config_from as gateway_config_from
@@ -226,6 +229,11 @@ def test_daemons_mount_config_runtime_dir_device_models_and_tls() -> None:
         # The runtime directory: an emptyDir, writable, shared by the pod's daemons.
         runtime = mounts(container)[str(daemon_main.runtime_dir(settings))]
         assert "emptyDir" in vols[runtime["name"]] and not runtime.get("readOnly", False)
+        # calsim's device locks go to <the host's default runtime dir>/calsim: with no variable moving
+        # it, that is /run/calculet (writable), the same emptyDir.
+        env = {e["name"] for e in container.get("env", [])}
+        assert env.isdisjoint({"RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR", STATE_DIR_ENV}), env
+        assert daemon_main.runtime_dir(settings) == RUN_ROOT / APP_DIR
         # The board's device node, and no other board's.
         device = mounts(container)[f"/dev/calculet{board}"]
         assert vols[device["name"]]["hostPath"]["path"] == f"/dev/calculet{board}"

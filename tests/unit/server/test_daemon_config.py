@@ -3,9 +3,12 @@
 - Device options: `--device-option KEY=VALUE` (JSON values, raw strings, last wins, KEY=VALUE
   required), the `[daemon.device_options]` table, the shorthands `--time-scale`, `--fault-plan`,
   `--device-profile` (and their config keys), precedence flags > file, and any driver gets them.
-- The runtime directory: flag > config > `$RUNTIME_DIRECTORY` > `run/`.
+- The runtime directory: flag > config (made absolute) > the host's fixed default
+  (`$RUNTIME_DIRECTORY`, `$XDG_RUNTIME_DIR/calculet`, ...; `test_runtime_paths.py`), never `run/` in
+  the working directory.
 - `main`'s exit statuses: a driver refusing its options is a usage error (2, one line); a board whose
-  lock is held elsewhere is EXIT_BOARD_BUSY (3) before the device is opened.
+  lock is held elsewhere is EXIT_BOARD_BUSY (3) before the device is opened, and so is a device the
+  driver reports held by another process (DeviceBusy).
 - `ownership`: the board lock (pid written, exclusive, released), socket probing (absent, live,
   stale, not a socket), claiming a path (a stale socket removed, a live one or a file never), and
   removing the socket at shutdown only while it is still the one bound (inode check).
@@ -24,6 +27,7 @@ import pytest
 
 from calculet.daemon import main as daemon_main_module
 from calculet.daemon.core.config import DaemonConfig
+from calculet.daemon.device.errors import DeviceBusy
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.main import (
     EXIT_BOARD_BUSY,
@@ -195,17 +199,25 @@ def test_device_options_reach_any_driver(monkeypatch: pytest.MonkeyPatch) -> Non
 # ---- the runtime directory ----------------------------------------------------------------------
 
 
-def test_the_runtime_dir_flag_then_config_then_systemd_then_run(tmp_path: Path) -> None:
+def test_the_runtime_dir_flag_then_config_then_the_hosts_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _toml(tmp_path, '[daemon]\nruntime-dir = "/srv/calculet"\n')
-    systemd = {"RUNTIME_DIRECTORY": "/run/calculet:/run/other"}
+    systemd = {"RUNTIME_DIRECTORY": "/run/calculet:/run/other", "XDG_RUNTIME_DIR": "/run/user/7"}
     from_flag = merged_settings(build_parser().parse_args(["--config", str(path), "--runtime-dir", "/tmp/x"]))
     assert runtime_dir(from_flag, systemd) == Path("/tmp/x")
     from_file = merged_settings(build_parser().parse_args(["--config", str(path)]))
     assert runtime_dir(from_file, systemd) == Path("/srv/calculet")
     none = merged_settings(build_parser().parse_args([]))
     assert runtime_dir(none, systemd) == Path("/run/calculet")
-    assert runtime_dir(none, {}) == Path("run")
-    assert runtime_dir(none, {"RUNTIME_DIRECTORY": ""}) == Path("run")
+    assert runtime_dir(none, {"RUNTIME_DIRECTORY": "", "XDG_RUNTIME_DIR": "/run/user/7"}) == Path(
+        "/run/user/7/calculet"
+    )
+    # Never relative: the default is fixed, and a relative flag is taken from the working directory.
+    monkeypatch.chdir(tmp_path)
+    assert runtime_dir(none, {}).is_absolute() and runtime_dir(none, {}) != tmp_path / "run"
+    relative = merged_settings(build_parser().parse_args(["--runtime-dir", "rt"]))
+    assert runtime_dir(relative, systemd) == tmp_path / "rt"
     with pytest.raises(InvalidArgument, match="runtime_dir"):
         runtime_dir({"runtime_dir": 5}, {})
 
@@ -250,6 +262,23 @@ def test_a_busy_board_exits_3_with_one_line_before_opening_the_device(
     assert len(lines) == 1, lines
     assert "board 2 is already served by pid" in lines[0] and str(lock_path(tmp_path, 2)) in lines[0]
     assert opened == []
+
+
+def test_a_device_held_by_another_process_exits_3_with_one_line_and_frees_the_board(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def busy(config: DaemonConfig) -> None:
+        raise DeviceBusy(f"calsim board {config.board} is already open in pid 4242 (device lock /x/board1.lock)")
+
+    monkeypatch.setattr(daemon_main_module, "open_device", busy)
+    argv = ["--board", "1", "--runtime-dir", str(tmp_path / "rt"), "--listen", f"unix:{tmp_path / 'b.sock'}"]
+    assert daemon_main(argv) == EXIT_BOARD_BUSY
+    lines = _stderr_lines(capsys)
+    assert lines == [
+        "calculet-daemon: failed_precondition: calsim board 1 is already open in pid 4242 (device lock /x/board1.lock)"
+    ]
+    assert not (tmp_path / "b.sock").exists()
+    BoardLock.acquire(tmp_path / "rt", 1).release()  # main released the board's lock
 
 
 # ---- the board lock -----------------------------------------------------------------------------
