@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RUN_DIR ?= run
 
-.PHONY: run test lint unit integration soak protos clean install-units
+.PHONY: run test lint unit integration soak startup-loop protos clean install-units
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -31,6 +31,11 @@ integration: $(STAMP)
 SOAK_REQUESTS ?= 300
 soak: $(STAMP)
 	CALCULET_SOAK_REQUESTS=$(SOAK_REQUESTS) $(PY) -m pytest -q -s -m soak tests/integration
+
+# Fleet start-ups in a loop under load (issue 21): 200 board + gateway start-ups, none may abort (`make test` runs 3).
+STARTUP_LOOPS ?= 200
+startup-loop: $(STAMP)
+	CALCULET_STARTUP_LOOPS=$(STARTUP_LOOPS) $(PY) -m pytest -q -s -m startup_loop tests/integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
