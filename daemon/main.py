@@ -151,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="automatic resets allowed per --reset-window before the board stops serving and waits for an operator (3)",
     )
+    p.add_argument(
+        "--submit-error-streak",
+        type=int,
+        help="consecutive device submit errors that drain the board, NOT_SERVING with the reason, until "
+        "`calctl resume` (5; 0 = never)",
+    )
     p.add_argument("--reset-window", type=float, help="seconds of the automatic reset budget's window (600)")
     p.add_argument(
         "--decode-jobs-per-model",
@@ -195,7 +201,7 @@ FLAG_SETTINGS = (
     "orphan_timeout", "max_message_bytes", "log_level", "retention_bytes", "retention_seconds", "runtime_dir",
     "device_profile", "reset_limit", "reset_window", "tls_cert", "tls_key", "tls_client_ca", "insecure",
     "token_file_inference", "token_file_observe", "token_file_operate", "health_listen", "metrics_listen",
-    "log_format", "prefix_reuse", "prefix_min_tokens", "prefill_chunk_tokens",
+    "log_format", "prefix_reuse", "prefix_min_tokens", "prefill_chunk_tokens", "submit_error_streak",
 )  # fmt: skip
 TABLE_SETTINGS = ("models", "device_options")
 # Settings that are shorthands for one device option each: setting -> option.
@@ -391,6 +397,7 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         retention_bytes=_int(settings, "retention_bytes", DEFAULT_RETENTION_BYTES, 0, 2**48),
         retention_s=_seconds(settings, "retention_seconds", DEFAULT_RETENTION_S, zero_ok=False),
         reset_limit=_int(settings, "reset_limit", DaemonConfig.reset_limit, 0),
+        submit_error_streak=_int(settings, "submit_error_streak", DaemonConfig.submit_error_streak, 0),
         reset_window_s=_seconds(settings, "reset_window", DaemonConfig.reset_window_s, zero_ok=False),
         prefix_reuse=_on_off(settings, "prefix_reuse", DaemonConfig.prefix_reuse),
         prefix_min_tokens=_int(settings, "prefix_min_tokens", DaemonConfig.prefix_min_tokens, 1),

@@ -53,7 +53,11 @@ _JOB = {
     "DONE": observe_pb2.JOB_STATE_FINISHED,
 }
 _BANK = {EngineSlot.AUTO: 0, EngineSlot.PING: 0, EngineSlot.PONG: 1}  # BankUtilization.bank
-_RESET_KIND = {"ccu": common_pb2.RESET_KIND_CCU, "configuration": common_pb2.RESET_KIND_CONFIGURATION}
+_RESET_KIND = {
+    "ccu": common_pb2.RESET_KIND_CCU,
+    "configuration": common_pb2.RESET_KIND_CONFIGURATION,
+    "drain": common_pb2.RESET_KIND_DRAIN,  # audit records only (an escalation that reset nothing)
+}
 _FAULT = {
     operate_pb2.FAULT_KIND_SUBMIT_ERROR: FaultKind.SUBMIT_ERROR,
     operate_pb2.FAULT_KIND_CCU_EXCEPTION: FaultKind.CCU_EXCEPTION,

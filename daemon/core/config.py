@@ -12,6 +12,7 @@ from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF
 from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, SchedulingPolicy
+from calculet.daemon.core.submit_streak import SUBMIT_ERROR_STREAK
 from calculet.daemon.errors import InvalidArgument
 
 POLICIES = ("continuous", "serial")
@@ -38,6 +39,7 @@ class DaemonConfig:
         retention_s: seconds a finished job is kept at most after its Final.
         reset_limit / reset_window_s: automatic resets allowed per window before the board waits
             for an operator.
+        submit_error_streak: consecutive submit errors that drain the board (0 = never).
         restore_after_clean_jobs: clean completions that restore a degraded in-flight limit (0 =
             only an operator reset does).
         max_recoveries: re-prefills one job may need after lost KV before it fails.
@@ -65,6 +67,7 @@ class DaemonConfig:
     retention_s: float = 600.0
     reset_limit: int = 3
     reset_window_s: float = 600.0
+    submit_error_streak: int = SUBMIT_ERROR_STREAK
     restore_after_clean_jobs: int = RESTORE_AFTER_CLEAN_JOBS
     max_recoveries: int = 3
     prefix_reuse: bool = True
@@ -116,6 +119,7 @@ class DaemonConfig:
             retention_s=self.retention_s,
             reset_limit=self.reset_limit,
             reset_window_s=self.reset_window_s,
+            submit_error_streak=self.submit_error_streak,
             restore_after_clean_jobs=self.restore_after_clean_jobs,
             max_recoveries=self.max_recoveries,
         )

@@ -85,6 +85,7 @@ from calculet.daemon.core.scheduler import JobPlan, Scheduler
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.snapshot import CounterView, EngineSnapshot
 from calculet.daemon.core.snapshot_parts import generation_view, job_view, pool_view
+from calculet.daemon.core.submit_streak import SubmitErrorStreak, escalation_reason
 from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
@@ -145,6 +146,8 @@ class Engine:
         # The operator's drain (stop_admitting until resume), kept apart from halts so a drain or
         # resume issued while the board is halted still holds when the halt lifts.
         self._draining = False
+        self._drain_reason = ""  # set when the engine drained the board itself (a submit-error streak)
+        self._submit_streak = SubmitErrorStreak(config.submit_error_streak)
         self._stopping = False
         # Wait-stream wake-ups of a settled job, held for the engine thread to call once it has submitted
         # the next device job (or found none): `_complete`, `_release_wakeups_locked`.
@@ -213,13 +216,17 @@ class Engine:
             How many jobs it ended (warm-up probes included); 0 when called again.
         """
         with self._cond:
-            seqs = [s for s in self._jobs if not s.log.finished]
-            for seq in seqs:
-                self._book.cancel(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, reason)
-                if seq.state is not SeqState.DONE:  # in a device job: its client hears now all the same
-                    seq.log.finish(FinishReason.ERROR, seq.usage(), seq.timings(), ErrorKind.UNAVAILABLE, reason)
+            ended = self._end_unfinished_locked(reason)
             self._cond.notify_all()
-            return len(seqs)
+            return ended
+
+    def _end_unfinished_locked(self, reason: str) -> int:
+        seqs = [s for s in self._jobs if not s.log.finished]
+        for seq in seqs:
+            self._book.cancel(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, reason)
+            if seq.state is not SeqState.DONE:  # in a device job: its client hears now all the same
+                seq.log.finish(FinishReason.ERROR, seq.usage(), seq.timings(), ErrorKind.UNAVAILABLE, reason)
+        return len(seqs)
 
     def wait_device_idle(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds until no device job is in flight. Returns whether none is."""
@@ -243,7 +250,8 @@ class Engine:
         whether it was not admitting."""
         with self._cond:
             was = not self._admitting
-            self._draining = False
+            self._draining, self._drain_reason = False, ""
+            self._submit_streak.clear()
             self._cond.notify_all()
             return was
 
@@ -519,6 +527,7 @@ class Engine:
             resets = self._resets
             return EngineSnapshot(
                 admitting=self._admitting,
+                drain_reason=self._drain_reason if self._draining else "",
                 device_lost=resets.halted,
                 halt=resets.halt,
                 budget=resets.budget_locked(),
@@ -555,6 +564,8 @@ class Engine:
             raise self._resets.halted_error_locked()
         assert rt.model is not None
         if runtime is None and not self._admitting:
+            if self._drain_reason:
+                raise Unavailable(f"board is not serving: {self._drain_reason}")
             raise Unavailable("board is draining: not admitting new requests")
         return rt
 
@@ -677,6 +688,7 @@ class Engine:
         with self._cond:
             self._executor.lanes_opened(job)
             self._executor.started(job, submission)
+            self._submit_streak.succeeded()
             if job.plan.task is TaskType.DECODE:  # batch fill: decode_rows / decode_jobs
                 self._counters.decode_jobs += 1
                 self._counters.decode_rows += len(job.plan.seqs)
@@ -695,7 +707,18 @@ class Engine:
         else:
             if isinstance(exc, StaleKV):
                 self._book.drop_parked("the device refused stale KV")
-            self._book.launch_failed(job.plan, exc)
+            if not self._submit_streak.failed():
+                self._book.launch_failed(job.plan, exc)
+                return
+            # Seed 000 section 14: a streak of submit errors drains the board (`submit_streak.py`):
+            # this job's sequences and every other unfinished one end UNAVAILABLE (resume elsewhere),
+            # whatever their recovery budget says.
+            reason = escalation_reason(self._submit_streak.limit, str(exc))
+            log.error("%s", reason)
+            self._draining, self._drain_reason = True, reason
+            self._book.launch_failed(job.plan, exc, serving=False)
+            ended = len(job.plan.seqs) + self._end_unfinished_locked(reason)
+            self._resets.escalated_locked("drain", "submit error streak", reason, ended)
 
     # ---- the completion thread --------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import numpy as np
 from calculet.daemon.core.events import FinalEvent
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
 from calculet.daemon.core.scheduler import SchedulingPolicy
+from calculet.daemon.core.submit_streak import SUBMIT_ERROR_STREAK
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class EngineConfig:
         retention_bytes / retention_s: finished jobs are kept for re-attaching `Wait` calls and
             idempotent Submit retries while their estimated bytes (`events.job_bytes`) fit and for
             at most this many seconds after their Final; the oldest go first.
+        submit_error_streak: consecutive submit errors that drain the board (0 = never;
+            `submit_streak.py`).
     """
 
     policy: SchedulingPolicy = field(default_factory=SchedulingPolicy)
@@ -46,6 +49,7 @@ class EngineConfig:
     reset_window_s: float = 600.0
     restore_after_clean_jobs: int = RESTORE_AFTER_CLEAN_JOBS
     orphan_timeout_s: float | None = 60.0
+    submit_error_streak: int = SUBMIT_ERROR_STREAK
 
 
 @dataclass(frozen=True)

@@ -452,6 +452,30 @@ class ResetController:
 
     # ---- internals (lock held) ----------------------------------------------------------------
 
+    def escalated_locked(self, kind: str, fault: str, reason: str, jobs: int) -> None:
+        """An escalation that is not a reset (`kind` "drain": the board drained itself): tell the
+        health listeners it stopped serving and audit it. The engine has already acted."""
+        for listener in self._halt_listeners:  # non-blocking by contract
+            listener()
+        generations = self._host.serving_generations()
+        entry = ResetEntry(
+            at=reset_audit_now(),
+            kind=kind,
+            automatic=True,
+            reason=reason,
+            fault=fault,
+            inflight_jobs=jobs,
+            recovered=0,
+            failed=jobs,
+            generations_before=generations,
+            generations_after=generations,
+            serving_before=True,
+            serving_after=False,
+            ok=True,
+            message=f"{jobs} unfinished jobs ended UNAVAILABLE (resume elsewhere); calctl resume brings it back",
+        )
+        self._record_locked(entry)
+
     def _record_locked(self, entry: ResetEntry) -> None:
         self._audit.record(entry)
         self._observers.emit(ResetRecorded(entry))

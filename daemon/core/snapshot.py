@@ -81,6 +81,7 @@ class EngineSnapshot:
 
     Attributes:
         admitting: new Submits are accepted (not draining, not halted).
+        drain_reason: why the engine drained the board itself ("" when not, or an operator did).
         device_lost: the board stopped serving (lost, crashed thread, or waiting for an operator).
         generations: every generation not yet unloaded, oldest first.
         jobs: live client jobs (warm-up probes included), oldest first.
@@ -107,6 +108,7 @@ class EngineSnapshot:
     client_ids: int
     reset_history: tuple[ResetEntry, ...] = ()
     utilization: UtilizationView = field(default_factory=UtilizationView)
+    drain_reason: str = ""
 
     @property
     def published(self) -> tuple[GenerationView, ...]:

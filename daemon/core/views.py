@@ -20,11 +20,15 @@ from calculet.daemon.device.types import DeviceInfo, JobCounters, MemoryUsage
 def health_view(snap: EngineSnapshot, device_healthy: bool) -> HealthView:
     """The board's health: serving when the device is healthy, it admits, and a model is Ready."""
     healthy = device_healthy and not snap.device_lost
-    draining = healthy and not snap.admitting
+    # A board the engine drained itself (a submit-error streak) is NOT_SERVING with the reason, not
+    # DRAINING: nobody asked for it, and it stays so until an operator resumes it.
+    draining = healthy and not snap.admitting and not snap.drain_reason
     models = tuple(ModelHealthView(g.alias, g.generation, g.state) for g in snap.published)
     ready = any(m.state.serving for m in models)
     if not healthy:
         reason = "automatic reset budget exhausted" if snap.budget.exhausted else "device lost or unusable"
+    elif snap.drain_reason:
+        reason = snap.drain_reason
     elif draining:
         reason = "draining"
     elif not ready:

@@ -42,6 +42,7 @@ COUNTERS = {
     "calculet_generation_tokens_total": "Tokens generated for requests",
     "calculet_admission_rejections_total": "Submits refused by admission, by reason",
     "calculet_device_resets_total": "Device resets, by kind, reason and result",
+    "calculet_escalations_total": "Escalations that are not resets (the board drained itself), by kind and reason",
     "calculet_faults_total": "Device faults, by kind",
 }
 
@@ -147,6 +148,9 @@ class EngineMetrics(EngineObserver):
 
     def reset_recorded(self, event: ResetRecorded) -> None:
         e = event.entry
+        if e.kind == "drain":  # the audit trail holds escalations too; this one reset nothing
+            self.totals.add("calculet_escalations_total", (("kind", e.kind), ("reason", e.fault)))
+            return
         labels = (("kind", e.kind), ("reason", e.fault), ("result", "ok" if e.ok else "failed"))
         self.totals.add("calculet_device_resets_total", labels)
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from calculet.client import CalculetError, DaemonClient
-from calculet.v1.common_pb2 import SERVING_STATUS_NOT_SERVING
+from calculet.v1.common_pb2 import RESET_KIND_DRAIN, SERVING_STATUS_NOT_SERVING, SERVING_STATUS_SERVING
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess, Oracle
 from tests.integration.test_gateway_fleet import MESSAGES, accepted, chat, poll, running_jobs, stream_text
@@ -91,3 +91,50 @@ def test_a_reset_storm_stops_one_board_within_its_budget_and_the_fleet_serves_on
     assert accepted(calm) == calm_before + 6, "the fleet served on the calm board"
     assert accepted(storm) == stormed, "the gateway routed nothing to the board past its budget"
     os.kill(storm.proc.pid, signal.SIGTERM)
+
+
+def test_a_streak_of_submit_errors_drains_a_board_its_stream_fails_over_and_resume_brings_it_back(
+    start_daemon: StartDaemon, start_gateway: StartGateway
+) -> None:
+    """Issue 21: three submit errors in a row drain the board (NOT_SERVING with the reason, audited);
+    its running stream resumes on the other board with the text of an undisturbed run; the gateway
+    routes new requests away until an operator resumes the board."""
+    flags = ("--model", "qwen=qwen", "--fault-injection", "--submit-error-streak", "3", "--time-scale", "1")
+    a = start_daemon(*flags)
+    b = start_daemon("--board", "1", *flags)
+    gateway = start_gateway("--daemon", a.target, "--daemon", b.target)
+    gateway.wait_until(lambda body: sorted(body["boards"].values()) == ["up", "up"], "both boards up")
+    request: dict[str, Any] = {"model": "qwen", "messages": MESSAGES, "max_tokens": 300, "seed": 11, "temperature": 0.9}
+    stream = iter(
+        gateway.openai(timeout=180).chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True}
+        )
+    )
+    chunks = [next(stream) for _ in range(4)]
+    if running_jobs(a) != 1:  # routed to b: swap the roles, the property is the same
+        a, b = b, a
+    with DaemonClient(a.target) as ops:
+        planned = ops.inject_fault("submit_error")  # one error the stream recovers from (no streak yet)
+        first = int(planned.next_job_index) + 100  # well ahead of the stream's next submits
+        for k in range(3):  # three submit attempts in a row fail: a decode step and both re-prefills
+            ops.inject_fault("submit_error", job_index=first + k)
+        chunks.extend(stream)  # the stream fails over to b and finishes there
+        poll(lambda: ops.health().status == SERVING_STATUS_NOT_SERVING, "the board drained itself")
+        drains = [r for r in ops.status().resets.history if r.kind == RESET_KIND_DRAIN]
+        assert len(drains) == 1 and drains[0].automatic and drains[0].fault == "submit error streak", drains
+        assert "3 consecutive submit errors" in drains[0].reason and drains[0].inflight_jobs == 1
+        usage = chunks[-1].usage
+        assert usage is not None and usage.completion_tokens == 300
+        oracle = Oracle(b.target, "qwen")
+        expected = oracle.tokens(
+            oracle.chat_prompt(MESSAGES), seed=11, max_tokens=300, temperature=0.9, ignore_eos=True
+        )
+        assert stream_text(chunks) == oracle.text(expected), "the failed-over stream's text is an undisturbed run's"
+        gateway.wait_until(lambda body: body["models"] == {"qwen": 1}, "the gateway serves qwen on one board")
+        drained, other = accepted(a), accepted(b)
+        for seed in range(3):
+            assert chat(gateway, "qwen", max_tokens=4, seed=seed).status_code == 200
+        assert (accepted(a), accepted(b)) == (drained, other + 3), "new requests went to the other board"
+        ops.resume()  # the operator brings it back
+        poll(lambda: ops.health().status == SERVING_STATUS_SERVING, "the board serves again")
+    gateway.wait_until(lambda body: body["models"] == {"qwen": 2}, "the gateway serves qwen on both boards again")

@@ -45,6 +45,7 @@ class ResetKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESET_KIND_CCU: _ClassVar[ResetKind]
     RESET_KIND_CONFIGURATION: _ClassVar[ResetKind]
     RESET_KIND_DEVICE: _ClassVar[ResetKind]
+    RESET_KIND_DRAIN: _ClassVar[ResetKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_CANCELLED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
@@ -74,6 +75,7 @@ RESET_KIND_UNSPECIFIED: ResetKind
 RESET_KIND_CCU: ResetKind
 RESET_KIND_CONFIGURATION: ResetKind
 RESET_KIND_DEVICE: ResetKind
+RESET_KIND_DRAIN: ResetKind
 
 class ErrorStatus(_message.Message):
     __slots__ = ("kind", "message", "retry_after_s")

@@ -13,8 +13,9 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.submit_streak import SubmitErrorStreak
 from calculet.daemon.device.errors import ModelReleased
-from calculet.daemon.errors import ErrorKind, NotFound
+from calculet.daemon.errors import ErrorKind, NotFound, Unavailable
 
 from .engine_factories import (
     assert_clean,
@@ -213,3 +214,48 @@ def test_a_configuration_reset_drops_every_model_and_each_is_warmed_again_before
         assert core.device.counters().submitted - warmups_before >= golden_jobs, "the golden checks ran again"
         assert_clean(core)
     assert got == alone
+
+
+# ---- issue 21: a streak of submit errors drains the board -------------------------------------
+
+
+def test_a_streak_of_submit_errors_drains_the_board_until_an_operator_resumes(models: Path) -> None:
+    with running_core(models, fault_injection=True, submit_error_streak=3) as core:
+        first = core.inject_fault(Fault(FaultKind.SUBMIT_ERROR))
+        for k in (1, 2):  # the next three submit attempts fail: the prefill and its two retries
+            core.inject_fault(Fault(FaultKind.SUBMIT_ERROR, job=first.job + k))
+        tokens, final = finish(core, core.submit(request((1, 2, 3), 5, seed=1)).job_id)
+        assert tokens == [] and final.reason is FinishReason.ERROR and final.error_kind is ErrorKind.UNAVAILABLE
+        assert "board stopped serving" in final.error_message, "the Final tells a gateway to resume elsewhere"
+        health = core.health()
+        assert not health.serving and not health.draining and health.device_healthy, health  # NOT_SERVING
+        assert health.reason.startswith("3 consecutive submit errors"), health.reason
+        (entry,) = core.status().reset_history
+        assert (entry.kind, entry.automatic, entry.fault, entry.inflight_jobs) == (
+            "drain",
+            True,
+            "submit error streak",
+            1,
+        )
+        with pytest.raises(Unavailable, match="not serving: 3 consecutive submit errors"):
+            core.submit(request((1, 2), 3, seed=2))
+        assert_clean(core)
+        assert core.resume() and core.health().serving
+        assert finish(core, core.submit(request((1, 2, 3), 5, seed=1)).job_id)[1].reason is FinishReason.LENGTH
+
+
+def test_a_submit_the_device_takes_breaks_the_streak(models: Path) -> None:
+    with running_core(models, fault_injection=True, submit_error_streak=2) as core:
+        for seed in range(3):  # one error, then the retry is taken: never two in a row
+            core.inject_fault(Fault(FaultKind.SUBMIT_ERROR))
+            assert finish(core, core.submit(request((1, 2, 3), 3, seed=seed)).job_id)[1].reason is FinishReason.LENGTH
+        assert core.health().serving and core.status().reset_history == ()
+
+
+def test_the_streak_counts_only_consecutive_failures_and_zero_never_escalates() -> None:
+    streak = SubmitErrorStreak(limit=2)
+    assert not streak.failed() and streak.failed() and not streak.failed(), "exactly the second escalates"
+    streak.succeeded()
+    assert not streak.failed()
+    never = SubmitErrorStreak(limit=0)
+    assert not any(never.failed() for _ in range(100))

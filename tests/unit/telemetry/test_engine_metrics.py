@@ -104,6 +104,9 @@ def test_errors_refusals_resets_and_faults(metrics: tuple[EngineMetrics, Metrics
         em.request_rejected(RequestRejected("m", reason, 1.0))
     entry = ResetEntry(0.0, "ccu", True, "hung", "hang", 2, 0, 0, ("m@1",), (), True, False, False, "failed")
     em.reset_recorded(ResetRecorded(entry))
+    streak = ("m@1",)
+    drain = ResetEntry(0.0, "drain", True, "streak", "submit error streak", 1, 0, 1, streak, streak, True, False, True)
+    em.reset_recorded(ResetRecorded(drain))
     em.fault_seen(FaultSeen("hang", "job 3 hung", 1.0))
     em.device_job_done(job(TaskType.DECODE, (RowDone("b", False, False, False),), 5.0, faults=("ccu_exception",)))
     s = Scrape(registry.render().decode())
@@ -112,6 +115,8 @@ def test_errors_refusals_resets_and_faults(metrics: tuple[EngineMetrics, Metrics
     assert s.one("calculet_admission_rejections_total", model="m", reason="queue_full") == 2
     assert s.one("calculet_admission_rejections_total", model="m", reason="admission_timeout") == 1
     assert s.one("calculet_device_resets_total", kind="ccu", reason="hang", result="failed") == 1
+    assert s.one("calculet_escalations_total", kind="drain", reason="submit error streak") == 1
+    assert s.value("calculet_device_resets_total") == 1, "an escalation that reset nothing is not a reset"
     assert s.one("calculet_faults_total", kind="hang") == 1
     assert s.one("calculet_faults_total", kind="ccu_exception") == 1
     assert s.value("calculet_generation_tokens_total") == 0  # a faulted row streams nothing
