@@ -19,7 +19,11 @@ from calculet.v1 import common_pb2, observe_pb2
 COMMAND = ("resets",)
 HELP = "Show every reset of a board (automatic and operator), with the budget."
 
-_KIND = {common_pb2.RESET_KIND_CCU: "ccu", common_pb2.RESET_KIND_CONFIGURATION: "configuration"}
+_KIND = {
+    common_pb2.RESET_KIND_CCU: "ccu",
+    common_pb2.RESET_KIND_CONFIGURATION: "configuration",
+    common_pb2.RESET_KIND_DRAIN: "drain",  # an escalation that reset nothing (a submit-error streak)
+}
 _HEALTH = {
     common_pb2.SERVING_STATUS_SERVING: "serving",
     common_pb2.SERVING_STATUS_DRAINING: "draining",

@@ -1,0 +1,22 @@
+"""`calctl resets`: the audit table names every kind of record, escalations included."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from calculet.ops.commands.daemon_resets import reset_table
+from calculet.v1 import common_pb2, observe_pb2
+
+
+def test_the_table_names_a_drain_escalation_and_each_reset_kind() -> None:
+    summary = observe_pb2.ResetSummary(count=3)
+    for kind, fault in (
+        (common_pb2.RESET_KIND_CCU, "hang"),
+        (common_pb2.RESET_KIND_CONFIGURATION, "operator"),
+        (common_pb2.RESET_KIND_DRAIN, "submit error streak"),
+    ):
+        summary.history.add(kind=kind, automatic=True, fault=fault, ok=True)
+    console = Console(width=300, record=True)
+    console.print(reset_table(summary))
+    rows = [line for line in console.export_text().splitlines() if "automatic" in line]
+    assert [row.split("│")[2].strip() for row in rows] == ["ccu", "configuration", "drain"], rows
