@@ -11,13 +11,13 @@ independent emulations, and tests open many. A forked child inherits none of its
 The directory (`state_dir`): the `state_dir` driver option, else `$CALSIM_STATE_DIR` (both made
 absolute), else `calsim/` in the host's default runtime directory (`calculet.daemon.runtime_paths`:
 `/run/calculet/calsim` under systemd). It is created 0750 when missing. The lock file is never
-removed (a second opener would lock a fresh inode while the first holds the old one).
+removed (a second opener would lock a fresh inode while the first holds the old one). The lock itself
+is `calculet.daemon.pid_lock`'s, as the daemon's board lock is.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import threading
 from collections.abc import Mapping
@@ -26,13 +26,11 @@ from pathlib import Path
 
 from calculet.daemon.device.errors import DeviceBusy, DeviceError, InvalidJob
 from calculet.daemon.errors import CalculetError
+from calculet.daemon.pid_lock import holder, lock_pid_file, make_dir, unlock_pid_file
 from calculet.daemon.runtime_paths import default_runtime_dir
 
 STATE_DIR_ENV = "CALSIM_STATE_DIR"
 STATE_SUBDIR = "calsim"
-DIR_MODE = 0o750
-FILE_MODE = 0o640
-OPEN_ATTEMPTS = 5  # retried only when the file was replaced between open and flock
 
 
 def state_dir(option: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
@@ -84,9 +82,7 @@ class BoardHold:
             if held.count > 0:
                 return
             del _held[self.path]
-            with contextlib.suppress(OSError):
-                os.ftruncate(held.fd, 0)  # no stale pid for an operator to chase
-            os.close(held.fd)
+            unlock_pid_file(held.fd)
 
 
 def hold_board(directory: Path, board: int) -> BoardHold:
@@ -100,66 +96,18 @@ def hold_board(directory: Path, board: int) -> BoardHold:
     with _guard:
         held = _held.get(path)
         if held is None:
-            held = _Held(_lock(path, board))
+            make_dir(directory, "calsim state_dir", DeviceError)
+            fd = lock_pid_file(
+                path,
+                "calsim",
+                "device lock",
+                lambda pid: DeviceBusy(f"calsim board {board} is already open in {holder(pid)} (device lock {path})"),
+                DeviceError,
+            )
+            held = _Held(fd)
             _held[path] = held
         held.count += 1
         return BoardHold(board, path, held)
-
-
-def _lock(path: Path, board: int) -> int:
-    """An fd of `path` holding its exclusive flock, the pid written in it."""
-    _ensure_dir(path.parent)
-    for _ in range(OPEN_ATTEMPTS):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
-        except OSError as exc:
-            raise DeviceError(f"calsim: cannot open the device lock {path}: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _read_pid(fd)
-            os.close(fd)
-            holder = f"pid {pid}" if pid is not None else "another process"
-            raise DeviceBusy(f"calsim board {board} is already open in {holder} (device lock {path})") from None
-        except OSError as exc:
-            os.close(fd)
-            raise DeviceError(f"calsim: cannot lock {path}: {exc.strerror}") from None
-        if _same_file(fd, path):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-            return fd
-        os.close(fd)  # unlinked or replaced after our open: lock the file that is there now
-    raise DeviceError(f"calsim: the device lock {path} keeps being replaced")
-
-
-def _ensure_dir(directory: Path) -> None:
-    if directory.is_dir():
-        return
-    try:
-        directory.mkdir(mode=DIR_MODE, parents=True)
-        os.chmod(directory, DIR_MODE)  # mkdir's mode is filtered by the umask
-    except FileExistsError:
-        if not directory.is_dir():
-            raise DeviceError(f"calsim state_dir: {directory} exists and is not a directory") from None
-    except OSError as exc:
-        raise DeviceError(f"calsim state_dir: cannot create {directory}: {exc.strerror}") from None
-
-
-def _read_pid(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    mine = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _forget_after_fork() -> None:

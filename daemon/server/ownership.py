@@ -4,7 +4,8 @@ Board: `BoardLock.acquire(runtime_dir, board)` takes an exclusive, non-blocking 
 `<runtime_dir>/calculet-board<N>.lock` before the device is opened, writes the holder's pid into it for
 operators, and keeps it for the life of the process. The kernel drops the lock when the process dies,
 so a killed daemon never leaves a stale lock; the file itself is never removed (removing it would let
-a second daemon lock a fresh inode while the first still holds the old one).
+a second daemon lock a fresh inode while the first still holds the old one). The lock itself is
+`calculet.daemon.pid_lock`'s, as calsim's device lock is.
 
 Socket: a path is replaced only when nothing listens on it. `probe_socket` connects to decide:
 a connect that succeeds (or a full backlog) is a live daemon, ECONNREFUSED is a socket left by a
@@ -32,11 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.daemon.pid_lock import holder, lock_pid_file, make_dir, unlock_pid_file
 
 log = logging.getLogger(__name__)
 
-RUNTIME_DIR_MODE = 0o750
-LOCK_FILE_MODE = 0o640
 SOCKET_MODE = 0o660
 PROBE_TIMEOUT_S = 2.0  # a live listener accepts into its backlog at once; this only bounds a wedged one
 DIR_LOCK_WAIT_S = 10.0  # another daemon holds the socket directory's lock for a bind (milliseconds)
@@ -48,8 +48,7 @@ class BoardBusy(CalculetError):
     kind = ErrorKind.FAILED_PRECONDITION
 
     def __init__(self, board: int, path: Path, pid: int | None) -> None:
-        holder = f"pid {pid}" if pid is not None else "another process"
-        super().__init__(f"board {board} is already served by {holder} (lock {path})")
+        super().__init__(f"board {board} is already served by {holder(pid)} (lock {path})")
         self.board = board
         self.path = path
         self.pid = pid
@@ -71,24 +70,7 @@ def ensure_runtime_dir(runtime_dir: Path) -> None:
     Raises:
         InvalidArgument: it cannot be created, or is not a directory.
     """
-    if runtime_dir.is_dir():
-        return
-    try:
-        runtime_dir.mkdir(mode=RUNTIME_DIR_MODE, parents=True)
-        os.chmod(runtime_dir, RUNTIME_DIR_MODE)  # mkdir's mode is filtered by the umask
-    except FileExistsError:
-        if not runtime_dir.is_dir():
-            raise InvalidArgument(f"runtime_dir: {runtime_dir} exists and is not a directory") from None
-    except OSError as exc:
-        raise InvalidArgument(f"runtime_dir: cannot create {runtime_dir}: {exc.strerror}") from None
-
-
-def _read_pid(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+    make_dir(runtime_dir, "runtime_dir", InvalidArgument)
 
 
 class BoardLock:
@@ -109,26 +91,8 @@ class BoardLock:
         """
         ensure_runtime_dir(runtime_dir)
         path = lock_path(runtime_dir, board).absolute()  # the busy message names it for operators
-        for _ in range(5):  # the file is never removed by a daemon; retry only if an operator did
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, LOCK_FILE_MODE)
-            except OSError as exc:
-                raise InvalidArgument(f"runtime_dir: cannot open the board lock {path}: {exc.strerror}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                pid = _read_pid(fd)
-                os.close(fd)
-                raise BoardBusy(board, path, pid) from None
-            except OSError as exc:
-                os.close(fd)
-                raise InvalidArgument(f"runtime_dir: cannot lock {path}: {exc.strerror}") from None
-            if _same_file(fd, path):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-                return cls(board, path, fd)
-            os.close(fd)  # the path was unlinked or replaced after our open: lock the file there now
-        raise InvalidArgument(f"runtime_dir: the board lock {path} keeps being replaced")
+        fd = lock_pid_file(path, "runtime_dir", "board lock", lambda pid: BoardBusy(board, path, pid), InvalidArgument)
+        return cls(board, path, fd)
 
     @property
     def held(self) -> bool:
@@ -137,26 +101,14 @@ class BoardLock:
     def release(self) -> None:
         """Clear the pid and drop the lock (idempotent). The file stays, see the module docstring."""
         fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-        os.close(fd)
+        if fd is not None:
+            unlock_pid_file(fd)
 
     def __enter__(self) -> BoardLock:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    mine = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 # ---- Unix sockets -------------------------------------------------------------------------------
