@@ -64,8 +64,7 @@ class DeviceCore:
             self.device,
             config.models_root,
             drain_timeout_s=config.drain_timeout_s,
-            end_hung_jobs=self._end_hung_jobs,
-            hung_after_s=CLOSE_SETTLE_S,
+            end_hung_jobs=self.end_if_hung,
         )
         # What an operator reset needs beyond the engine: the model manager and the board's health.
         self._reset_hooks = OperatorHooks(
@@ -203,16 +202,17 @@ class DeviceCore:
         if remaining and interrupt:
             for rt in self.models.all():
                 interrupted += self.engine.cancel_generation(rt.generation, "board drained")
-            if not self.engine.wait_device_idle(min(CLOSE_SETTLE_S, self.config.job_timeout_s)):
-                self._end_hung_jobs(
-                    f"interrupting drain: a device job still ran {CLOSE_SETTLE_S:g}s after its jobs were cancelled"
-                )
+            self.end_if_hung(self.engine.wait_device_idle, "interrupting drain")
         return remaining == 0, remaining, interrupted
 
-    def _end_hung_jobs(self, reason: str) -> None:
-        """End a device job that outlived its cancelled sequences (an unload or an interrupting
-        drain cut them off) with a CCU reset, audited with `reason`, rather than waiting out the job
-        timeout. Another reset in progress ends it anyway."""
+    def end_if_hung(self, idle: Callable[[float], bool], what: str) -> None:
+        """After `what` (an unload, an interrupting drain) cut jobs off: wait `CLOSE_SETTLE_S` (at
+        most the job timeout) with `idle(timeout)`, and end a device job still in flight then with a
+        CCU reset, audited with the reason, rather than waiting out the job timeout. Another reset
+        in progress ends it anyway."""
+        if idle(min(CLOSE_SETTLE_S, self.config.job_timeout_s)):
+            return
+        reason = f"{what}: a device job still ran {CLOSE_SETTLE_S:g}s after its jobs were cancelled"
         log.warning("%s: resetting the compute units", reason)
         try:
             report = self.operator_reset("ccu", reason)
@@ -240,25 +240,9 @@ class DeviceCore:
     def operator_reset(
         self, kind: str, reason: str, model: str = "", settle_timeout_s: float | None = None
     ) -> ResetReport:
-        """Operator reset, one at a time. kind: "ccu" (in-flight jobs end as CCU exceptions; their
-        sequences re-prefill) or "configuration" (as on CalRT 0.7.6 every configured model is dropped,
-        whichever `model` names; each Ready one is configured again and passes its golden check, then
-        its jobs re-prefill and continue). Neither is a device anomaly. A successful one lifts a halt
-        for a used-up automatic reset budget, clears the budget and restores the in-flight limit.
-        The engine's reset controller runs it (`operator_reset.py`, `reset_controller.py`).
-
-        Args:
-            settle_timeout_s: how long to wait for the jobs it hit to rebuild their KV or end before
-                counting them (None: `SETTLE_TIMEOUT_S`). The reset is in progress until then.
-
-        Returns:
-            The report: ok, or not with the error (the device failed the reset, or the board still
-            cannot serve); the jobs it hit and their fate.
-
-        Raises:
-            InvalidArgument: unknown kind, or a model named for a CCU reset.
-            NotFound: `model` is not loaded.
-            FailedPrecondition: another reset is in progress (nothing was done).
+        """Operator reset, one at a time: "ccu" or "configuration" (a configuration reset may name
+        `model`). The engine's reset controller runs it; the steps, the report and the errors are
+        `operator_reset.operator_reset`'s.
         """
         return operator_reset(self.engine.resets, self._reset_hooks, kind, reason, model, settle_timeout_s)
 

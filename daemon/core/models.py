@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -106,10 +107,10 @@ class ModelManager:
         models_root: every package path must resolve inside this directory.
         warm_timeout_s: how long the golden check may take.
         drain_timeout_s: default time a replaced generation may drain before its jobs are cut off.
-        end_hung_jobs: called with a reason when a cut-off generation still has a device job in
-            flight `hung_after_s` after its sequences were cancelled (a healthy job ends within a
-            step): it ends the hung job through a reset instead of waiting out the job timeout.
-        hung_after_s: see `end_hung_jobs`.
+        end_hung_jobs: `end_hung_jobs(idle, what)` after a generation's sequences were cut off:
+            waits a little with `idle(timeout) -> bool` and, if a device job is still in flight (a
+            healthy one ends within a step), ends it through a reset instead of waiting out the job
+            timeout (`DeviceCore.end_if_hung`); `what` names the operation in the audit.
     """
 
     def __init__(
@@ -119,12 +120,10 @@ class ModelManager:
         models_root: Path,
         warm_timeout_s: float = 120.0,
         drain_timeout_s: float = 30.0,
-        end_hung_jobs: Callable[[str], None] | None = None,
-        hung_after_s: float = 2.0,
+        end_hung_jobs: Callable[[Callable[[float], bool], str], None] | None = None,
     ):
         self.engine = engine
         self._end_hung_jobs = end_hung_jobs
-        self._hung_after_s = hung_after_s
         self.device = device
         self.models_root = models_root.resolve()
         self.warm_timeout_s = warm_timeout_s
@@ -418,16 +417,12 @@ class ModelManager:
         return True
 
     def _wait_device_jobs(self, rt: ModelRuntime) -> None:
-        """Wait for a cancelled generation's device jobs to end; one still in flight after
-        `hung_after_s` is hung and is ended through `end_hung_jobs` (a CCU reset) rather than the
-        job timeout."""
-        timeout = self.engine.config.job_timeout_s
-        if self._end_hung_jobs is not None and not self.engine.wait_generation_idle(
-            rt.generation, min(self._hung_after_s, timeout)
-        ):
-            self._end_hung_jobs(f"unload of {rt.alias} generation {rt.generation}: a device job still ran "
-                                f"{self._hung_after_s:g}s after its jobs were cancelled")  # fmt: skip
-        self.engine.wait_generation_idle(rt.generation, timeout * 2)
+        """Wait for a cancelled generation's device jobs to end; a hung one is ended through
+        `end_hung_jobs` (a CCU reset) rather than the job timeout."""
+        if self._end_hung_jobs is not None:
+            idle = functools.partial(self.engine.wait_generation_idle, rt.generation)
+            self._end_hung_jobs(idle, f"unload of {rt.alias} generation {rt.generation}")
+        self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
 
     def _discard(self, rt: ModelRuntime) -> None:
         """Fence a generation, give its device resources back, and remove it from the engine."""
