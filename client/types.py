@@ -171,6 +171,7 @@ class ModelState(Enum):
     DRAINING = "draining"
     UNLOADING = "unloading"
     FAILED = "failed"
+    QUARANTINED = "quarantined"
     UNKNOWN = "unknown"  # unspecified, or a state this client does not know (a newer daemon)
 
 

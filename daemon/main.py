@@ -10,7 +10,9 @@ Every refusal is one line on stderr and an exit status (`exit_status`): EXIT_USA
 or config value (a driver refusing its options included), EXIT_BOARD_BUSY (3) when another live
 daemon holds the board's lock or another process its device (`DeviceBusy`), EXIT_SOCKET_IN_USE (4)
 when a live process listens on the Unix socket path, EXIT_FAILURE (1) for anything else (a startup
-model that fails to load, ...); EXIT_OK (0) after a clean stop.
+model that fails to load, ...); EXIT_OK (0) after a clean stop; EXIT_DEVICE_UNHEALTHY (75) when the
+device was lost and a reset did not restore it, so the supervisor restarts the daemon (systemd:
+`Restart=on-failure`; `--unhealthy-exit off` keeps it up, NOT_SERVING, instead).
 
 Under systemd (`systemd/calculet-daemon@.service`, Type=notify) the process reports itself through
 `$NOTIFY_SOCKET` (`server/sd_notify.py`: load progress, READY=1, STATUS=, WATCHDOG=1, STOPPING=1), and
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from calculet.daemon.core.chunking import parse_chunk_setting
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
+from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
 from calculet.daemon.device.api import VirtualDevice
@@ -68,6 +71,7 @@ EXIT_FAILURE = 1  # any other refusal: a startup model that fails to load, a dev
 EXIT_USAGE = 2  # a bad flag or config value, a driver refusing its options
 EXIT_BOARD_BUSY = 3  # another live daemon holds the board's lock, or another process its device
 EXIT_SOCKET_IN_USE = 4  # a live process listens on the Unix socket path
+# EXIT_DEVICE_UNHEALTHY (75, EX_TEMPFAIL; `core.escalations`): the device stayed unhealthy after a reset.
 
 GIL_SWITCH_INTERVAL_S = 0.001  # CPython switch interval while serving (default 0.005; see _serve_board)
 
@@ -159,6 +163,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reset-window", type=float, help="seconds of the automatic reset budget's window (600)")
     p.add_argument(
+        "--ccu-escalation",
+        type=int,
+        help=f"CCU exceptions within --escalation-window that reset the compute units automatically; when "
+        f"they recur within the window after that reset, a configuration reset and re-warm follow "
+        f"({DaemonConfig.ccu_escalation}; 0 = never)",
+    )
+    p.add_argument(
+        "--nan-escalation",
+        type=int,
+        help=f"device jobs with non-finite logits of one model generation within --escalation-window that "
+        f"quarantine it and re-run its golden check: it serves again, rolls back to the package it replaced, "
+        f"or is unloaded ({DaemonConfig.nan_escalation}; 0 = never)",
+    )
+    p.add_argument(
+        "--escalation-window",
+        type=float,
+        help=f"seconds of the CCU and NaN escalations' window ({DaemonConfig.escalation_window_s:g})",
+    )
+    p.add_argument(
+        "--unhealthy-exit",
+        choices=("on", "off"),
+        help=f"when the device is lost and a reset does not restore it, exit with status "
+        f"{EXIT_DEVICE_UNHEALTHY} for the supervisor to restart the daemon (on); off: stay up, NOT_SERVING",
+    )
+    p.add_argument(
         "--decode-jobs-per-model",
         type=int,
         choices=(0, 1, 2),
@@ -202,6 +231,7 @@ FLAG_SETTINGS = (
     "device_profile", "reset_limit", "reset_window", "tls_cert", "tls_key", "tls_client_ca", "insecure",
     "token_file_inference", "token_file_observe", "token_file_operate", "health_listen", "metrics_listen",
     "log_format", "prefix_reuse", "prefix_min_tokens", "prefill_chunk_tokens", "submit_error_streak",
+    "ccu_escalation", "nan_escalation", "escalation_window", "unhealthy_exit",
 )  # fmt: skip
 TABLE_SETTINGS = ("models", "device_options")
 # Settings that are shorthands for one device option each: setting -> option.
@@ -398,6 +428,10 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         retention_s=_seconds(settings, "retention_seconds", DEFAULT_RETENTION_S, zero_ok=False),
         reset_limit=_int(settings, "reset_limit", DaemonConfig.reset_limit, 0),
         submit_error_streak=_int(settings, "submit_error_streak", DaemonConfig.submit_error_streak, 0),
+        ccu_escalation=_int(settings, "ccu_escalation", DaemonConfig.ccu_escalation, 0),
+        nan_escalation=_int(settings, "nan_escalation", DaemonConfig.nan_escalation, 0),
+        escalation_window_s=_seconds(settings, "escalation_window", DaemonConfig.escalation_window_s, zero_ok=False),
+        unhealthy_exit=_on_off(settings, "unhealthy_exit", DaemonConfig.unhealthy_exit),
         reset_window_s=_seconds(settings, "reset_window", DaemonConfig.reset_window_s, zero_ok=False),
         prefix_reuse=_on_off(settings, "prefix_reuse", DaemonConfig.prefix_reuse),
         prefix_min_tokens=_int(settings, "prefix_min_tokens", DaemonConfig.prefix_min_tokens, 1),
@@ -524,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc)
     with board_lock:
         log.info("board %d: lock %s held by pid %d", config.board, board_lock.path, os.getpid())
+        # Beside the lock, written only by its holder: the reset audit trail outlives a restart.
+        journal = board_lock.path.parent / f"calculet-board{config.board}-resets.jsonl"
+        config = dataclasses.replace(config, audit_journal=journal)
         return _serve_board(config, listen, max_message_bytes, args, security, health_listen, metrics_listen)
 
 
@@ -583,6 +620,9 @@ def _serve_board(
             metrics.close()
         if tracing is not None:
             tracing.shutdown()  # exports the spans still batched
+    if core.exit_reason:
+        print(f"calculet-daemon: device unhealthy, restart me: {core.exit_reason}", file=sys.stderr)
+        return EXIT_DEVICE_UNHEALTHY
     return EXIT_OK
 
 

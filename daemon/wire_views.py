@@ -56,7 +56,10 @@ _BANK = {EngineSlot.AUTO: 0, EngineSlot.PING: 0, EngineSlot.PONG: 1}  # BankUtil
 _RESET_KIND = {
     "ccu": common_pb2.RESET_KIND_CCU,
     "configuration": common_pb2.RESET_KIND_CONFIGURATION,
-    "drain": common_pb2.RESET_KIND_DRAIN,  # audit records only (an escalation that reset nothing)
+    # Audit records only: escalations that reset nothing.
+    "drain": common_pb2.RESET_KIND_DRAIN,
+    "quarantine": common_pb2.RESET_KIND_QUARANTINE,
+    "restart": common_pb2.RESET_KIND_RESTART,
 }
 _FAULT = {
     operate_pb2.FAULT_KIND_SUBMIT_ERROR: FaultKind.SUBMIT_ERROR,

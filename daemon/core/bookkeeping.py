@@ -276,7 +276,10 @@ class Bookkeeper:
     # ---- what the reset controller may ask for (`ResetHost`) --------------------------------
 
     def serving_generations(self) -> tuple[str, ...]:
-        return tuple(f"{rt.alias}@{rt.generation}" for rt in self._generations.published() if rt.state.serving)
+        """The serving models as the reset audit records them: "alias@generation (package)", so a
+        rollback or a rollout shows which package served before and after."""
+        published = self._generations.published()
+        return tuple(f"{rt.alias}@{rt.generation} ({rt.package_dir.name})" for rt in published if rt.state.serving)
 
     def configured(self) -> list[ModelRuntime]:
         """Generations holding a configured model whose jobs may run, oldest first."""

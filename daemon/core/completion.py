@@ -97,14 +97,25 @@ class RowOutcome:
     lost_kv: bool = False
 
 
+class DeviceFault(Enum):
+    """The device fault a settlement saw, for the escalations (`escalation_watch.py`): a CCU exception
+    the device raised on its own (not a reset's), or non-finite logits in any row."""
+
+    NONE = auto()
+    CCU_EXCEPTION = auto()
+    NONFINITE = auto()
+
+
 @dataclass(frozen=True)
 class Settlement:
     """A finished device job, decided. `anomalies`: device anomalies to count (each drops the in-flight
-    limit); `clean`: a DONE job with none (enough in a row restore a degraded limit)."""
+    limit); `clean`: a DONE job with none (enough in a row restore a degraded limit); `fault`: the
+    device fault it saw, which the escalations count."""
 
     rows: tuple[RowOutcome, ...]
     anomalies: tuple[str, ...] = ()
     clean: bool = False
+    fault: DeviceFault = DeviceFault.NONE
 
 
 @dataclass(frozen=True)
@@ -227,7 +238,8 @@ def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
     if facts.device_left is not None and facts.device_left > facts.expected_left:
         # The device may be ahead of us (the other bank finished too), never behind.
         anomalies.append(f"device reports {facts.device_left} jobs left, executor expects {facts.expected_left}")
-    return Settlement(tuple(rows), tuple(anomalies), clean=not anomalies)
+    fault = DeviceFault.NONFINITE if "non-finite logits" in anomalies else DeviceFault.NONE
+    return Settlement(tuple(rows), tuple(anomalies), clean=not anomalies, fault=fault)
 
 
 def _chunk_done(row: int, seq: Sequence, rt: ModelRuntime, finite: bool, facts: BoardFacts) -> RowOutcome:
@@ -270,7 +282,10 @@ def _fault(job: DeviceJob, status: JobStatus, facts: BoardFacts) -> Settlement:
     )
     # A reset's deliberate CCU exception (or a cleared configuration) is not a device anomaly.
     deliberate = job.kv_lost or job.reset_hit
-    return Settlement(rows, () if deliberate else (f"device job {job.device_job_id} ended {status.value}",))
+    if deliberate:
+        return Settlement(rows)
+    fault = DeviceFault.CCU_EXCEPTION if status is JobStatus.CCU_EXCEPTION else DeviceFault.NONE
+    return Settlement(rows, (f"device job {job.device_job_id} ended {status.value}",), fault=fault)
 
 
 def _fenced(job: DeviceJob) -> Settlement:

@@ -10,6 +10,7 @@ from typing import Any
 
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF
 from calculet.daemon.core.engine_types import EngineConfig
+from calculet.daemon.core.escalation_watch import CCU_ESCALATION, ESCALATION_WINDOW_S, NAN_ESCALATION
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, SchedulingPolicy
 from calculet.daemon.core.submit_streak import SUBMIT_ERROR_STREAK
@@ -40,6 +41,13 @@ class DaemonConfig:
         reset_limit / reset_window_s: automatic resets allowed per window before the board waits
             for an operator.
         submit_error_streak: consecutive submit errors that drain the board (0 = never).
+        ccu_escalation / nan_escalation / escalation_window_s: CCU exceptions, and non-finite outputs
+            of one generation, within the window that reset the CCU (a configuration reset when they
+            repeat) or quarantine the generation (0 = never).
+        audit_journal: the file that keeps the reset audit trail across restarts (None: in memory;
+            the daemon uses `<runtime dir>/board<N>-resets.jsonl`).
+        unhealthy_exit: when the device is lost or a reset cannot restore it, end the process with
+            `EXIT_DEVICE_UNHEALTHY` so its supervisor restarts it (False: stay up, NOT_SERVING).
         restore_after_clean_jobs: clean completions that restore a degraded in-flight limit (0 =
             only an operator reset does).
         max_recoveries: re-prefills one job may need after lost KV before it fails.
@@ -68,6 +76,11 @@ class DaemonConfig:
     reset_limit: int = 3
     reset_window_s: float = 600.0
     submit_error_streak: int = SUBMIT_ERROR_STREAK
+    ccu_escalation: int = CCU_ESCALATION
+    nan_escalation: int = NAN_ESCALATION
+    escalation_window_s: float = ESCALATION_WINDOW_S
+    unhealthy_exit: bool = True
+    audit_journal: Path | None = None
     restore_after_clean_jobs: int = RESTORE_AFTER_CLEAN_JOBS
     max_recoveries: int = 3
     prefix_reuse: bool = True
@@ -93,6 +106,12 @@ class DaemonConfig:
             )
         if self.restore_after_clean_jobs < 0 or self.max_recoveries < 0:
             raise InvalidArgument("restore_after_clean_jobs and max_recoveries: must be >= 0")
+        if self.ccu_escalation < 0 or self.nan_escalation < 0:
+            raise InvalidArgument("ccu_escalation and nan_escalation: must be >= 0 (0 = never)")
+        if not (math.isfinite(self.escalation_window_s) and self.escalation_window_s > 0):
+            raise InvalidArgument(
+                f"escalation_window: must be a positive number of seconds, got {self.escalation_window_s}"
+            )
         if self.prefix_min_tokens < 1:
             raise InvalidArgument(f"prefix_min_tokens: must be >= 1, got {self.prefix_min_tokens}")
         if self.prefill_chunk < CHUNK_OFF:
@@ -120,6 +139,10 @@ class DaemonConfig:
             reset_limit=self.reset_limit,
             reset_window_s=self.reset_window_s,
             submit_error_streak=self.submit_error_streak,
+            ccu_escalation=self.ccu_escalation,
+            nan_escalation=self.nan_escalation,
+            escalation_window_s=self.escalation_window_s,
+            audit_journal=self.audit_journal,
             restore_after_clean_jobs=self.restore_after_clean_jobs,
             max_recoveries=self.max_recoveries,
         )

@@ -24,12 +24,15 @@ from typing import Any
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.engine_types import SubmitReceipt
+from calculet.daemon.core.escalation_actions import BoardEscalations
+from calculet.daemon.core.escalation_watch import Escalation, EscalationKind
+from calculet.daemon.core.escalations import Escalator
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
 from calculet.daemon.core.operator_reset import OperatorHooks, operator_reset
 from calculet.daemon.core.request import GenerationRequest, ModelLimits
-from calculet.daemon.core.reset_budget import ResetReport
+from calculet.daemon.core.reset_budget import BoardHalt, ResetReport
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
@@ -72,6 +75,14 @@ class DeviceCore:
             rewarm=self.models.rewarm,
             audit_point=self._audit_point,
         )
+        # Seed 000 section 14's escalations, acted on by their own thread (`escalations.py`).
+        exit_process = self._request_exit if config.unhealthy_exit else None
+        actions = BoardEscalations(self.engine, self.models, self.device, self._reset_hooks, exit_process)
+        self._escalator = Escalator(actions)
+        self.engine.set_escalation_handler(self._escalator.request)
+        self.engine.add_health_listener(self._on_halt)
+        self.exit_reason = ""  # set when the board asks to exit with EXIT_DEVICE_UNHEALTHY
+        self._exit_listeners: list[Callable[[str], None]] = []
         self.started_at = time.time()
         self._last_info: DeviceInfo | None = self.device.info()
         self._closed = False
@@ -81,8 +92,9 @@ class DeviceCore:
     # ---- lifecycle --------------------------------------------------------------------------
 
     def start(self, progress: ProgressFn | None = None) -> None:
-        """Start the engine and load the startup models (raises if one fails)."""
+        """Start the engine and the escalations, and load the startup models (raises if one fails)."""
         self.engine.start()
+        self._escalator.start()
         for alias, path in self.config.models:
             self.models.load(alias, path, progress)
 
@@ -111,6 +123,7 @@ class DeviceCore:
             self._closed = True
         self.end_unfinished("board closed: resume on another board")
         self.engine.clear_health_listeners()  # the transport is gone: nobody to tell any more
+        self._escalator.stop(timeout=settle_s)  # a running one (a golden check) ends with the jobs
         if self.engine.wait_device_idle(min(settle_s, self.config.job_timeout_s)):
             self._retire_all()
             self.engine.stop()
@@ -222,6 +235,26 @@ class DeviceCore:
         if not report.ok:
             log.error("%s: %s", reason, report.message)
 
+    def wait_escalations(self, timeout: float) -> bool:
+        """Wait until no escalation waits or runs (tests). Returns whether none does."""
+        return self._escalator.wait_idle(timeout)
+
+    def on_exit_request(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(reason)` when the board asks its process to exit with
+        `EXIT_DEVICE_UNHEALTHY` (the device stayed unhealthy after a reset). From any thread; it
+        must not block."""
+        self._exit_listeners.append(listener)
+
+    def _request_exit(self, reason: str) -> None:
+        self.exit_reason = reason
+        for listener in self._exit_listeners:
+            listener(reason)
+
+    def _on_halt(self) -> None:
+        """A health listener (engine lock held, must not block): a LOST board escalates."""
+        if self.engine.resets.halt is BoardHalt.LOST:
+            self._escalator.request(Escalation(EscalationKind.UNHEALTHY, "board lost: device unhealthy"))
+
     def resume(self) -> bool:
         """Admit again after a drain. Returns whether the board was draining."""
         return self.engine.resume()
@@ -248,8 +281,7 @@ class DeviceCore:
 
     def _audit_point(self) -> tuple[bool, tuple[str, ...]]:
         """(serving, "alias@generation" of every serving model), for the reset audit trail."""
-        health = self.health()
-        return health.serving, tuple(f"{m.alias}@{m.generation}" for m in health.models if m.state.serving)
+        return self.health().serving, self.engine.serving_generations()
 
     def set_reset_budget(self, limit: int, window_s: float | None = None) -> None:
         """Change the automatic reset budget: `limit` resets per `window_s` seconds (None: unchanged)."""

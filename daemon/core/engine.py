@@ -59,6 +59,7 @@ from calculet.daemon.core import completion, expiry, observer_records
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
 from calculet.daemon.core.completion import BoardFacts
 from calculet.daemon.core.engine_types import EngineConfig, ProbeOutcome, SubmitReceipt
+from calculet.daemon.core.escalation_watch import Escalation, EscalationWatch
 from calculet.daemon.core.events import (
     EventLog,
     FinalEvent,
@@ -148,7 +149,12 @@ class Engine:
         self._draining = False
         self._drain_reason = ""  # set when the engine drained the board itself (a submit-error streak)
         self._submit_streak = SubmitErrorStreak(config.submit_error_streak)
+        self._escalation_watch = EscalationWatch(
+            config.ccu_escalation, config.nan_escalation, config.escalation_window_s
+        )
+        self._escalate: Callable[[Escalation], None] | None = None  # the Escalator's, non-blocking
         self._stopping = False
+        self._crashed = False  # a device thread crashed: only a process restart brings the board back
         # Wait-stream wake-ups of a settled job, held for the engine thread to call once it has submitted
         # the next device job (or found none): `_complete`, `_release_wakeups_locked`.
         self._held_wakeups: list[Listener] = []
@@ -284,6 +290,23 @@ class Engine:
         with self._cond:
             self._resets.clear_halt_listeners_locked()
 
+    @property
+    def crashed(self) -> bool:
+        """A device thread crashed (the board is LOST for good: no device reset restarts the thread)."""
+        with self._cond:
+            return self._crashed
+
+    def set_escalation_handler(self, handler: Callable[[Escalation], None]) -> None:
+        """Hand every escalation the watch decides to `handler` (the `Escalator`'s `request`; called
+        from the completion thread without the lock; it must not block)."""
+        with self._cond:
+            self._escalate = handler
+
+    def forget_escalations(self, generation: int) -> None:
+        """A quarantined generation was decided: count its faults afresh."""
+        with self._cond:
+            self._escalation_watch.forget(generation)
+
     def add_observer(self, observer: EngineObserver) -> None:
         """Deliver the engine's events from now on to `observer`, on the hub's thread (`observer.py`)."""
         self._observers.add(observer)
@@ -342,6 +365,11 @@ class Engine:
         with self._cond:
             return self._generations.serving(alias)
 
+    def serving_generations(self) -> tuple[str, ...]:
+        """ "alias@generation (package)" of every serving model (the reset audit's before and after)."""
+        with self._cond:
+            return self._book.serving_generations()
+
     def serving_limits(self, alias: str) -> ModelLimits | None:
         """The limits of the alias's serving generation, or None when none serves. O(1)."""
         with self._cond:  # a published runtime keeps its model until it is unpublished
@@ -372,6 +400,24 @@ class Engine:
                 self._book.cancel(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, reason)
             self._cond.notify_all()
             return len(seqs)
+
+    def quarantine_generation(self, rt: ModelRuntime, reason: str) -> bool:
+        """Take a Ready generation out of service (Ready -> Quarantined): new requests are refused
+        (UNAVAILABLE), its client jobs end ERROR + UNAVAILABLE (a gateway resumes them elsewhere),
+        its parked KV is dropped; warm-up probes still run on it. Returns False, changing nothing,
+        when it is not Ready."""
+        with self._cond:
+            if rt.state is not ModelState.READY:
+                return False
+            rt.lifecycle.move(ModelState.QUARANTINED)
+            rt.message = f"quarantined: {reason}"
+            self._book.drop_parked(f"model {rt.alias} quarantined")
+            for seq in [s for s in self._jobs if s.generation == rt.generation and not s.internal]:
+                self._book.cancel(
+                    seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"model {rt.alias} quarantined: {reason}"
+                )
+            self._cond.notify_all()
+            return True
 
     def replace_model(self, rt: ModelRuntime, model: ConfiguredModel) -> None:
         """A generation whose configuration a reset dropped was configured again: its jobs use the
@@ -512,7 +558,7 @@ class Engine:
         with self._cond:
             final = seq.log.read(0)[-1]
             assert isinstance(final, FinalEvent)
-            return ProbeOutcome(final, tuple(seq.generated), seq.first_logits)
+            return ProbeOutcome(final, tuple(seq.generated), seq.first_logits, seq.recoveries)
 
     # ---- observation --------------------------------------------------------------------------
 
@@ -602,6 +648,7 @@ class Engine:
         except Exception:
             log.exception("%s thread crashed; failing all jobs and marking the board unhealthy", thread)
             with self._cond:
+                self._crashed = True
                 self._release_wakeups_locked()
                 for job in self._executor.jobs():
                     self._book.give_up_job(job, f"internal error in the {thread} thread")
@@ -783,13 +830,18 @@ class Engine:
                 if any(r.lost_kv for r in settlement.rows):  # before their recovery counts move
                     self._resets.lost_kv_locked(job)  # a running reset's tally records the jobs it hit
                 self._book.apply(job, settlement)
+            ready = rt.state is ModelState.READY
+            escalation = self._escalation_watch.saw(settlement.fault, job.generation, ready, time.monotonic())
             if self._engine_will_release_locked():
                 self._held_wakeups.extend(woken)
                 woken = []
             upkeep = self._executor.end_context(job)
             self._executor.retire(job)
+            escalate = self._escalate
         call_listeners(woken)
         self._run_upkeep(upkeep)
+        if escalation is not None and escalate is not None:
+            escalate(escalation)
 
     def _run_upkeep(self, upkeep: PoolUpkeep | None) -> None:
         """A pool's device work (rebuild after a quarantine, unregistering old buffers), without the

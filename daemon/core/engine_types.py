@@ -6,9 +6,11 @@ changes the reset budget through `ResetController.set_budget`) and the answers o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from calculet.daemon.core.escalation_watch import CCU_ESCALATION, ESCALATION_WINDOW_S, NAN_ESCALATION
 from calculet.daemon.core.events import FinalEvent
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
 from calculet.daemon.core.scheduler import SchedulingPolicy
@@ -36,6 +38,9 @@ class EngineConfig:
             at most this many seconds after their Final; the oldest go first.
         submit_error_streak: consecutive submit errors that drain the board (0 = never;
             `submit_streak.py`).
+        ccu_escalation / nan_escalation / escalation_window_s: CCU exceptions, and non-finite outputs
+            of one generation, within the window that escalate (0 = never; `escalation_watch.py`).
+        audit_journal: the file that keeps the reset audit trail across restarts (None: in memory).
     """
 
     policy: SchedulingPolicy = field(default_factory=SchedulingPolicy)
@@ -50,6 +55,10 @@ class EngineConfig:
     restore_after_clean_jobs: int = RESTORE_AFTER_CLEAN_JOBS
     orphan_timeout_s: float | None = 60.0
     submit_error_streak: int = SUBMIT_ERROR_STREAK
+    ccu_escalation: int = CCU_ESCALATION
+    nan_escalation: int = NAN_ESCALATION
+    escalation_window_s: float = ESCALATION_WINDOW_S
+    audit_journal: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,10 @@ class SubmitReceipt:
 
 @dataclass(frozen=True)
 class ProbeOutcome:
-    """A finished warm-up probe: its Final, its tokens and its first step's logits."""
+    """A finished warm-up probe: its Final, its tokens, its first step's logits and how many times it
+    re-prefilled after lost KV (a device fault during the check)."""
 
     final: FinalEvent
     tokens: tuple[int, ...]
     first_logits: np.ndarray | None
+    recoveries: int = 0

@@ -4,7 +4,8 @@ Unloaded -> Validating -> Configuring -> Warming -> Ready -> Draining -> Unloadi
 Validating, Configuring and Warming may fail (-> Failed -> Unloaded after cleanup). A load that
 is refused before Validating never creates a generation. A configuration reset drops a Ready
 generation's calbin: it goes back to Configuring -> Warming (the golden check again) -> Ready, or
-fails.
+fails. Repeated non-finite outputs quarantine a Ready generation: Quarantined -> Ready when its golden
+check passes again, else -> Failed -> Unloaded (`ModelManager.recheck`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class ModelState(Enum):
     DRAINING = "draining"
     UNLOADING = "unloading"
     FAILED = "failed"
+    QUARANTINED = "quarantined"
 
     @property
     def serving(self) -> bool:
@@ -35,7 +37,8 @@ MODEL_TRANSITIONS = table(
         (ModelState.VALIDATING, [ModelState.CONFIGURING, ModelState.FAILED]),
         (ModelState.CONFIGURING, [ModelState.WARMING, ModelState.FAILED]),
         (ModelState.WARMING, [ModelState.READY, ModelState.FAILED]),
-        (ModelState.READY, [ModelState.DRAINING, ModelState.CONFIGURING]),
+        (ModelState.READY, [ModelState.DRAINING, ModelState.CONFIGURING, ModelState.QUARANTINED]),
+        (ModelState.QUARANTINED, [ModelState.READY, ModelState.FAILED]),
         (ModelState.DRAINING, [ModelState.UNLOADING]),
         (ModelState.UNLOADING, [ModelState.UNLOADED]),
         (ModelState.FAILED, [ModelState.UNLOADED]),

@@ -130,6 +130,9 @@ class ModelManager:
         self.drain_timeout_s = drain_timeout_s
         self._lock = threading.Lock()  # guards `_loading` only
         self._loading: set[str] = set()
+        # alias -> (package, lanes) it served before a replacing load took over: what a failed
+        # re-check after a quarantine rolls back to (only the last one; set and read by load/recheck).
+        self._previous: dict[str, tuple[Path, int]] = {}
         self._generations = itertools.count(1)
         info = device.info()
         self.max_resident = info.capabilities.max_resident_configurations
@@ -262,6 +265,7 @@ class ModelManager:
         rt.ready_at = time.time()
         old = self.engine.publish(rt)
         if old is not None:
+            self._previous[alias] = (old.package_dir, old.manifest.kv.lanes)  # a quarantine's rollback
             self.retire(old, timeout=drain_s)
         progress(LoadProgress(alias, generation, ModelState.READY, "ready", True))
         return rt
@@ -325,7 +329,13 @@ class ModelManager:
             )
         self.retire(old, timeout=drain_s)
 
-    def _golden_check(self, rt: ModelRuntime) -> None:
+    def _golden_check(self, rt: ModelRuntime, *, strict: bool = False) -> None:
+        """Run the package's golden prefill/decode on `rt` and compare. `strict`: a device fault during
+        the check (the probe re-prefilled) fails it too (the re-check after a quarantine).
+
+        Raises:
+            FailedPrecondition: it did not finish, or did not match.
+        """
         golden = rt.manifest.golden
         req = GenerationRequest(
             model=rt.alias,
@@ -338,6 +348,10 @@ class ModelManager:
             raise FailedPrecondition(f"golden check did not finish within {self.warm_timeout_s}s")
         if probe.final.reason not in (FinishReason.LENGTH, FinishReason.STOP):
             raise FailedPrecondition(f"golden check failed: {probe.final.error_message}")
+        if strict and probe.recoveries:
+            raise FailedPrecondition(
+                f"golden check hit {probe.recoveries} device fault(s) (lost KV, non-finite logits)"
+            )
         if probe.tokens != golden.decode_tokens:
             raise FailedPrecondition(
                 f"golden decode mismatch: expected {list(golden.decode_tokens)}, got {list(probe.tokens)}"
@@ -360,18 +374,59 @@ class ModelManager:
             self.engine.replace_model(rt, self.device.configure(rt.package_dir, rt.manifest))
             self._golden_check(rt)
         except CalculetError as exc:
-            log.error("model %s generation %d failed after a configuration reset: %s", rt.alias, rt.generation, exc)
-            rt.message = f"failed after a configuration reset: {exc}"
-            self.engine.move_generation(rt, ModelState.FAILED)
-            self.engine.cancel_generation(rt.generation, f"model {rt.alias} failed after a configuration reset")
-            self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
-            self.engine.unpublish(rt.alias, rt.generation)
-            self._discard(rt)
-            rt.lifecycle.move(ModelState.UNLOADED)
+            self._fail_generation(rt, "after a configuration reset", exc)
             return exc
         rt.message = "configured and warmed again after a configuration reset"
         self.engine.move_generation(rt, ModelState.READY)
         return None
+
+    # ---- after repeated non-finite outputs --------------------------------------------------
+
+    def recheck(self, rt: ModelRuntime, reason: str) -> RecheckOutcome | None:
+        """Quarantine a Ready generation (its running jobs end UNAVAILABLE, to resume elsewhere) and
+        re-run its golden check, strictly (a device fault during it fails it). Passed: Ready again.
+        Failed: the generation is Failed and unloaded, and the alias rolls back to the package it
+        served before (recorded when a replacing load took over), or stays unloaded without one.
+
+        Returns:
+            What happened; None when the generation was not Ready (nothing done).
+        """
+        if not self.engine.quarantine_generation(rt, reason):
+            return None
+        try:
+            self._golden_check(rt, strict=True)
+        except CalculetError as exc:
+            self._fail_generation(rt, "after its quarantine", exc)
+            return self._roll_back(rt, f"golden check failed: {exc}")
+        finally:
+            self.engine.forget_escalations(rt.generation)
+        rt.message = "golden check passed again after a quarantine"
+        self.engine.move_generation(rt, ModelState.READY)
+        return RecheckOutcome(True, True, f"generation {rt.generation}: golden check passed, serving again")
+
+    def _roll_back(self, failed: ModelRuntime, why: str) -> RecheckOutcome:
+        """Load the package the alias served before `failed` (now unloaded), if one was recorded."""
+        previous = self._previous.pop(failed.alias, None)
+        if previous is None:
+            return RecheckOutcome(False, False, f"{why}; generation {failed.generation} unloaded, no earlier package")
+        path, lanes = self.relative(previous[0]), previous[1]
+        try:
+            rt = self.load(failed.alias, path, lanes=lanes)
+        except CalculetError as exc:
+            return RecheckOutcome(False, False, f"{why}; rollback to {path} failed: {exc}")
+        return RecheckOutcome(False, True, f"{why}; rolled back to {path} (generation {rt.generation})")
+
+    def _fail_generation(self, rt: ModelRuntime, when: str, exc: CalculetError) -> None:
+        """A published generation failed its golden check `when`: Failed, its jobs end UNAVAILABLE (a
+        gateway resumes them elsewhere), its alias unpublished, its buffers released, Unloaded."""
+        log.error("model %s generation %d failed %s: %s", rt.alias, rt.generation, when, exc)
+        rt.message = f"failed {when}: {exc}"
+        self.engine.move_generation(rt, ModelState.FAILED)
+        self.engine.cancel_generation(rt.generation, f"model {rt.alias} failed {when}")
+        self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
+        self.engine.unpublish(rt.alias, rt.generation)
+        self._discard(rt)
+        rt.lifecycle.move(ModelState.UNLOADED)
 
     # ---- unload ---------------------------------------------------------------------------
 
@@ -434,6 +489,21 @@ class ModelManager:
                 self.device.release(rt.model)
             rt.model = None
         self.engine.remove_generation(rt.generation)
+
+
+@dataclass(frozen=True)
+class RecheckOutcome:
+    """How a quarantine's golden re-check ended.
+
+    Attributes:
+        passed: the generation passed and serves again.
+        serving: the alias serves (passed, or rolled back to its earlier package).
+        message: what happened, for the audit.
+    """
+
+    passed: bool
+    serving: bool
+    message: str
 
 
 class _Stepper:

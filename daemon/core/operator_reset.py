@@ -88,9 +88,9 @@ def operator_reset(
     try:
         problem: CalculetError | None
         try:
-            message, dropped = _reset_device(resets, kind)
+            message, dropped = reset_device(resets, kind)
             # Lift a halt first: the warm-up probes of the dropped models must be able to run.
-            problem = resets.operator_reset_succeeded() or _rewarm(hooks, dropped)
+            problem = resets.operator_reset_succeeded() or rewarm_all(hooks, dropped)
         except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
             message, problem = f"{kind} reset failed", exc
         settle = SETTLE_TIMEOUT_S if settle_timeout_s is None else settle_timeout_s
@@ -103,11 +103,11 @@ def operator_reset(
         if problem is not None
         else ResetReport(kind, True, message, counts)
     )
-    resets.record(_operator_entry(report, reason, before, hooks.audit_point()))
+    resets.record(reset_entry(report, reason, before, hooks.audit_point()))
     return report
 
 
-def _reset_device(resets: ResetController, kind: str) -> tuple[str, list[ModelRuntime]]:
+def reset_device(resets: ResetController, kind: str) -> tuple[str, list[ModelRuntime]]:
     """The device part of an operator reset. Returns what was done, and the generations a
     configuration reset dropped (to configure and warm again once the board may serve).
 
@@ -122,7 +122,7 @@ def _reset_device(resets: ResetController, kind: str) -> tuple[str, list[ModelRu
     return f"configuration reset: {names} configured and warmed again; their jobs re-prefill", dropped
 
 
-def _rewarm(hooks: OperatorHooks, dropped: list[ModelRuntime]) -> CalculetError | None:
+def rewarm_all(hooks: OperatorHooks, dropped: list[ModelRuntime]) -> CalculetError | None:
     """Configure and warm again every generation a configuration reset dropped. Returns why one
     failed (it is Failed and unloaded then), or None."""
     failed = [(rt, err) for rt in dropped if (err := hooks.rewarm(rt)) is not None]
@@ -132,17 +132,22 @@ def _rewarm(hooks: OperatorHooks, dropped: list[ModelRuntime]) -> CalculetError 
     return FailedPrecondition(f"model {rt.alias} failed its warm-up after the configuration reset: {err}")
 
 
-def _operator_entry(
-    report: ResetReport, reason: str, before: tuple[bool, tuple[str, ...]], after: tuple[bool, tuple[str, ...]]
+def reset_entry(
+    report: ResetReport,
+    reason: str,
+    before: tuple[bool, tuple[str, ...]],
+    after: tuple[bool, tuple[str, ...]],
+    fault: str = "operator",
 ) -> ResetEntry:
-    """An operator reset's audit entry."""
+    """The audit entry of an operator reset (`fault` "operator") or an escalation's (the fault that
+    escalated)."""
     c = report.counts
     return ResetEntry(
         at=time.time(),
         kind=report.kind,
-        automatic=False,
+        automatic=fault != "operator",
         reason=reason,
-        fault="operator",
+        fault=fault,
         inflight_jobs=c.inflight,
         recovered=c.recovered,
         failed=c.failed,

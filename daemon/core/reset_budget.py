@@ -4,9 +4,10 @@
   the board stops resetting itself, reports NOT_SERVING and waits for an operator, so a broken
   board cannot reset in a storm. Operator resets (the Reset RPC) are not limited, and a successful
   one clears the budget (observe.proto ResetBudget).
-- `BoardHalt`: why the board stopped serving on its own. Only AWAITING_OPERATOR (the budget was used
-  up) is lifted by a successful operator reset; a lost device or a crashed device thread (LOST)
-  needs a process restart.
+- `BoardHalt`: why the board stopped serving on its own. AWAITING_OPERATOR (the budget was used up)
+  is lifted by a successful operator reset; LOST (a lost device, a job hung after a reset, a crashed
+  device thread) by the unhealthy escalation's device reset when it restores the board, else by the
+  process restart that escalation asks its supervisor for (`escalations.py`).
 - `ResetState` and `ResetGate`: which reset runs, one at a time (the `ResetController`'s reset
   lifecycle). A Reset while another (operator or automatic) is in progress is refused with
   FAILED_PRECONDITION (operate.proto); an automatic reset never waits for the gate.
@@ -87,13 +88,15 @@ class BoardHalt(Enum):
 
     NONE = auto()  # not halted
     AWAITING_OPERATOR = auto()  # the automatic reset budget is used up: an operator reset lifts it
-    LOST = auto()  # device lost, unrecoverable after a reset, or a device thread crashed: restart
+    LOST = auto()  # device lost, unrecoverable after a reset, or a device thread crashed: a device reset or a restart
 
 
+# LOST -> NONE only when the unhealthy escalation's device reset restored the board (`escalations.py`).
 HALT_TRANSITIONS = table(
     [
         (BoardHalt.NONE, [BoardHalt.AWAITING_OPERATOR, BoardHalt.LOST]),
         (BoardHalt.AWAITING_OPERATOR, [BoardHalt.NONE, BoardHalt.LOST]),
+        (BoardHalt.LOST, [BoardHalt.NONE]),
     ]
 )
 
@@ -102,18 +105,29 @@ class ResetState(Enum):
     """Which reset the board runs; one at a time (`RESET_TRANSITIONS`)."""
 
     IDLE = auto()
-    AUTOMATIC_CCU = auto()  # a hung device job: the compute units are reset, then the job is collected
+    AUTOMATIC_CCU = auto()  # a hung device job, or a CCU escalation: the compute units are reset
+    AUTOMATIC_CONFIGURATION = auto()  # CCU exceptions that recur after a CCU reset: reset, models warmed again
     OPERATOR_CCU = auto()  # the Reset RPC (ccu): the compute units are reset, a halt for the budget lifted
     OPERATOR_CONFIGURATION = auto()  # the Reset RPC (configuration): reset, a halt lifted, models warmed again
-    SETTLING = auto()  # an operator reset waits for the jobs it hit to rebuild their KV or end, then answers
+    SETTLING = auto()  # a reset waits for the jobs it hit to rebuild their KV or end, then is audited
 
 
-# An automatic reset ends without settling (its jobs recover on their own, nobody waits for an answer);
-# an operator reset settles, or goes back to IDLE at once when an unexpected error ends it first.
+# The reset after a hung job ends without settling (its jobs recover on their own, nobody waits for
+# an answer); an operator reset or an escalation's settles, or goes back to IDLE at once when an
+# unexpected error ends it first.
 RESET_TRANSITIONS = table(
     [
-        (ResetState.IDLE, [ResetState.AUTOMATIC_CCU, ResetState.OPERATOR_CCU, ResetState.OPERATOR_CONFIGURATION]),
-        (ResetState.AUTOMATIC_CCU, [ResetState.IDLE]),
+        (
+            ResetState.IDLE,
+            [
+                ResetState.AUTOMATIC_CCU,
+                ResetState.AUTOMATIC_CONFIGURATION,
+                ResetState.OPERATOR_CCU,
+                ResetState.OPERATOR_CONFIGURATION,
+            ],
+        ),
+        (ResetState.AUTOMATIC_CCU, [ResetState.SETTLING, ResetState.IDLE]),
+        (ResetState.AUTOMATIC_CONFIGURATION, [ResetState.SETTLING, ResetState.IDLE]),
         (ResetState.OPERATOR_CCU, [ResetState.SETTLING, ResetState.IDLE]),
         (ResetState.OPERATOR_CONFIGURATION, [ResetState.SETTLING, ResetState.IDLE]),
         (ResetState.SETTLING, [ResetState.IDLE]),

@@ -114,7 +114,7 @@ class ResetController:
         self._gate = ResetGate()  # the reset lifecycle, its holder and the running operator reset's tally
         self._halt: Lifecycle[BoardHalt] = Lifecycle("board halt", BoardHalt.NONE, HALT_TRANSITIONS)
         self._halt_listeners: list[Callable[[], None]] = []  # told when the board halts
-        self._audit = ResetAudit()
+        self._audit = ResetAudit(journal=config.audit_journal)
         self._counters = ResetCounters()
         self._abandoned: list[DeviceJob] = []  # given up at a halt while the device still held them
         self._launch_holds = 0  # resets in progress that must not see a job being submitted
@@ -269,11 +269,11 @@ class ResetController:
                 self.end()
 
     def _record_automatic_locked(self, reason: str, hit: int, before: tuple[bool, tuple[str, ...]], ok: bool,
-                                 message: str, fault: str = "hang") -> None:  # fmt: skip
+                                 message: str, fault: str = "hang", kind: str = "ccu") -> None:  # fmt: skip
         self._record_locked(
             ResetEntry(
                 at=reset_audit_now(),
-                kind="ccu",
+                kind=kind,
                 automatic=True,
                 reason=reason,
                 fault=fault,
@@ -288,6 +288,47 @@ class ResetController:
                 message=message,
             )
         )
+
+    # ---- an escalation's reset, step by step (`auto_reset.py` orders them) -------------------
+
+    def begin_automatic_reset(self, kind: str, reason: str, fault: str, *, lost: bool = False) -> ResetTally | None:
+        """Take the gate for an escalation's reset ("ccu" or "configuration") and spend one automatic
+        reset of the budget. Returns the tally the reset records the jobs it hit in (`end` gives the
+        gate back); None when it does not run: the board is halted (unless `lost`: the unhealthy
+        escalation's reset of a LOST board), another reset holds the gate (that one resets anyway), or
+        the budget is used up: then the board halts and waits for an operator (a LOST one stays LOST),
+        audited.
+        """
+        with self._cond:
+            halted = self.halted and not (lost and self._halt.state is BoardHalt.LOST)
+            if halted or self._gate.busy:
+                log.warning("%s: no %s reset (%s)", reason, kind, "board halted" if self.halted else self._gate.holder)
+                return None
+            before = (not self.halted, self._host.serving_generations())
+            if not self._budget.try_spend():
+                budget = self._budget.view()
+                message = f"{budget.limit} automatic resets per {budget.window_s:g}s used up: needs an operator"
+                log.error("%s; %s", reason, message)
+                self.halt_locked(message, BoardHalt.AWAITING_OPERATOR)
+                self._record_automatic_locked(reason, 0, before, False, message, fault="budget exhausted", kind=kind)
+                return None
+            tally = ResetTally()
+            state = ResetState.AUTOMATIC_CCU if kind == "ccu" else ResetState.AUTOMATIC_CONFIGURATION
+            self._gate.try_begin(f"automatic {kind} reset ({fault})", tally, state)
+            self._counters.resets += 1
+            self._counters.last_reset_reason = reason
+        return tally
+
+    def lift_lost(self) -> bool:
+        """The unhealthy escalation's device reset restored the board: lift a LOST halt (the models
+        are warmed again next). Returns whether it was lifted."""
+        with self._cond:
+            if self._halt.state is not BoardHalt.LOST:
+                return False
+            self._halt.move(BoardHalt.NONE)
+            self._executor.restore_limit("device reset after the board was lost")
+            self._cond.notify_all()
+            return True
 
     # ---- operator resets, step by step (`operator_reset.py` orders them) ---------------------
 

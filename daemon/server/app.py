@@ -6,7 +6,9 @@ a stop signal, then drains gracefully: admission stops (readiness NOT_SERVING, l
 SERVING), running jobs get `grace_s` to finish, every job still unfinished then ends with
 an in-band Final ERROR / UNAVAILABLE (a gateway resumes it on another board with resume_tokens),
 the server stops once the Wait streams have sent those, and the core closes without waiting for a
-device job that hangs. Under systemd (`sd_notify`) it sends READY=1 once it listens, STATUS= lines as
+device job that hangs. The same stop runs when the board asks to exit because its device stayed
+unhealthy after a reset (`DeviceCore.on_exit_request`; the process then exits EXIT_DEVICE_UNHEALTHY).
+Under systemd (`sd_notify`) it sends READY=1 once it listens, STATUS= lines as
 the board's state changes, WATCHDOG=1 from the engine thread's loop, STOPPING=1 on SIGTERM before the
 drain, and RELOADING=1 ... READY=1 around a SIGHUP, which runs the caller's `reload` in a worker
 thread. A Unix socket is only ever taken over from a dead daemon, and removed at the end only while
@@ -221,6 +223,10 @@ async def _run(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # The device stayed unhealthy after a reset: stop as on SIGTERM; main exits EXIT_DEVICE_UNHEALTHY.
+    core.on_exit_request(lambda _reason: _call_soon(loop, stop.set))
+    if core.exit_reason:  # asked before the loop listened
+        stop.set()
     if announce:
         models = ", ".join(f"{m.alias} (generation {m.generation})" for m in core.health().models) or "none"
         log.info("board %d serving on %s; models: %s", core.config.board, target, models)
@@ -228,6 +234,8 @@ async def _run(
         ready.set()
     tasks = _tell_systemd(core, servicer, target, notifier, reload, stop)
     await stop.wait()
+    if core.exit_reason:
+        log.error("exiting for a restart: %s", core.exit_reason)
     log.info("stopping: draining for up to %.0fs", grace_s)
     notifier.stopping(f"draining for up to {grace_s:.0f}s")
     for task in tasks:
@@ -242,6 +250,12 @@ async def _run(
     await server.stop(grace=STOP_GRACE_S)
     servicer.close()
     await loop.run_in_executor(None, core.close)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    """Run `callback` on `loop` from any thread (a loop already closed: nothing left to stop)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback)
 
 
 def _tell_systemd(

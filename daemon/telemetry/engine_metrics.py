@@ -148,7 +148,7 @@ class EngineMetrics(EngineObserver):
 
     def reset_recorded(self, event: ResetRecorded) -> None:
         e = event.entry
-        if e.kind == "drain":  # the audit trail holds escalations too; this one reset nothing
+        if e.kind in ESCALATIONS_WITHOUT_RESET:  # the audit trail holds escalations too; these reset nothing
             self.totals.add("calculet_escalations_total", (("kind", e.kind), ("reason", e.fault)))
             return
         labels = (("kind", e.kind), ("reason", e.fault), ("result", "ok" if e.ok else "failed"))
@@ -158,6 +158,7 @@ class EngineMetrics(EngineObserver):
         self.totals.add("calculet_faults_total", (("kind", event.kind),))
 
 
+ESCALATIONS_WITHOUT_RESET = ("drain", "quarantine", "restart")  # audit kinds counted as escalations
 _PHASES: dict[tuple[str, str], Mapping[str, str]] = {}
 
 

@@ -22,7 +22,9 @@ HELP = "Show every reset of a board (automatic and operator), with the budget."
 _KIND = {
     common_pb2.RESET_KIND_CCU: "ccu",
     common_pb2.RESET_KIND_CONFIGURATION: "configuration",
-    common_pb2.RESET_KIND_DRAIN: "drain",  # an escalation that reset nothing (a submit-error streak)
+    common_pb2.RESET_KIND_DRAIN: "drain",  # escalations that reset nothing: a submit-error streak,
+    common_pb2.RESET_KIND_QUARANTINE: "quarantine",  # repeated non-finite outputs,
+    common_pb2.RESET_KIND_RESTART: "restart",  # a device a reset could not restore
 }
 _HEALTH = {
     common_pb2.SERVING_STATUS_SERVING: "serving",
@@ -39,7 +41,8 @@ def reset_table(summary: observe_pb2.ResetSummary) -> Table:
     """The audit trail as a table, oldest first."""
     table = Table(title=f"resets: {summary.count} since start", title_justify="left")
     for column in ("at", "kind", "by", "fault", "jobs hit", "models", "health", "result"):
-        table.add_column(column)
+        # The reason is what an operator reads first: keep a short one on one line in 80 columns.
+        table.add_column(column, min_width=24 if column == "fault" else None)
     for r in summary.history:
         at = dt.datetime.fromtimestamp(r.at.seconds + r.at.nanos / 1e9).isoformat(timespec="seconds")
         models = ", ".join(r.generations_before) or "-"

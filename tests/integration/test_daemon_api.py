@@ -179,7 +179,7 @@ def test_calctl_resets_shows_the_audit_trail(start_daemon, capsys) -> None:
         ("RESET_KIND_CCU", "first check", True),
         ("RESET_KIND_CONFIGURATION", "second check", True),
     ]
-    assert shown["history"][1]["generations_before"] == ["tiny@1"]
+    assert shown["history"][1]["generations_before"] == ["tiny@1 (tiny)"]
     assert calctl.main(["resets", *target]) == 0
     table = capsys.readouterr().out
     assert "second check" in table and "operator" in table and "budget" in table

@@ -36,7 +36,11 @@ def test_concurrent_requests_under_random_faults_equal_undisturbed_runs(start_da
             }
         )
     )
-    faulty = start_daemon("--model", "tiny=tiny", "--fault-plan", str(plan))
+    # The first response only: at these rates the escalations (a CCU reset per 3 CCU exceptions a
+    # minute, a quarantine per 2 NaN jobs) would soon use up the reset budget or unload the model
+    # (tests/integration/test_fleet_escalations.py covers them).
+    escalations = ("--ccu-escalation", "0", "--nan-escalation", "0")
+    faulty = start_daemon("--model", "tiny=tiny", "--fault-plan", str(plan), *escalations)
     assert run_concurrent(faulty.target, "tiny", reqs) == reference
     with DaemonClient(faulty.target) as client:
         status = client.status()

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY
 from calculet.ops.calctl import main as calctl
 from calculet.ops.commands.install_units import (
     COMMANDS,
@@ -92,6 +93,7 @@ def test_the_daemon_unit_maps_the_issue() -> None:
     )  # last one wins, like systemd for these keys
     assert directives["Type"] == "notify" and directives["NotifyAccess"] == "main"
     assert directives["RestartPreventExitStatus"] == "2 3 4" and directives["Restart"] == "on-failure"
+    assert directives["RestartForceExitStatus"] == str(EXIT_DEVICE_UNHEALTHY), "a lost device asks for a restart"
     assert float(directives["WatchdogSec"].removesuffix("s")) > 30  # the default --job-timeout
     assert float(directives["TimeoutStopSec"].removesuffix("s")) >= 30 + 10  # --drain-timeout + grace
     assert "--listen unix:/run/calculet/board%i.sock" in directives["ExecStart"]

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x61lculet/v1/common.proto\x12\x0b\x63\x61lculet.v1\"r\n\x0b\x45rrorStatus\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.calculet.v1.ErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1a\n\rretry_after_s\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x10\n\x0e_retry_after_s*\xec\x02\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45RROR_KIND_CANCELLED\x10\x01\x12\x1f\n\x1b\x45RROR_KIND_INVALID_ARGUMENT\x10\x03\x12 \n\x1c\x45RROR_KIND_DEADLINE_EXCEEDED\x10\x04\x12\x18\n\x14\x45RROR_KIND_NOT_FOUND\x10\x05\x12 \n\x1c\x45RROR_KIND_PERMISSION_DENIED\x10\x07\x12\x19\n\x15\x45RROR_KIND_OVERLOADED\x10\x08\x12\"\n\x1e\x45RROR_KIND_FAILED_PRECONDITION\x10\t\x12\x16\n\x12\x45RROR_KIND_ABORTED\x10\n\x12\x17\n\x13\x45RROR_KIND_INTERNAL\x10\r\x12\x1a\n\x16\x45RROR_KIND_UNAVAILABLE\x10\x0e\x12\x1e\n\x1a\x45RROR_KIND_UNAUTHENTICATED\x10\x10*\xf9\x01\n\nModelState\x12\x1b\n\x17MODEL_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14MODEL_STATE_UNLOADED\x10\x01\x12\x1a\n\x16MODEL_STATE_VALIDATING\x10\x02\x12\x1b\n\x17MODEL_STATE_CONFIGURING\x10\x03\x12\x17\n\x13MODEL_STATE_WARMING\x10\x04\x12\x15\n\x11MODEL_STATE_READY\x10\x05\x12\x18\n\x14MODEL_STATE_DRAINING\x10\x06\x12\x19\n\x15MODEL_STATE_UNLOADING\x10\x07\x12\x16\n\x12MODEL_STATE_FAILED\x10\x08*\x88\x01\n\rServingStatus\x12\x1e\n\x1aSERVING_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16SERVING_STATUS_SERVING\x10\x01\x12\x1b\n\x17SERVING_STATUS_DRAINING\x10\x02\x12\x1e\n\x1aSERVING_STATUS_NOT_SERVING\x10\x03*\x86\x01\n\tResetKind\x12\x1a\n\x16RESET_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eRESET_KIND_CCU\x10\x01\x12\x1c\n\x18RESET_KIND_CONFIGURATION\x10\x02\x12\x15\n\x11RESET_KIND_DEVICE\x10\x03\x12\x14\n\x10RESET_KIND_DRAIN\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x61lculet/v1/common.proto\x12\x0b\x63\x61lculet.v1\"r\n\x0b\x45rrorStatus\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.calculet.v1.ErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1a\n\rretry_after_s\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x10\n\x0e_retry_after_s*\xec\x02\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45RROR_KIND_CANCELLED\x10\x01\x12\x1f\n\x1b\x45RROR_KIND_INVALID_ARGUMENT\x10\x03\x12 \n\x1c\x45RROR_KIND_DEADLINE_EXCEEDED\x10\x04\x12\x18\n\x14\x45RROR_KIND_NOT_FOUND\x10\x05\x12 \n\x1c\x45RROR_KIND_PERMISSION_DENIED\x10\x07\x12\x19\n\x15\x45RROR_KIND_OVERLOADED\x10\x08\x12\"\n\x1e\x45RROR_KIND_FAILED_PRECONDITION\x10\t\x12\x16\n\x12\x45RROR_KIND_ABORTED\x10\n\x12\x17\n\x13\x45RROR_KIND_INTERNAL\x10\r\x12\x1a\n\x16\x45RROR_KIND_UNAVAILABLE\x10\x0e\x12\x1e\n\x1a\x45RROR_KIND_UNAUTHENTICATED\x10\x10*\x96\x02\n\nModelState\x12\x1b\n\x17MODEL_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14MODEL_STATE_UNLOADED\x10\x01\x12\x1a\n\x16MODEL_STATE_VALIDATING\x10\x02\x12\x1b\n\x17MODEL_STATE_CONFIGURING\x10\x03\x12\x17\n\x13MODEL_STATE_WARMING\x10\x04\x12\x15\n\x11MODEL_STATE_READY\x10\x05\x12\x18\n\x14MODEL_STATE_DRAINING\x10\x06\x12\x19\n\x15MODEL_STATE_UNLOADING\x10\x07\x12\x16\n\x12MODEL_STATE_FAILED\x10\x08\x12\x1b\n\x17MODEL_STATE_QUARANTINED\x10\t*\x88\x01\n\rServingStatus\x12\x1e\n\x1aSERVING_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16SERVING_STATUS_SERVING\x10\x01\x12\x1b\n\x17SERVING_STATUS_DRAINING\x10\x02\x12\x1e\n\x1aSERVING_STATUS_NOT_SERVING\x10\x03*\xb9\x01\n\tResetKind\x12\x1a\n\x16RESET_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eRESET_KIND_CCU\x10\x01\x12\x1c\n\x18RESET_KIND_CONFIGURATION\x10\x02\x12\x15\n\x11RESET_KIND_DEVICE\x10\x03\x12\x14\n\x10RESET_KIND_DRAIN\x10\x04\x12\x19\n\x15RESET_KIND_QUARANTINE\x10\x05\x12\x16\n\x12RESET_KIND_RESTART\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ERRORKIND']._serialized_start=158
   _globals['_ERRORKIND']._serialized_end=522
   _globals['_MODELSTATE']._serialized_start=525
-  _globals['_MODELSTATE']._serialized_end=774
-  _globals['_SERVINGSTATUS']._serialized_start=777
-  _globals['_SERVINGSTATUS']._serialized_end=913
-  _globals['_RESETKIND']._serialized_start=916
-  _globals['_RESETKIND']._serialized_end=1050
+  _globals['_MODELSTATE']._serialized_end=803
+  _globals['_SERVINGSTATUS']._serialized_start=806
+  _globals['_SERVINGSTATUS']._serialized_end=942
+  _globals['_RESETKIND']._serialized_start=945
+  _globals['_RESETKIND']._serialized_end=1130
   _globals['_ERRORSTATUS']._serialized_start=41
   _globals['_ERRORSTATUS']._serialized_end=155
 # @@protoc_insertion_point(module_scope)

@@ -31,6 +31,7 @@ class ModelState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_STATE_DRAINING: _ClassVar[ModelState]
     MODEL_STATE_UNLOADING: _ClassVar[ModelState]
     MODEL_STATE_FAILED: _ClassVar[ModelState]
+    MODEL_STATE_QUARANTINED: _ClassVar[ModelState]
 
 class ServingStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -46,6 +47,8 @@ class ResetKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESET_KIND_CONFIGURATION: _ClassVar[ResetKind]
     RESET_KIND_DEVICE: _ClassVar[ResetKind]
     RESET_KIND_DRAIN: _ClassVar[ResetKind]
+    RESET_KIND_QUARANTINE: _ClassVar[ResetKind]
+    RESET_KIND_RESTART: _ClassVar[ResetKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_CANCELLED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
@@ -67,6 +70,7 @@ MODEL_STATE_READY: ModelState
 MODEL_STATE_DRAINING: ModelState
 MODEL_STATE_UNLOADING: ModelState
 MODEL_STATE_FAILED: ModelState
+MODEL_STATE_QUARANTINED: ModelState
 SERVING_STATUS_UNSPECIFIED: ServingStatus
 SERVING_STATUS_SERVING: ServingStatus
 SERVING_STATUS_DRAINING: ServingStatus
@@ -76,6 +80,8 @@ RESET_KIND_CCU: ResetKind
 RESET_KIND_CONFIGURATION: ResetKind
 RESET_KIND_DEVICE: ResetKind
 RESET_KIND_DRAIN: ResetKind
+RESET_KIND_QUARANTINE: ResetKind
+RESET_KIND_RESTART: ResetKind
 
 class ErrorStatus(_message.Message):
     __slots__ = ("kind", "message", "retry_after_s")

@@ -359,8 +359,8 @@ def test_every_reset_automatic_or_operator_leaves_an_audit_entry(models: Path) -
         ]
         hang, operator, refused = history
         assert "did not finish" in hang.reason and hang.inflight_jobs >= 1 and hang.serving_after
-        assert operator.reason == "operator check" and operator.generations_before == ("tiny@1",)
-        assert operator.generations_after == ("tiny@1",) and operator.serving_before and operator.serving_after
+        assert operator.reason == "operator check" and operator.generations_before == ("tiny@1 (tiny)",)
+        assert operator.generations_after == ("tiny@1 (tiny)",) and operator.serving_before and operator.serving_after
         assert refused.serving_before and not refused.serving_after and "operator" in refused.message
         assert [e.at for e in history] == sorted(e.at for e in history)
         wire = status_to_pb(core.status()).resets

@@ -8,7 +8,8 @@ with a transition table, changed only by `Lifecycle.move`.
 - On a running DeviceCore over calsim: an operator reset passes OPERATOR_CCU or
   OPERATOR_CONFIGURATION, then SETTLING, then IDLE; a hung job's reset AUTOMATIC_CCU then IDLE, with
   launches held around the device call; a used-up budget halts the board (AWAITING_OPERATOR) without
-  a reset, until an operator reset lifts the halt; a lost device is LOST for good.
+  a reset, until an operator reset lifts the halt; a lost device is LOST until a reset that restores
+  it (which calsim's lost device never allows) or a restart.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ H = BoardHalt
 
 # The documented tables, written out edge by edge.
 RESET_EDGES = {
-    S.IDLE: {S.AUTOMATIC_CCU, S.OPERATOR_CCU, S.OPERATOR_CONFIGURATION},
-    S.AUTOMATIC_CCU: {S.IDLE},  # an automatic reset does not settle: nobody waits for an answer
+    S.IDLE: {S.AUTOMATIC_CCU, S.AUTOMATIC_CONFIGURATION, S.OPERATOR_CCU, S.OPERATOR_CONFIGURATION},
+    # A hung job's reset does not settle (nobody waits for an answer); an escalation's does, for its audit.
+    S.AUTOMATIC_CCU: {S.SETTLING, S.IDLE},
+    S.AUTOMATIC_CONFIGURATION: {S.SETTLING, S.IDLE},
     S.OPERATOR_CCU: {S.SETTLING, S.IDLE},  # IDLE at once only when an unexpected error ends it
     S.OPERATOR_CONFIGURATION: {S.SETTLING, S.IDLE},
     S.SETTLING: {S.IDLE},
@@ -50,9 +53,9 @@ RESET_EDGES = {
 HALT_EDGES = {
     H.NONE: {H.AWAITING_OPERATOR, H.LOST},
     H.AWAITING_OPERATOR: {H.NONE, H.LOST},  # an operator reset lifts it; a lost device makes it LOST
-    H.LOST: set(),  # only a restart
+    H.LOST: {H.NONE},  # the unhealthy escalation's device reset, when the device answers again
 }
-BEGINNINGS = (S.AUTOMATIC_CCU, S.OPERATOR_CCU, S.OPERATOR_CONFIGURATION)
+BEGINNINGS = (S.AUTOMATIC_CCU, S.AUTOMATIC_CONFIGURATION, S.OPERATOR_CCU, S.OPERATOR_CONFIGURATION)
 TIMEOUT = 20.0
 
 
@@ -127,7 +130,7 @@ class GateMachine(RuleBasedStateMachine):
 
     @rule()
     def settle(self) -> None:
-        if self.state in (S.OPERATOR_CCU, S.OPERATOR_CONFIGURATION):
+        if self.state in BEGINNINGS:
             self.gate.settle()
             self.state = S.SETTLING
         else:

@@ -1,0 +1,72 @@
+"""An escalation's reset from decision to audit (seed 000 section 14): repeated CCU exceptions reset
+the compute units, and if they recur, the configuration, whose models are then warmed again.
+
+Like an operator reset (`operator_reset.py`) but started by the board itself: it spends the automatic
+reset budget (past it the board halts and waits for an operator), never lifts a halt nor clears the
+budget, and its audit entry is `automatic` with the fault that escalated. The steps, whose state is
+the `ResetController`'s:
+
+    begin_automatic_reset    IDLE -> AUTOMATIC_CCU | AUTOMATIC_CONFIGURATION (or not at all)
+    reset_ccu | reset_configuration, hooks.rewarm
+    wait_settled             -> SETTLING, until the jobs it hit rebuilt their KV or ended
+    note_outcome, end        -> IDLE
+    record                   the audit entry, with the board's health before and after
+
+The jobs it hits re-prefill and continue exactly, as after an operator's reset.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from calculet.daemon.core.operator_reset import OperatorHooks, reset_device, reset_entry, rewarm_all
+from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
+from calculet.daemon.core.reset_controller import ResetController
+from calculet.daemon.device.errors import DeviceError
+from calculet.daemon.errors import CalculetError
+
+log = logging.getLogger(__name__)
+
+
+def automatic_reset(
+    resets: ResetController,
+    hooks: OperatorHooks,
+    kind: str,
+    reason: str,
+    fault: str,
+    settle_timeout_s: float = SETTLE_TIMEOUT_S,
+) -> ResetReport | None:
+    """Reset the board for an escalation. kind: "ccu" or "configuration".
+
+    Args:
+        reason: why (the audit entry's reason).
+        fault: the fault that escalated (the audit entry's fault).
+        settle_timeout_s: how long to wait for the jobs it hit before counting them.
+
+    Returns:
+        The report; None when no reset ran (`ResetController.begin_automatic_reset` says why and
+        audits a used-up budget).
+    """
+    tally = resets.begin_automatic_reset(kind, reason, fault)
+    if tally is None:
+        return None
+    before = hooks.audit_point()
+    log.error("%s: automatic %s reset", reason, kind)
+    try:
+        problem: CalculetError | None
+        try:
+            message, dropped = reset_device(resets, kind)
+            problem = rewarm_all(hooks, dropped)
+        except DeviceError as exc:
+            message, problem = f"{kind} reset failed", exc
+        counts = resets.wait_settled(tally, settle_timeout_s if problem is None else 0.0)
+        resets.note_outcome(kind, problem is None)
+    finally:
+        resets.end()
+    report = (
+        ResetReport(kind, False, f"{message}: {problem}", counts, problem)
+        if problem is not None
+        else ResetReport(kind, True, message, counts)
+    )
+    resets.record(reset_entry(report, reason, before, hooks.audit_point(), fault=fault))
+    return report
