@@ -58,6 +58,7 @@ from contextlib import contextmanager
 from calculet.daemon.core import completion, expiry, observer_records
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
 from calculet.daemon.core.completion import BoardFacts
+from calculet.daemon.core.engine_generations import EngineGenerations
 from calculet.daemon.core.engine_types import EngineConfig, ProbeOutcome, SubmitReceipt
 from calculet.daemon.core.escalation_watch import Escalation, EscalationWatch
 from calculet.daemon.core.events import (
@@ -77,7 +78,7 @@ from calculet.daemon.core.job_table import JobTable
 from calculet.daemon.core.lane_closes import LaneCloses, close_lanes
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
-from calculet.daemon.core.request import GenerationRequest, ModelLimits, validate_request
+from calculet.daemon.core.request import GenerationRequest, validate_request
 from calculet.daemon.core.request_digest import request_digest
 from calculet.daemon.core.reset_controller import ResetController
 from calculet.daemon.core.reset_host import ResetHost
@@ -88,7 +89,7 @@ from calculet.daemon.core.snapshot import CounterView, EngineSnapshot
 from calculet.daemon.core.snapshot_parts import generation_view, job_view, pool_view
 from calculet.daemon.core.submit_streak import SubmitErrorStreak, escalation_reason
 from calculet.daemon.core.utilization import UtilizationTracker
-from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
+from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 from calculet.daemon.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
@@ -97,7 +98,7 @@ from calculet.daemon.sampling.history import TokenHistory
 log = logging.getLogger(__name__)
 
 
-class Engine:
+class Engine(EngineGenerations):
     """Owns the client jobs, the scheduler, the executor and the model generations of one device, and
     the board's `ResetController`, which shares its lock.
 
@@ -315,125 +316,6 @@ class Engine:
         """Wait until the events emitted so far were delivered. Returns whether they were in time."""
         return self._observers.flush(timeout)
 
-    # ---- model generations ---------------------------------------------------------------
-
-    def add_generation(self, rt: ModelRuntime) -> None:
-        """A new generation exists (Validating); it runs no job until `start_jobs`."""
-        with self._cond:
-            self._generations.add(rt)
-
-    def start_jobs(self, rt: ModelRuntime) -> None:
-        """Let jobs of this configured generation run (warming included); publishing is separate."""
-        with self._cond:
-            self._generations.start_jobs(rt)
-            self._cond.notify_all()
-
-    def publish(self, rt: ModelRuntime) -> ModelRuntime | None:
-        """Atomically point the alias at `rt`; returns the generation it replaced."""
-        with self._cond:
-            return self._generations.publish(rt)
-
-    def unpublish(self, alias: str, generation: int) -> None:
-        with self._cond:
-            self._generations.unpublish(alias, generation)
-
-    def fence_generation(self, generation: int) -> None:
-        """From now on no job of this generation runs, and a late completion touches nothing of it."""
-        with self._cond:
-            self._generations.stop_jobs(generation)
-
-    def remove_generation(self, generation: int) -> None:
-        with self._cond:
-            self._generations.remove(generation)
-
-    def begin_draining(self, rt: ModelRuntime) -> bool:
-        """Move a Ready generation to Draining (its alias answers UNAVAILABLE unless a newer one took
-        it over). Returns False when it is not Ready: someone else is retiring it."""
-        with self._cond:
-            if rt.state is not ModelState.READY:
-                return False
-            rt.lifecycle.move(ModelState.DRAINING)
-            return True
-
-    def generation_list(self) -> list[ModelRuntime]:
-        """Every generation not yet unloaded, oldest first."""
-        with self._cond:
-            return self._generations.all()
-
-    def serving(self, alias: str) -> ModelRuntime | None:
-        """The generation published under `alias` (in any state), or None."""
-        with self._cond:
-            return self._generations.serving(alias)
-
-    def serving_generations(self) -> tuple[str, ...]:
-        """ "alias@generation (package)" of every serving model (the reset audit's before and after)."""
-        with self._cond:
-            return self._book.serving_generations()
-
-    def serving_limits(self, alias: str) -> ModelLimits | None:
-        """The limits of the alias's serving generation, or None when none serves. O(1)."""
-        with self._cond:  # a published runtime keeps its model until it is unpublished
-            rt = self._generations.serving(alias)
-            return rt.limits if rt is not None and rt.model is not None and rt.state.serving else None
-
-    def count_sequences(self, generation: int) -> int:
-        with self._cond:
-            return sum(1 for s in self._jobs if s.generation == generation)
-
-    def wait_generation_idle(self, generation: int, timeout: float) -> bool:
-        """Block until the generation has no sequences and no device jobs, or the timeout passes."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._generation_busy_locked(generation):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-            return True
-
-    def cancel_generation(self, generation: int, reason: str) -> int:
-        """Cancel every sequence of a generation (unload after the drain timeout). Returns how many."""
-        with self._cond:
-            seqs = [s for s in self._jobs if s.generation == generation]
-            for seq in seqs:
-                # ERROR + UNAVAILABLE tells a gateway to resume the stream on another board.
-                self._book.cancel(seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, reason)
-            self._cond.notify_all()
-            return len(seqs)
-
-    def quarantine_generation(self, rt: ModelRuntime, reason: str) -> bool:
-        """Take a Ready generation out of service (Ready -> Quarantined): new requests are refused
-        (UNAVAILABLE), its client jobs end ERROR + UNAVAILABLE (a gateway resumes them elsewhere),
-        its parked KV is dropped; warm-up probes still run on it. Returns False, changing nothing,
-        when it is not Ready."""
-        with self._cond:
-            if rt.state is not ModelState.READY:
-                return False
-            rt.lifecycle.move(ModelState.QUARANTINED)
-            rt.message = f"quarantined: {reason}"
-            self._book.drop_parked(f"model {rt.alias} quarantined")
-            for seq in [s for s in self._jobs if s.generation == rt.generation and not s.internal]:
-                self._book.cancel(
-                    seq, FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"model {rt.alias} quarantined: {reason}"
-                )
-            self._cond.notify_all()
-            return True
-
-    def replace_model(self, rt: ModelRuntime, model: ConfiguredModel) -> None:
-        """A generation whose configuration a reset dropped was configured again: its jobs use the
-        new handle from now on, and it warms up (Configuring -> Warming)."""
-        with self._cond:
-            rt.model = model
-            rt.lifecycle.move(ModelState.WARMING)
-            self._cond.notify_all()
-
-    def move_generation(self, rt: ModelRuntime, state: ModelState) -> None:
-        """Move a generation's model state under the engine lock (its clients' jobs are planned only
-        while it is Ready or Draining), and wake the engine thread."""
-        with self._cond:
-            rt.lifecycle.move(state)
-            self._cond.notify_all()
-
     # ---- client jobs ------------------------------------------------------------------------
 
     def submit(self, req: GenerationRequest, *, seed_given: bool = True) -> SubmitReceipt:
@@ -614,11 +496,6 @@ class Engine:
                 raise Unavailable(f"board is not serving: {self._drain_reason}")
             raise Unavailable("board is draining: not admitting new requests")
         return rt
-
-    def _generation_busy_locked(self, generation: int) -> bool:
-        return any(s.generation == generation for s in self._jobs) or any(
-            j.generation == generation for j in self._executor.jobs()
-        )
 
     # ---- the engine thread ------------------------------------------------------------------
 
