@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 RUN_DIR ?= run
 
-.PHONY: run test lint unit integration soak startup-loop protos clean install-units
+.PHONY: run test lint unit integration soak fault-soak startup-loop protos clean install-units
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -27,9 +27,19 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests/integration
 
-# The fault soak at full size (issue 10): 300 requests at concurrency 16 (`make test` runs 48).
-SOAK_REQUESTS ?= 300
+# The soak (issue 21): SOAK_DURATION of open-loop traffic under a fault cycle on what `make run` serves (qwen3-30b-a3b,
+# time scale 1), every answer checked against a clean reference fleet; $(SOAK_DIR)/soak.json and soak.png, exit 0 on
+# PASS (docs/reliability.md).
+SOAK_DURATION ?= 30m
+SOAK_DIR ?= soak-report
+SOAK_LOAD ?= 0.7
 soak: $(STAMP)
+	$(PY) -m calculet.ops.calctl soak --duration $(SOAK_DURATION) --preset qwen3-30b-a3b --time-scale 1 \
+		--load $(SOAK_LOAD) --out $(SOAK_DIR)
+
+# The fault soak test at full size (issue 10): 300 requests at concurrency 16 (`make test` runs 48).
+SOAK_REQUESTS ?= 300
+fault-soak: $(STAMP)
 	CALCULET_SOAK_REQUESTS=$(SOAK_REQUESTS) $(PY) -m pytest -q -s -m soak tests/integration
 
 # Fleet start-ups in a loop under load (issue 21): 200 board + gateway start-ups, none may abort (`make test` runs 3).

@@ -47,6 +47,7 @@ _LANE = {
 _JOB = {
     "WAITING": observe_pb2.JOB_STATE_QUEUED,
     "PREFILL": observe_pb2.JOB_STATE_PREFILL,
+    "PARTIAL": observe_pb2.JOB_STATE_PREFILL,  # between two chunks of its prefill
     "READY": observe_pb2.JOB_STATE_DECODE,
     "DECODE": observe_pb2.JOB_STATE_DECODE,
     "RECOVER": observe_pb2.JOB_STATE_RECOVERING,

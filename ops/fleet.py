@@ -161,16 +161,17 @@ class Child:
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     reported: bool = False
 
-    def start(self) -> None:
-        """Start the process in its own process group, stdout and stderr to the log (truncated). It
-        learns our pid (`parent_death.PARENT_PID_ENV`) and dies with us (`die_with_parent`).
+    def start(self, append: bool = False) -> None:
+        """Start the process in its own process group, stdout and stderr to the log (truncated, or
+        continued with `append`). It learns our pid (`parent_death.PARENT_PID_ENV`) and dies with us
+        (`die_with_parent`).
 
         Raises:
             FleetError: the process could not be started.
         """
         env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid()), **self.env}
         try:
-            with self.log_path.open("wb") as log:
+            with self.log_path.open("ab" if append else "wb") as log:
                 self.proc = subprocess.Popen(
                     self.argv,
                     stdin=subprocess.DEVNULL,
@@ -463,6 +464,34 @@ class LocalFleet:
     def serving_boards(self) -> int:
         """Daemons still running."""
         return sum(1 for d in self.daemons if d.alive())
+
+    def restart_daemon(self, board: int) -> Child:
+        """Start board `board`'s daemon again, with the same command line and socket, after its
+        process exited (what systemd's `Restart=` does); its log continues in the same file, after a
+        marker line. Readiness is the caller's to wait for. Call it from the thread that started the
+        fleet (the children's parent-death signal follows that thread).
+
+        Returns:
+            The new child (also `daemons[board]`).
+
+        Raises:
+            FleetError: the fleet is stopping, the old process still runs, or the new one cannot start.
+            IndexError: no such board.
+        """
+        old = self.daemons[board]
+        if self._stopping:
+            raise FleetError(f"{old.name}: the fleet is stopping")
+        if old.proc is None or old.alive():
+            raise FleetError(f"{old.name}: restart needs its process to have exited")
+        old.reported = True  # its exit is superseded by the restart
+        old.remove_socket()
+        child = Child(old.name, old.role, old.argv, old.log_path, socket=old.socket, env=old.env)
+        marker = f"---- restarting {old.name}: pid {old.pid} {exit_text(old.returncode() or 0)}\n"
+        with contextlib.suppress(OSError), child.log_path.open("ab") as log:
+            log.write(marker.encode())
+        child.start(append=True)
+        self.daemons[board] = child
+        return child
 
     # ------------------------------------------------------------------ stopping
 

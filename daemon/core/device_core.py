@@ -209,13 +209,20 @@ class DeviceCore:
         self.engine.stop_admitting()
 
     def wait_drained(self, timeout_s: float | None = None, interrupt: bool = False) -> tuple[bool, int, int]:
-        """Wait until no job is left; optionally cancel what remains after the timeout."""
+        """Wait until no job is left; optionally cancel what remains after the timeout.
+
+        Returns:
+            (drained, remaining, interrupted): no job is left, the jobs still left when it returns
+            (counted after an interruption, whose cut-off jobs end within a step or through the
+            reset `end_if_hung` runs), and how many it interrupted.
+        """
         remaining = self.engine.wait_drained(self.config.drain_timeout_s if timeout_s is None else timeout_s)
         interrupted = 0
         if remaining and interrupt:
             for rt in self.models.all():
                 interrupted += self.engine.cancel_generation(rt.generation, "board drained")
             self.end_if_hung(self.engine.wait_device_idle, "interrupting drain")
+            remaining = self.engine.wait_drained(self.config.job_timeout_s)  # returns once they ended
         return remaining == 0, remaining, interrupted
 
     def end_if_hung(self, idle: Callable[[float], bool], what: str) -> None:

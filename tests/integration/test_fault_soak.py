@@ -10,7 +10,7 @@ on the same socket. Afterwards: every text equals the oracle's, or the request f
 one error the policy allows (a job's KV recovery budget spent); every lane, buffer and job is
 idle; no file descriptor or thread leaked; the reset counts are within budget.
 
-Size: `CALCULET_SOAK_REQUESTS` (default 48, the CI version); `make soak` runs 300. The figures
+Size: `CALCULET_SOAK_REQUESTS` (default 48, the CI version); `make fault-soak` runs 300. The figures
 are printed (`-s` shows them) for the closing note.
 """
 

@@ -1,0 +1,140 @@
+"""The fault schedule: one cycle, repeated, in which every fault kind happens once.
+
+The cycle is a tenth of the run (`cycle_length`: at least `MIN_CYCLE_S`), so the run's first and
+last tenth see the same mix of faults and their latencies compare (`drift`). Inside a cycle the
+kinds (`CYCLE`) sit at evenly spread offsets, slot k at `(k + 0.5) x cycle / kinds`; the kinds that
+may take a board out of service (`DISRUPTIVE`: a SIGKILL, a lost device, a submit-error streak
+that drains the board, a rollout, and the bursts the daemon escalates) are played one at a time
+(`chaos`), so the other board carries the traffic. Per-board faults rotate over the boards.
+
+| kind | what is done | what the daemon does |
+| --- | --- | --- |
+| `ccu_exception` | one `ccu_exception` | the job's sequences re-prefill |
+| `ccu_burst` | `CCU_BURST` on consecutive job indices | re-prefill; an automatic CCU reset where the daemon escalates |
+| `nan_logits` | one `nan_logits` | re-prefill |
+| `nan_burst` | `NAN_BURST`, `NAN_SPACING` jobs apart | re-prefill; quarantine + golden re-check where it escalates |
+| `submit_error` | one `submit_error` | the submit is retried |
+| `submit_streak` | `SUBMIT_STREAK` consecutive | the board drains itself; the harness resumes it |
+| `hang` | one `hang` | a CCU reset after `--job-timeout` |
+| `device_lost` | one `device_lost` | the board halts (or exits 75); the harness restarts it |
+| `sigkill` | SIGKILL of the board's process | the harness restarts it (systemd's Restart=) |
+| `rollout` | `calctl rollout` to the other copy of the package | board by board: drain, load, resume |
+
+Pure: `plan_faults` returns the whole schedule; `chaos` plays it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class SoakFault(Enum):
+    """A fault kind of the cycle (module docstring)."""
+
+    CCU_EXCEPTION = "ccu_exception"
+    CCU_BURST = "ccu_burst"
+    NAN_LOGITS = "nan_logits"
+    NAN_BURST = "nan_burst"
+    SUBMIT_ERROR = "submit_error"
+    SUBMIT_STREAK = "submit_streak"
+    HANG = "hang"
+    DEVICE_LOST = "device_lost"
+    SIGKILL = "sigkill"
+    ROLLOUT = "rollout"
+
+
+CCU_BURST = 3
+NAN_BURST = 2  # the daemon's quarantine threshold; a third could hit the golden re-check itself
+NAN_SPACING = 2
+SUBMIT_STREAK = 5  # the daemons run with --submit-error-streak 5
+# A cycle holds six faults that take a board out for seconds each, one at a time (`chaos`), so it
+# is not shorter than this.
+MIN_CYCLE_S = 120.0
+DISRUPTIVE = frozenset(
+    {
+        SoakFault.SIGKILL,
+        SoakFault.DEVICE_LOST,
+        SoakFault.SUBMIT_STREAK,
+        SoakFault.ROLLOUT,
+        SoakFault.CCU_BURST,  # may escalate to a CCU reset
+        SoakFault.NAN_BURST,  # may escalate to a quarantine and a golden re-check
+    }
+)
+FLEET_WIDE = frozenset({SoakFault.ROLLOUT})
+# One cycle's order: no two faults that take a board out next to each other where it can be helped.
+CYCLE: tuple[SoakFault, ...] = (
+    SoakFault.CCU_EXCEPTION,
+    SoakFault.SIGKILL,
+    SoakFault.NAN_LOGITS,
+    SoakFault.SUBMIT_STREAK,
+    SoakFault.CCU_BURST,
+    SoakFault.SUBMIT_ERROR,
+    SoakFault.ROLLOUT,
+    SoakFault.HANG,
+    SoakFault.DEVICE_LOST,
+    SoakFault.NAN_BURST,
+)
+# Automatic resets a cycle may cause on one board: a hang, a CCU burst's escalation, a lost
+# device's reset attempt, a NaN burst's quarantine; the daemons' budget is sized from it.
+RESETS_PER_CYCLE = 4
+
+
+def cycle_length(duration_s: float) -> float:
+    """A tenth of the run, at least `MIN_CYCLE_S`."""
+    return max(duration_s / 10.0, MIN_CYCLE_S)
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    """One fault of the schedule.
+
+    Attributes:
+        at_s: seconds into the soak phase.
+        kind: what.
+        board: the board it targets (None: the fleet, a rollout).
+        cycle: which cycle (0-based).
+    """
+
+    at_s: float
+    kind: SoakFault
+    board: int | None
+    cycle: int
+
+
+def plan_faults(
+    duration_s: float, boards: int, cycle_s: float | None = None, kinds: tuple[SoakFault, ...] = CYCLE
+) -> list[PlannedFault]:
+    """Every fault of a run of `duration_s` seconds, in time order (module docstring).
+
+    Args:
+        duration_s: the soak phase's length.
+        boards: boards in the fleet (per-board kinds rotate over them).
+        cycle_s: the cycle's length (default `cycle_length(duration_s)`).
+        kinds: one cycle's kinds, in order.
+
+    Raises:
+        ValueError: a duration, cycle or board count that is not positive, or no kinds.
+    """
+    cycle = cycle_length(duration_s) if cycle_s is None else cycle_s
+    if not duration_s > 0 or not cycle > 0 or boards < 1 or not kinds:
+        raise ValueError(f"fault plan: needs positive duration, cycle and boards and some kinds, got {duration_s}")
+    slot = cycle / len(kinds)
+    out = []
+    number = 0
+    while number * cycle < duration_s:
+        for k, kind in enumerate(kinds):
+            at = number * cycle + (k + 0.5) * slot
+            if at >= duration_s:
+                break
+            board = None if kind in FLEET_WIDE else (number + k) % boards
+            out.append(PlannedFault(at, kind, board, number))
+        number += 1
+    return out
+
+
+def reset_budget(cycle_s: float) -> tuple[int, float]:
+    """The daemons' `--reset-limit` and `--reset-window` for this cycle: a window of one cycle, with
+    twice the automatic resets a cycle can cause on one board plus two, so the plan never exhausts
+    it (an exhausted budget is then a finding, not noise)."""
+    return 2 * RESETS_PER_CYCLE + 2, cycle_s
