@@ -152,6 +152,13 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
     return make_service
 
 
+# How long an idle client connection stays open. uvicorn's default (5 s) equals httpx's pool expiry
+# (the openai SDK's), so a client could reuse a connection just as the gateway closed it and see a
+# broken connection without any response (the soak found one, issue 21). Longer than the clients'
+# pools, the client always closes first, as behind nginx (75 s).
+KEEP_ALIVE_S = 75
+
+
 def uvicorn_config(
     cfg: GatewayConfig, loop: str = "auto", tracer_provider: TracerProvider | None = None
 ) -> uvicorn.Config:
@@ -169,7 +176,7 @@ def uvicorn_config(
     http = "httptools" if _has("httptools") else "h11"
     return uvicorn.Config(
         app, **where, loop=loop, http=http, log_level=cfg.log_level.lower(), access_log=False,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=30, timeout_keep_alive=KEEP_ALIVE_S,
     )  # fmt: skip
 
 

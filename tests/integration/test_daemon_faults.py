@@ -67,7 +67,8 @@ def test_inject_fault_rpc_is_off_by_default_and_recovered_when_on(start_daemon) 
 def test_grpc_health_turns_not_serving_by_itself_when_the_device_is_lost(start_daemon, tmp_path: Path) -> None:
     plan = tmp_path / "lost.json"
     plan.write_text(json.dumps({"faults": [{"kind": "device_lost", "job": 12}]}))
-    daemon = start_daemon("--model", "tiny=tiny", "--fault-plan", str(plan))
+    # Stays up to be asked (by default it exits 75 for a restart: test_fleet_escalations.py).
+    daemon = start_daemon("--model", "tiny=tiny", "--fault-plan", str(plan), "--unhealthy-exit", "off")
     with DaemonClient(daemon.target) as client, pytest.raises(Unavailable):
         list(client.generate("tiny", [1, 2, 3], max_tokens=20, temperature=0.0))
     # No further RPC to the Daemon service: the engine's own notice must reach grpc.health.v1.

@@ -235,5 +235,7 @@ def test_a_lost_device_is_lost_for_good(models: Path) -> None:
         _, final = finish(core, core.submit(request((4, 5, 6), 6, seed=1)).job_id)
         assert final.error_kind is ErrorKind.UNAVAILABLE
         until("the board halted", lambda: resets.halt is H.LOST, TIMEOUT)
+        # The unhealthy escalation tries a configuration reset first (calsim's lost device fails it).
+        assert core.wait_escalations(TIMEOUT)
         report = core.operator_reset("ccu", "too late")
         assert not report.ok and resets.halt is H.LOST and resets.state is S.IDLE

@@ -8,6 +8,7 @@ import gc
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from calculet.daemon.errors import InvalidArgument
@@ -176,6 +177,14 @@ def test_no_boards_is_refused(tmp_path: Path) -> None:
 
 
 # uvicorn_config ------------------------------------------------------------------------------
+
+
+def test_idle_connections_outlive_the_clients_pools() -> None:
+    """A client's pool must close an idle connection before the gateway does, or a request sent on
+    it as the gateway closes it breaks with no response (httpx and the openai SDK expire at 5 s)."""
+    config = uvicorn_config(GatewayConfig(listen="unix:/tmp/calculet-gw.sock", daemons=("unix:a",)))
+    pool_expiry = httpx.Limits().keepalive_expiry
+    assert pool_expiry is not None and config.timeout_keep_alive > 10 * pool_expiry
 
 
 def test_unix_listen_gives_uds() -> None:
