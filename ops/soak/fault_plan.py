@@ -5,7 +5,9 @@ last tenth see the same mix of faults and their latencies compare (`drift`). Ins
 kinds (`CYCLE`) sit at evenly spread offsets, slot k at `(k + 0.5) x cycle / kinds`; the kinds that
 may take a board out of service (`DISRUPTIVE`: a SIGKILL, a lost device, a submit-error streak
 that drains the board, a rollout, and the bursts the daemon escalates) are played one at a time
-(`chaos`), so the other board carries the traffic. Per-board faults rotate over the boards.
+(`chaos`), so the other board carries the traffic. Per-board faults rotate over the boards, except
+that the faults that end a process (`RESTARTING`) spare the last board: it lives through the run,
+so a daemon's growth over hours is judged too.
 
 | kind | what is done | what the daemon does |
 | --- | --- | --- |
@@ -62,6 +64,9 @@ DISRUPTIVE = frozenset(
     }
 )
 FLEET_WIDE = frozenset({SoakFault.ROLLOUT})
+# Faults that end a board's process. They never hit the last board (with 2 or more), so one daemon
+# lives through the whole run and its RSS, fd and thread growth is judged, not only the gateway's.
+RESTARTING = frozenset({SoakFault.SIGKILL, SoakFault.DEVICE_LOST})
 # One cycle's order: no two faults that take a board out next to each other where it can be helped.
 CYCLE: tuple[SoakFault, ...] = (
     SoakFault.CCU_EXCEPTION,
@@ -127,10 +132,15 @@ def plan_faults(
             at = number * cycle + (k + 0.5) * slot
             if at >= duration_s:
                 break
-            board = None if kind in FLEET_WIDE else (number + k) % boards
+            board = None if kind in FLEET_WIDE else (number + k) % _targets(kind, boards)
             out.append(PlannedFault(at, kind, board, number))
         number += 1
     return out
+
+
+def _targets(kind: SoakFault, boards: int) -> int:
+    """How many boards (from board 0) `kind` rotates over: all, or all but the survivor."""
+    return boards - 1 if kind in RESTARTING and boards > 1 else boards
 
 
 def reset_budget(cycle_s: float) -> tuple[int, float]:
