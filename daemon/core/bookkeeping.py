@@ -133,7 +133,7 @@ class Bookkeeper:
         sequences from scratch, or fail them (UNAVAILABLE, resume elsewhere, when not `serving`)."""
         log.warning("submit of %s job failed: %s", plan.task.value, exc)
         for seq in plan.seqs:
-            self.lose_kv(seq, plan.runtime, f"submit failed: {exc}", serving=serving)
+            self.lose_kv(seq, plan.runtime, f"submit failed: {exc}", serving=serving, refused=True)
 
     def apply(self, job: DeviceJob, settlement: Settlement) -> None:
         """Carry out a settlement: KV effects through the executor, tokens and moves on the
@@ -240,12 +240,16 @@ class Bookkeeper:
         if (lane := self._scheduler.release_lane(seq, rt)) is not None and rt.model is not None:
             self._lane_closes.add(rt.model, lane)
 
-    def lose_kv(self, seq: Sequence, rt: ModelRuntime, message: str, *, serving: bool = True) -> None:
+    def lose_kv(
+        self, seq: Sequence, rt: ModelRuntime, message: str, *, serving: bool = True, refused: bool = False
+    ) -> None:
         """A sequence outside any device job lost its KV (its job never ran, or a reset cleared its
-        lane): re-prefill it, or end it when it may not recover any more or the board stops serving."""
+        lane): re-prefill it, or end it when it may not recover any more or the board stops serving.
+        `refused`: the device refused its job (`completion.recovery`)."""
         self._scheduler.lose_lane(seq, rt)
+        serving = serving and not self._halted()
         then = completion.recovery(
-            seq, rt, message, serving=serving and not self._halted(), max_recoveries=self._config.max_recoveries
+            seq, rt, message, serving=serving, max_recoveries=self._config.max_recoveries, refused=refused
         )
         seq.recoveries += 1
         self._counters.recoveries += 1

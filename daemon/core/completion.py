@@ -186,14 +186,20 @@ def settle(job: DeviceJob, status: JobStatus, sampled: Sampled | None, facts: Bo
     return _fault(job, status, facts)
 
 
-def recovery(seq: Sequence, rt: ModelRuntime, message: str, *, serving: bool, max_recoveries: int) -> End | Recover:
+def recovery(
+    seq: Sequence, rt: ModelRuntime, message: str, *, serving: bool, max_recoveries: int, refused: bool = False
+) -> End | Recover:
     """What follows for a sequence that just lost its KV (this loss already counted or not: the
-    verdict uses `seq.recoveries + 1`)."""
+    verdict uses `seq.recoveries + 1`). `refused`: the board refused to take its job (a submit
+    error): past the budget it ends UNAVAILABLE, to resume on another board, since nothing says the
+    job itself is at fault; a job faulted on the device ends ABORTED."""
     if seq.cancel_requested:
         return _cancelled(seq)
     if not serving:
         return End(FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"{message}; board stopped serving")
     if seq.recoveries + 1 > max_recoveries:
+        if refused:
+            return End(FinishReason.ERROR, ErrorKind.UNAVAILABLE, f"{message} (recovery budget exhausted here)")
         return End(FinishReason.ERROR, ErrorKind.ABORTED, f"{message} (recovery budget exhausted)")
     if not rt.chunked and rt.prefill is not None and len(seq.prefill_tokens) > rt.prefill.max_tokens:
         # A package may declare a prefill bucket smaller than its context: with chunked prefill off, a

@@ -259,3 +259,22 @@ def test_the_streak_counts_only_consecutive_failures_and_zero_never_escalates() 
     assert not streak.failed()
     never = SubmitErrorStreak(limit=0)
     assert not any(never.failed() for _ in range(100))
+
+
+def test_a_job_the_board_keeps_refusing_ends_unavailable_to_resume_elsewhere(models: Path) -> None:
+    """Submit errors short of a streak spend the job's recovery budget; spent, the job ends
+    UNAVAILABLE (a gateway resumes it on another board), not ABORTED: the board refused it, nothing
+    says the job is at fault. A job faulted on the device still ends ABORTED."""
+    with running_core(models, fault_injection=True, max_recoveries=1, submit_error_streak=5) as core:
+        first = core.next_job_index()
+        for k in range(2):  # the prefill and its one allowed retry
+            core.inject_fault(Fault(FaultKind.SUBMIT_ERROR, job=first + k))
+        _, final = finish(core, core.submit(request((1, 2, 3), 5, seed=1)).job_id)
+        assert (final.reason, final.error_kind) == (FinishReason.ERROR, ErrorKind.UNAVAILABLE), final
+        assert "recovery budget exhausted here" in final.error_message and core.health().serving
+        first = core.next_job_index()
+        for k in range(2):
+            core.inject_fault(Fault(FaultKind.CCU_EXCEPTION, job=first + k))
+        _, final = finish(core, core.submit(request((1, 2, 3), 5, seed=1)).job_id)
+        assert (final.reason, final.error_kind) == (FinishReason.ERROR, ErrorKind.ABORTED), final
+        assert_clean(core)
