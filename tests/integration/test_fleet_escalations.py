@@ -60,8 +60,9 @@ class Fleet:
             )
         )  # fmt: skip
         self.chunks = [next(self.stream) for _ in range(4)]
+        self.a_board = "0"  # the board index a runs (to start it again as itself)
         if running_jobs(self.a) != 1:  # routed to b: swap the roles, the property is the same
-            self.a, self.b = self.b, self.a
+            self.a, self.b, self.a_board = self.b, self.a, "1"
 
     def plan_on_a(self, kind: str, count: int) -> None:
         """`count` faults of `kind` on a's consecutive submit attempts, `AHEAD` attempts from now."""
@@ -129,7 +130,7 @@ def test_a_lost_device_exits_for_a_restart_and_the_stream_resumes_on_the_other_b
     fleet.gateway.wait_until(lambda body: body["models"] == {"qwen": 1}, "the gateway serves qwen on one board")
     # What systemd's Restart=on-failure does: the same board, socket and runtime directory.
     runtime = {"XDG_RUNTIME_DIR": str(fleet.a.workdir / "xdg-runtime")}
-    again = start_daemon(*fleet.flags, listen=fleet.a.target, env=runtime)
+    again = start_daemon("--board", fleet.a_board, *fleet.flags, listen=fleet.a.target, env=runtime)
     fleet.both_routed("the restarted board rejoins")
     with DaemonClient(again.target) as ops:  # the trail of the process that exited, from the journal
         history = ops.status().resets.history
