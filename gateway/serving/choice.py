@@ -220,8 +220,32 @@ class ChoiceRunner:
                 finally:
                     attempt.end(error)
                     self._release(completed=completed)
+                if self._done_without_final():
+                    async for event in self._finish_here():
+                        yield event
+                    return
         finally:
             self.close()
+
+    def _done_without_final(self) -> bool:
+        """The lost stream had already produced its last token (its max_tokens, or a stop token)
+        and only its Final was lost: nothing is left to resume (a daemon refuses such a resume)."""
+        if not self._tokens:
+            return False
+        limit = self._job.max_tokens
+        return self._tokens[-1] in self._stop_ids or (limit is not None and len(self._tokens) >= limit)
+
+    async def _finish_here(self) -> AsyncGenerator[ChoiceEvent, None]:
+        """End the choice as its Final would have: the held-back text, then the reason."""
+        tail = self._detok.flush()
+        text = self._stops.feed(tail).text if tail else ""
+        if not self._stops.stopped:
+            text += self._stops.flush()
+        if text:
+            self._sent.append(text)
+            yield ChoiceDelta(text, (), ())
+        stopped = self._stops.stopped or self._tokens[-1] in self._stop_ids
+        yield ChoiceEnd("stop" if stopped else "length", len(self._tokens), 0)
 
     def _release(self, *, completed: bool) -> None:
         placement, self._placement = self._placement, None

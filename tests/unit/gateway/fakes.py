@@ -240,6 +240,10 @@ class FakeStream(DaemonStream):
             if token == EOS:
                 break
             await asyncio.sleep(0)
+        if not self._record.cancelled and self._die_after is not None and sent >= self._die_after:
+            self._daemon._dead = True  # its last token went out, its Final never does
+            self._daemon._poke()
+            raise Unavailable(f"{self._daemon.target}: stream broke before its Final")
         reason = FinishReason.CANCELLED if self._record.cancelled else (
             FinishReason.STOP if index and index - 1 == self._daemon.eos_at else FinishReason.LENGTH
         )  # fmt: skip

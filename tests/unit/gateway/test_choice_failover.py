@@ -51,6 +51,25 @@ def test_failover_mid_stream_continues_with_resume_tokens_and_identical_text() -
     asyncio.run(scenario())
 
 
+def test_a_stream_lost_after_its_last_token_ends_without_a_resume() -> None:
+    """The board died after the choice's last token but before its Final: nothing is left to
+    generate, so the choice ends "length" here (a resume of max_tokens tokens is refused; the fault
+    soak once failed a request on it)."""
+
+    async def scenario() -> None:
+        plan = [7]
+        a, b = FakeDaemon("a", die_plan=plan), FakeDaemon("b", die_plan=plan)
+        fleet, service = await start_service(a, b)
+        prepared = await service.prepare_completion(completion(PROMPT, max_tokens=7, seed=11), "")
+        texts, ends, _ = await run_all(prepared)
+        assert texts[0] == expected_text(11, 7)
+        assert ends[0].completion_tokens == 7 and ends[0].finish_reason == "length"
+        assert len(a.submitted) + len(b.submitted) == 1, "no resume was submitted"
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
 def test_mid_stream_failover_waits_for_a_board_to_come_up() -> None:
     async def scenario() -> None:
         a, b = FakeDaemon("a", die_after=5), FakeDaemon("b", ready=False)
