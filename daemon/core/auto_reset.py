@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import logging
 
-from calculet.daemon.core.operator_reset import OperatorHooks, reset_device, reset_entry, rewarm_all
+from calculet.daemon.core.operator_reset import OperatorHooks, reset_and_settle, reset_entry
 from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
 from calculet.daemon.core.reset_controller import ResetController
-from calculet.daemon.device.errors import DeviceError
-from calculet.daemon.errors import CalculetError
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +50,6 @@ def automatic_reset(
         return None
     before = hooks.audit_point()
     log.error("%s: automatic %s reset", reason, kind)
-    try:
-        problem: CalculetError | None
-        try:
-            message, dropped = reset_device(resets, kind)
-            problem = rewarm_all(hooks, dropped)
-        except DeviceError as exc:
-            message, problem = f"{kind} reset failed", exc
-        counts = resets.wait_settled(tally, settle_timeout_s if problem is None else 0.0)
-        resets.note_outcome(kind, problem is None)
-    finally:
-        resets.end()
-    report = (
-        ResetReport(kind, False, f"{message}: {problem}", counts, problem)
-        if problem is not None
-        else ResetReport(kind, True, message, counts)
-    )
+    report = reset_and_settle(resets, hooks, kind, tally, settle_timeout_s, lift_halt=False)
     resets.record(reset_entry(report, reason, before, hooks.audit_point(), fault=fault))
     return report

@@ -16,8 +16,7 @@ from calculet.daemon.core.escalation_watch import Escalation, EscalationKind
 from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY, EscalationActions
 from calculet.daemon.core.models import ModelManager
 from calculet.daemon.core.operator_reset import OperatorHooks, rewarm_all
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_audit import now as audit_now
+from calculet.daemon.core.reset_audit import AuditPoint, escalation_entry
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError
 from calculet.daemon.errors import CalculetError
@@ -118,30 +117,7 @@ class BoardEscalations(EscalationActions):
             self._exit_process(f"{reason}: {why}")
 
     def _record(
-        self,
-        kind: str,
-        reason: str,
-        fault: str,
-        jobs: int,
-        before: tuple[bool, tuple[str, ...]],
-        ok: bool,
-        message: str,
+        self, kind: str, reason: str, fault: str, jobs: int, before: AuditPoint, ok: bool, message: str
     ) -> None:
         after = self._hooks.audit_point()
-        entry = ResetEntry(
-            at=audit_now(),
-            kind=kind,
-            automatic=True,
-            reason=reason,
-            fault=fault,
-            inflight_jobs=jobs,
-            recovered=0,
-            failed=jobs,
-            generations_before=before[1],
-            generations_after=after[1],
-            serving_before=before[0],
-            serving_after=after[0],
-            ok=ok,
-            message=message,
-        )
-        self._engine.resets.record(entry)
+        self._engine.resets.record(escalation_entry(kind, reason, fault, jobs, before, after, ok, message))

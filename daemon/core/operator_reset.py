@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
+from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport, ResetTally
 from calculet.daemon.core.reset_controller import ResetController
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.errors import DeviceError
@@ -85,26 +85,34 @@ def operator_reset(
         raise NotFound(f"model {model!r} is not loaded")
     tally = resets.begin_operator_reset(kind, reason)
     before = hooks.audit_point()
+    settle = SETTLE_TIMEOUT_S if settle_timeout_s is None else settle_timeout_s
+    report = reset_and_settle(resets, hooks, kind, tally, settle, lift_halt=True)
+    resets.record(reset_entry(report, reason, before, hooks.audit_point()))
+    return report
+
+
+def reset_and_settle(
+    resets: ResetController, hooks: OperatorHooks, kind: str, tally: ResetTally, settle_s: float, *, lift_halt: bool
+) -> ResetReport:
+    """A reset whose gate is taken, from the device call to the gate given back: reset the device,
+    warm the dropped models again, wait up to `settle_s` for the jobs it hit, note the outcome, end
+    (an operator reset's steps, and an escalation's, `auto_reset.py`). `lift_halt`: an operator's
+    reset lifts a halt for a used-up budget first, so the warm-up probes can run."""
     try:
         problem: CalculetError | None
         try:
             message, dropped = reset_device(resets, kind)
-            # Lift a halt first: the warm-up probes of the dropped models must be able to run.
-            problem = resets.operator_reset_succeeded() or rewarm_all(hooks, dropped)
+            lifted = resets.operator_reset_succeeded() if lift_halt else None
+            problem = lifted or rewarm_all(hooks, dropped)
         except DeviceError as exc:  # attempted, and the device failed it: the outcome is the answer
             message, problem = f"{kind} reset failed", exc
-        settle = SETTLE_TIMEOUT_S if settle_timeout_s is None else settle_timeout_s
-        counts = resets.wait_settled(tally, settle if problem is None else 0.0)
+        counts = resets.wait_settled(tally, settle_s if problem is None else 0.0)
         resets.note_outcome(kind, problem is None)
     finally:
         resets.end()
-    report = (
-        ResetReport(kind, False, f"{message}: {problem}", counts, problem)
-        if problem is not None
-        else ResetReport(kind, True, message, counts)
-    )
-    resets.record(reset_entry(report, reason, before, hooks.audit_point()))
-    return report
+    if problem is not None:
+        return ResetReport(kind, False, f"{message}: {problem}", counts, problem)
+    return ResetReport(kind, True, message, counts)
 
 
 def reset_device(resets: ResetController, kind: str) -> tuple[str, list[ModelRuntime]]:

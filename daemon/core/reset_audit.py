@@ -148,6 +148,32 @@ def _entry(raw: Any) -> ResetEntry:
     return ResetEntry(**values)
 
 
+AuditPoint = tuple[bool, tuple[str, ...]]  # (serving, the serving models) before or after an event
+
+
+def escalation_entry(
+    kind: str, reason: str, fault: str, jobs: int, before: AuditPoint, after: AuditPoint, ok: bool, message: str
+) -> ResetEntry:
+    """The entry of an escalation that is not an operator's reset: automatic, and the `jobs` it hit
+    all ended (resumed elsewhere: none recovered here)."""
+    return ResetEntry(
+        at=now(),
+        kind=kind,
+        automatic=True,
+        reason=reason,
+        fault=fault,
+        inflight_jobs=jobs,
+        recovered=0,
+        failed=jobs,
+        generations_before=before[1],
+        generations_after=after[1],
+        serving_before=before[0],
+        serving_after=after[0],
+        ok=ok,
+        message=message,
+    )
+
+
 def now() -> float:
     """Unix time, for `ResetEntry.at`."""
     return time.time()

@@ -50,7 +50,7 @@ from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.executor import DeviceJob, Executor
 from calculet.daemon.core.jobs import BufferState
 from calculet.daemon.core.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
-from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry
+from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry, escalation_entry
 from calculet.daemon.core.reset_audit import now as reset_audit_now
 from calculet.daemon.core.reset_budget import (
     HALT_TRANSITIONS,
@@ -499,23 +499,9 @@ class ResetController:
         for listener in self._halt_listeners:  # non-blocking by contract
             listener()
         generations = self._host.serving_generations()
-        entry = ResetEntry(
-            at=reset_audit_now(),
-            kind=kind,
-            automatic=True,
-            reason=reason,
-            fault=fault,
-            inflight_jobs=jobs,
-            recovered=0,
-            failed=jobs,
-            generations_before=generations,
-            generations_after=generations,
-            serving_before=True,
-            serving_after=False,
-            ok=True,
-            message=f"{jobs} unfinished jobs ended UNAVAILABLE (resume elsewhere); calctl resume brings it back",
-        )
-        self._record_locked(entry)
+        message = f"{jobs} unfinished jobs ended UNAVAILABLE (resume elsewhere); calctl resume brings it back"
+        before, after = (True, generations), (False, generations)
+        self._record_locked(escalation_entry(kind, reason, fault, jobs, before, after, True, message))
 
     def _record_locked(self, entry: ResetEntry) -> None:
         self._audit.record(entry)

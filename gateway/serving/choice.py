@@ -237,13 +237,8 @@ class ChoiceRunner:
 
     async def _finish_here(self) -> AsyncGenerator[ChoiceEvent, None]:
         """End the choice as its Final would have: the held-back text, then the reason."""
-        tail = self._detok.flush()
-        text = self._stops.feed(tail).text if tail else ""
-        if not self._stops.stopped:
-            text += self._stops.flush()
-        if text:
-            self._sent.append(text)
-            yield ChoiceDelta(text, (), ())
+        if (held := self._held_back()) is not None:
+            yield held
         stopped = self._stops.stopped or self._tokens[-1] in self._stop_ids
         yield ChoiceEnd("stop" if stopped else "length", len(self._tokens), 0)
 
@@ -282,13 +277,8 @@ class ChoiceRunner:
                 # Cancelled by someone else than us (orphan timeout, an operator): the job is not
                 # over for the client, so continue it elsewhere like any lost stream.
                 raise Unavailable(f"job on {board.name} was cancelled by the daemon")
-            tail = self._detok.flush()
-            text = self._stops.feed(tail).text if tail else ""
-            if not self._stops.stopped:
-                text += self._stops.flush()
-            if text:
-                self._sent.append(text)
-                yield ChoiceDelta(text, (), ())
+            if (held := self._held_back()) is not None:
+                yield held
             reason = "length" if final.reason is FinishReason.LENGTH and not self._stops.stopped else "stop"
             self._remember(final)
             yield ChoiceEnd(reason, len(self._tokens), _cached(final))
@@ -299,6 +289,17 @@ class ChoiceRunner:
                 # so a cancelled reader (level-triggered under anyio) cannot stop it half-way.
                 _background(stream.cancel())
             await stream.aclose()
+
+    def _held_back(self) -> ChoiceDelta | None:
+        """At the choice's end: the text the detokenizer and the stop matcher still hold, if any."""
+        tail = self._detok.flush()
+        text = self._stops.feed(tail).text if tail else ""
+        if not self._stops.stopped:
+            text += self._stops.flush()
+        if not text:
+            return None
+        self._sent.append(text)
+        return ChoiceDelta(text, (), ())
 
     def _remember(self, final: FinalEvent) -> None:
         """Remember the answer (see the module docstring) if the choice ended normally: the job
