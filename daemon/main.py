@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--device-profile",
         metavar="NAME",
-        help="device option profile (calsim: calrt-0.7.6, the default, or calsim-dev)",
+        help="device option profile (calsim: calrt-0.7.6, the default, calrt-1.0.0 or calsim-dev)",
     )
     p.add_argument(
         "--time-scale",

@@ -61,6 +61,7 @@ _RESET_KIND = {
     "drain": common_pb2.RESET_KIND_DRAIN,
     "quarantine": common_pb2.RESET_KIND_QUARANTINE,
     "restart": common_pb2.RESET_KIND_RESTART,
+    "unload": common_pb2.RESET_KIND_UNLOAD,
 }
 _FAULT = {
     operate_pb2.FAULT_KIND_SUBMIT_ERROR: FaultKind.SUBMIT_ERROR,

@@ -35,6 +35,7 @@ from calculet.daemon.calsim.kernel import Kernel
 from calculet.daemon.calsim.memory import MemoryMap, chip_needs
 from calculet.daemon.calsim.model_check import build_submodels, check_timing
 from calculet.daemon.calsim.options import CalsimOptions, parse_options
+from calculet.daemon.calsim.switch_cost import configure_cost
 from calculet.daemon.calsim.timing import job_durations
 from calculet.daemon.device.api import ConfiguredModel, DeviceDriver, HostBuffer, VirtualDevice
 from calculet.daemon.device.errors import (
@@ -58,9 +59,7 @@ from calculet.daemon.device.types import (
 from calculet.daemon.package.manifest import KERNELS as KERNEL_KINDS
 from calculet.daemon.package.manifest import PackageManifest
 
-RUNTIME_VERSION = "0.7.6-calsim"
-DRIVER_VERSION = "0.7.6-calsim"
-FIRMWARE_VERSION = "calsim-1"
+RUNTIME_VERSION = "0.7.6-calsim"  # the driver and firmware versions come from the profile (options.py)
 
 
 class CalsimDevice(VirtualDevice):
@@ -86,6 +85,7 @@ class CalsimDevice(VirtualDevice):
         self._config_ids = itertools.count(1)
         self._buffer_ids = itertools.count(1)
         self._closed = False
+        self._closing = threading.Event()  # set at close: a paced configure stops waiting
         self._attempts = 0  # every submit call, 0-based: the fault plan's job index
         chips = tuple(ChipInfo(c, options.dram_bytes, options.sram_bytes) for c in range(options.chips))
         caps = DeviceCapabilities(
@@ -95,7 +95,9 @@ class CalsimDevice(VirtualDevice):
             lane_selection=True,
             kernel_kinds=KERNEL_KINDS,
         )
-        self._info = DeviceInfo("calsim", board, chips, RUNTIME_VERSION, DRIVER_VERSION, FIRMWARE_VERSION, caps)
+        self._info = DeviceInfo(
+            "calsim", board, chips, RUNTIME_VERSION, options.driver_version, options.firmware_version, caps
+        )
         self._engine = ComputeEngine(
             self._cond, options.time_scale, self._plan.seed, f"calsim-board{board}", checks=options.checks
         )
@@ -117,7 +119,8 @@ class CalsimDevice(VirtualDevice):
     def configure(self, package_dir: Path, manifest: PackageManifest) -> CalsimModel:
         """See `VirtualDevice.configure`. Checks, in order: device alive, the package can run here
         (ConfigurationError), resident limit, memory per chip; then builds the kernel with the
-        memory already reserved, so a concurrent configure cannot take it."""
+        memory already reserved, so a concurrent configure cannot take it, and takes the modelled
+        switch cost (`switch_cost`: configure, upload, deploy, KV clear) x configure_time_scale."""
         submodels = build_submodels(manifest)
         check_timing(manifest)
         with self._cond:
@@ -127,13 +130,17 @@ class CalsimDevice(VirtualDevice):
             if len(self._models) + len(self._configuring) >= limit:
                 raise TooManyConfigurations(
                     f"board holds {len(self._models)} configured model(s) (+{len(self._configuring)} "
-                    f"configuring); the limit is {limit}"
+                    f"configuring); the limit is {limit} (profile {self._options.profile}, "
+                    f"driver {self._options.driver_version})"
                 )
             config_id = next(self._config_ids)
             self._memory.reserve(config_id, needs, f"package {manifest.name!r}")
             self._configuring.add(config_id)
+        cost = configure_cost(manifest, needs)
         try:
             kernel = self._build_kernel(manifest, Path(package_dir))
+            # Paced like jobs: the switch's modelled time passes (a close cuts it short).
+            self._closing.wait(sum(cost.values()) * self._options.configure_time_scale)
         except BaseException:
             with self._cond:
                 self._configuring.discard(config_id)
@@ -144,7 +151,7 @@ class CalsimDevice(VirtualDevice):
             if self._engine.gone is not None:
                 self._memory.release(config_id)
                 self._engine.ensure_alive()
-            model = CalsimModel(self, config_id, manifest, Path(package_dir), submodels, kernel, needs)
+            model = CalsimModel(self, config_id, manifest, Path(package_dir), submodels, kernel, needs, cost)
             self._models[config_id] = model
             return model
 
@@ -184,7 +191,7 @@ class CalsimDevice(VirtualDevice):
             m.state.move(ConfigState.RELEASED)
             del self._models[m.config_id]
             self._open_lanes.pop(m.config_id, None)
-            self._memory.release(m.config_id)
+            self._memory.release(m.config_id, self._options.release_leak_bytes)
 
     def memory_usage(self) -> MemoryUsage:
         with self._cond:
@@ -351,12 +358,14 @@ class CalsimDevice(VirtualDevice):
                 del self._models[m.config_id]
                 self._open_lanes.pop(m.config_id, None)
                 self._memory.release(m.config_id)
+            self._memory.clear_leaks()
 
     def close(self) -> None:
         with self._cond:
             if self._closed:
                 return
             self._closed = True
+            self._closing.set()
             self._engine.shutdown(self._engine.gone or f"calsim board {self._info.board_index} is closed")
             for m in list(self._models.values()):
                 m.state.move(ConfigState.RELEASED)

@@ -11,6 +11,7 @@ DONE): `status` reporting DONE is not enough, as with CalRT's OutputBuf status a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
@@ -44,7 +45,7 @@ class CalsimModel(ConfiguredModel):
 
     Attributes (beyond `ConfiguredModel`): owner (the device that configured it), manifest,
     package_dir, kernel, kv (valid KV length per lane), needs (bytes per chip), geometry (what job
-    validation needs), state (CONFIGURED -> RELEASED).
+    validation needs), state (CONFIGURED -> RELEASED), configure_cost (modelled seconds per phase).
     """
 
     def __init__(
@@ -56,8 +57,10 @@ class CalsimModel(ConfiguredModel):
         submodels: dict[str, SubmodelInfo],
         kernel: Kernel,
         needs: tuple[ChipNeed, ...],
+        configure_cost: Mapping[str, float] = MappingProxyType({}),
     ) -> None:
         self.owner = owner
+        self.configure_cost = configure_cost
         self.config_id = config_id
         self.name = manifest.name
         self.submodels = MappingProxyType(submodels)

@@ -35,27 +35,41 @@ class ChipNeed:
 
 
 def chip_needs(manifest: PackageManifest, chips: int) -> tuple[ChipNeed, ...]:
-    """What `manifest` needs on each of `chips` chips.
+    """What `manifest` needs on each chip it runs on, in chip order.
+
+    A package built for fewer chips than the board has (a single-chip model) runs on the chips its
+    masks name (`topology.chip_masks`, one bit each, as `memory.chips[].chip` says) and needs
+    nothing on the others, which stay free for another model.
 
     Raises:
-        ConfigurationError: the package targets another chip count, lists a chip twice or not at
-            all, or declares negative sizes.
+        ConfigurationError: the package needs more chips than the board has, names a chip the board
+            lacks, lists a chip twice, disagrees with its own masks, or declares negative sizes.
     """
-    if manifest.topology.chips != chips:
+    topology = manifest.topology
+    if topology.chips > chips:
         raise ConfigurationError(
-            f"package {manifest.name!r} is built for {manifest.topology.chips} chips; this board has {chips}"
+            f"package {manifest.name!r} is built for {topology.chips} chips; this board has {chips}"
         )
     decls = {c.chip: c for c in manifest.memory.chips}
-    if len(decls) != len(manifest.memory.chips) or sorted(decls) != list(range(chips)):
+    masks = sorted(1 << c for c in decls)
+    if (
+        len(decls) != len(manifest.memory.chips)
+        or len(decls) != topology.chips
+        or not all(0 <= c < chips for c in decls)
+        or masks != sorted(topology.chip_masks)
+    ):
         listed = [c.chip for c in manifest.memory.chips]
         raise ConfigurationError(
-            f"package {manifest.name!r}: memory plan lists chips {listed}; expected each of 0..{chips - 1} once"
+            f"package {manifest.name!r}: memory plan lists chips {listed} for masks "
+            f"{[hex(m) for m in topology.chip_masks]}; expected {topology.chips} distinct chip(s) of 0..{chips - 1}"
+            " matching the masks"
         )
     kv = manifest.kv
     kv_total = kv.bytes_per_token * kv.lanes * kv.lane_context
-    kv_share = -(-kv_total // chips)  # ceil: a chip holds whole bytes
+    # kv_heads: each chip holds its share of the heads (ceil: whole bytes); none: each holds all of it
+    kv_share = -(-kv_total // topology.chips) if kv.split == "kv_heads" else kv_total
     needs = []
-    for c in range(chips):
+    for c in sorted(decls):
         d = decls[c]
         sizes = (d.param_dram_bytes, d.workspace_bytes, d.param_sram_bytes, kv_total)
         if min(sizes) < 0:
@@ -78,11 +92,14 @@ class MemoryMap:
         self.dram_total = dram_bytes
         self.sram_total = sram_bytes
         self._owners: dict[int, tuple[ChipNeed, ...]] = {}
+        self._leaked: list[ChipNeed] = []  # bytes a faulty release left held (option release_leak_bytes)
 
     def used(self, chip: int) -> tuple[int, int]:
-        """(DRAM, SRAM) bytes in use on `chip`."""
-        dram = sum(needs[chip].dram for needs in self._owners.values())
-        sram = sum(needs[chip].sram for needs in self._owners.values())
+        """(DRAM, SRAM) bytes in use on `chip`, leaked bytes included."""
+        on_chip = [need for needs in self._owners.values() for need in needs if need.chip == chip]
+        leaked = [need for need in self._leaked if need.chip == chip]
+        dram = sum(need.dram for need in on_chip + leaked)
+        sram = sum(need.sram for need in on_chip + leaked)
         return dram, sram
 
     def check(self, needs: tuple[ChipNeed, ...], what: str) -> None:
@@ -117,9 +134,16 @@ class MemoryMap:
         self.check(needs, what)
         self._owners[owner] = needs
 
-    def release(self, owner: int) -> None:
-        """Give back `owner`'s bytes (no-op if it holds none)."""
-        self._owners.pop(owner, None)
+    def release(self, owner: int, leak_bytes: int = 0) -> None:
+        """Give back `owner`'s bytes (no-op if it holds none), except `leak_bytes` of DRAM on each of
+        its chips (a fault: at most what it held there), kept until `clear_leaks`."""
+        needs = self._owners.pop(owner, ())
+        if leak_bytes > 0:
+            self._leaked.extend(ChipNeed(n.chip, min(leak_bytes, n.dram), 0) for n in needs)
+
+    def clear_leaks(self) -> None:
+        """A configuration reset frees every allocation, leaked ones included."""
+        self._leaked.clear()
 
     def usage(self) -> MemoryUsage:
         chips = []

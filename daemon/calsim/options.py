@@ -6,9 +6,18 @@ INVALID_ARGUMENT, as the `DeviceDriver.open` contract says) before any device st
 
 Options:
     profile (str, default "calrt-0.7.6"): the board calsim models (`PROFILES`): "calrt-0.7.6" holds one
-        configured calbin at a time, as CalRT 0.7.6 does; "calsim-dev" holds two, for tests of a
-        side-by-side reload. The options below override the profile's figures.
+        configured calbin at a time, as CalRT 0.7.6 does; "calrt-1.0.0" (driver 1.0.0) and
+        "calsim-dev" (not a real board, for tests of a side-by-side reload) hold two. The options
+        below override the profile's figures.
+    release_leak_bytes (int >= 0, default 0): a fault: each release leaves this many DRAM bytes of
+        every chip the model used held (at most what it held there) until a configuration reset,
+        as a runtime that leaks on unload would (seed 000 section 10.3: unload must verify).
+    driver_version / firmware_version (str, dotted integers, an optional `-suffix`; default: the
+        profile's): what `info()` reports. A driver before 1.0.0 holds one configured calbin
+        whatever the profile says (seed 000 section 9).
     time_scale (float >= 0, default 1.0): wall seconds per modelled second; 0 never sleeps.
+    configure_time_scale (float >= 0, default: time_scale): the same for a configure's modelled
+        switch cost (`switch_cost`), so a test may pace jobs slowly and still configure at once.
     fault_plan (path | dict | None): see `calculet.daemon.calsim.faults`.
     dram_bytes (int > 0) / sram_bytes (int > 0): per chip (default: the profile's, 16 GiB / 18 MiB).
     max_resident_configurations (int >= 1, default: the profile's).
@@ -22,6 +31,7 @@ Options:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,14 +66,24 @@ class DeviceProfile:
     chips: int = CHIPS
     dram_bytes: int = DEFAULT_DRAM_BYTES
     sram_bytes: int = DEFAULT_SRAM_BYTES
+    driver_version: str = "0.7.6-calsim"
+    firmware_version: str = "0.7.6-calsim"
 
 
 PROFILES = {
     # Seed 001 sections 4 and 8: one calbin configured at a time, ping/pong banks, 2 chips.
     "calrt-0.7.6": DeviceProfile("calrt-0.7.6", max_resident_configurations=1),
+    # Seed 000 sections 9 and 15: the 1.0.0 driver whose contract may hold two calbins (chip 0 runs
+    # A and chip 1 runs B, or two that fit in memory). Not released yet; calsim assumes its shape.
+    "calrt-1.0.0": DeviceProfile(
+        "calrt-1.0.0", max_resident_configurations=2, driver_version="1.0.0-calsim", firmware_version="1.0.0-calsim"
+    ),
     # Not a real board: two resident models, so tests can load a new generation beside the old one.
-    "calsim-dev": DeviceProfile("calsim-dev", max_resident_configurations=2),
+    "calsim-dev": DeviceProfile(
+        "calsim-dev", max_resident_configurations=2, driver_version="1.0.0-calsim", firmware_version="1.0.0-calsim"
+    ),
 }
+CO_RESIDENT_DRIVER = (1, 0, 0)  # seed 000 section 9: an older driver holds one calbin
 DEFAULT_PROFILE = "calrt-0.7.6"
 
 
@@ -71,6 +91,7 @@ DEFAULT_PROFILE = "calrt-0.7.6"
 class CalsimOptions:
     profile: str = DEFAULT_PROFILE
     time_scale: float = 1.0
+    configure_time_scale: float = 1.0
     fault_plan: FaultPlan = field(default_factory=FaultPlan)
     dram_bytes: int = DEFAULT_DRAM_BYTES
     sram_bytes: int = DEFAULT_SRAM_BYTES
@@ -79,11 +100,15 @@ class CalsimOptions:
     chips: int = CHIPS
     checks: bool = True
     state_dir: Path | None = None
+    driver_version: str = PROFILES[DEFAULT_PROFILE].driver_version
+    firmware_version: str = PROFILES[DEFAULT_PROFILE].firmware_version
+    release_leak_bytes: int = 0
 
 
 _KNOWN = (
     "profile",
     "time_scale",
+    "configure_time_scale",
     "fault_plan",
     "dram_bytes",
     "sram_bytes",
@@ -91,6 +116,9 @@ _KNOWN = (
     "kernel_factory",
     "checks",
     "state_dir",
+    "driver_version",
+    "firmware_version",
+    "release_leak_bytes",
 )
 
 
@@ -111,9 +139,8 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
     unknown = sorted(set(options) - set(_KNOWN))
     if unknown:
         raise InvalidJob(f"unknown calsim options {unknown}; known: {', '.join(_KNOWN)}")
-    scale = options.get("time_scale", 1.0)
-    if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale) or scale < 0:
-        raise InvalidJob(f"calsim option time_scale: expected a finite number >= 0, got {scale!r}")
+    scale = _scale(options, "time_scale", 1.0)
+    configure_scale = _scale(options, "configure_time_scale", scale)
     factory = options.get("kernel_factory", make_kernel)
     if not callable(factory):
         raise InvalidJob(f"calsim option kernel_factory: expected a callable, got {factory!r}")
@@ -127,17 +154,48 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
     state_dir = options.get("state_dir")
     if state_dir is not None and (not isinstance(state_dir, str | Path) or not str(state_dir)):
         raise InvalidJob(f"calsim option state_dir: expected a directory path, got {state_dir!r}")
+    driver = _version(options, "driver_version", profile.driver_version)
+    firmware = _version(options, "firmware_version", profile.firmware_version)
+    resident = _positive_int(options, "max_resident_configurations", profile.max_resident_configurations, 1)
+    if release_part(driver) < CO_RESIDENT_DRIVER:
+        resident = 1
     return CalsimOptions(
         profile=name,
-        time_scale=float(scale),
+        time_scale=scale,
+        configure_time_scale=configure_scale,
         fault_plan=FaultPlan.load(options.get("fault_plan")),
         dram_bytes=_positive_int(options, "dram_bytes", profile.dram_bytes, 1),
         sram_bytes=_positive_int(options, "sram_bytes", profile.sram_bytes, 1),
-        max_resident_configurations=_positive_int(
-            options, "max_resident_configurations", profile.max_resident_configurations, 1
-        ),
+        max_resident_configurations=resident,
         kernel_factory=factory,
         chips=profile.chips,
         checks=checks,
         state_dir=Path(state_dir) if state_dir is not None else None,
+        driver_version=driver,
+        firmware_version=firmware,
+        release_leak_bytes=_positive_int(options, "release_leak_bytes", 0, 0),
     )
+
+
+def _scale(options: Mapping[str, Any], key: str, default: float) -> float:
+    """Raises: InvalidJob unless the value is a finite number >= 0."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise InvalidJob(f"calsim option {key}: expected a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+_VERSION = re.compile(r"(\d+(?:\.\d+){0,3})(?:[-+][A-Za-z0-9.+-]{1,64})?")
+
+
+def _version(options: Mapping[str, Any], key: str, default: str) -> str:
+    """Raises: InvalidJob unless the value is a version like `1.0.0` or `1.0.0-calsim`."""
+    value = options.get(key, default)
+    if not isinstance(value, str) or not _VERSION.fullmatch(value):
+        raise InvalidJob(f"calsim option {key}: expected a version like 1.0.0 or 1.0.0-calsim, got {value!r:.80}")
+    return value
+
+
+def release_part(version: str) -> tuple[int, ...]:
+    """`"1.0.0-calsim"` -> `(1, 0, 0)` (the version was checked by `_version`)."""
+    return tuple(int(p) for p in re.split(r"[-+]", version, maxsplit=1)[0].split("."))

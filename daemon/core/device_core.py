@@ -30,8 +30,10 @@ from calculet.daemon.core.escalations import Escalator
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
+from calculet.daemon.core.observer import FAULT_UNLOAD_LEAK
 from calculet.daemon.core.operator_reset import OperatorHooks, operator_reset
 from calculet.daemon.core.request import GenerationRequest, ModelLimits
+from calculet.daemon.core.reset_audit import escalation_entry
 from calculet.daemon.core.reset_budget import BoardHalt, ResetReport
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
@@ -68,6 +70,7 @@ class DeviceCore:
             config.models_root,
             drain_timeout_s=config.drain_timeout_s,
             end_hung_jobs=self.end_if_hung,
+            unload_unverified=self._unload_unverified,
         )
         # What an operator reset needs beyond the engine: the model manager and the board's health.
         self._reset_hooks = OperatorHooks(
@@ -285,6 +288,16 @@ class DeviceCore:
         `operator_reset.operator_reset`'s.
         """
         return operator_reset(self.engine.resets, self._reset_hooks, kind, reason, model, settle_timeout_s)
+
+    def _unload_unverified(self, rt: ModelRuntime, problem: str) -> None:
+        """An unload did not give back its memory (or left the device unhealthy): stop serving until
+        an operator resets the board, and audit why (seed 000 section 10.3 step 5)."""
+        reason = f"unload of {rt.alias} generation {rt.generation} ({rt.package_dir.name})"
+        note = f"{reason} not verified: {problem}"
+        before = self._audit_point()
+        self.engine.resets.halt_for_operator(note)
+        entry = escalation_entry("unload", reason, FAULT_UNLOAD_LEAK, 0, before, self._audit_point(), False, note)
+        self.engine.resets.record(entry)
 
     def _audit_point(self) -> tuple[bool, tuple[str, ...]]:
         """(serving, "alias@generation" of every serving model), for the reset audit trail."""

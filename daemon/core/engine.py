@@ -458,6 +458,7 @@ class Engine(EngineGenerations):
                 drain_reason=self._drain_reason if self._draining else "",
                 device_lost=resets.halted,
                 halt=resets.halt,
+                halt_note=resets.halt_note,
                 budget=resets.budget_locked(),
                 counters=CounterView(**vars(self._counters), **vars(resets.counters_locked())),  # shallow copies
                 generations=generations,

@@ -17,7 +17,6 @@ lock guards only the set of aliases being loaded. Load, unload and warm-up block
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import itertools
@@ -37,6 +36,7 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.core.unload_check import Footprint, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import ModelReleased, OutOfDeviceMemory
 from calculet.daemon.errors import (
@@ -48,6 +48,7 @@ from calculet.daemon.errors import (
     PermissionDenied,
 )
 from calculet.daemon.package.capacity import DeviceLimits
+from calculet.daemon.package.compat import co_residency_refusal, driver_refusal
 from calculet.daemon.package.fs import is_symlink_loop
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.package.validate import validate_package
@@ -111,6 +112,8 @@ class ModelManager:
             waits a little with `idle(timeout) -> bool` and, if a device job is still in flight (a
             healthy one ends within a step), ends it through a reset instead of waiting out the job
             timeout (`DeviceCore.end_if_hung`); `what` names the operation in the audit.
+        unload_unverified: `unload_unverified(rt, problem)` when a release did not give back the
+            memory `rt`'s configure took, or left the device unhealthy (the board stops serving).
     """
 
     def __init__(
@@ -121,8 +124,13 @@ class ModelManager:
         warm_timeout_s: float = 120.0,
         drain_timeout_s: float = 30.0,
         end_hung_jobs: Callable[[Callable[[float], bool], str], None] | None = None,
+        unload_unverified: Callable[[ModelRuntime, str], None] | None = None,
     ):
         self.engine = engine
+        self._unload_unverified = unload_unverified
+        # Configure and release one at a time, with the memory usage read around each: a model's
+        # footprint is what its configure took, and its release must give it back (`unload_check`).
+        self._device_lock = threading.Lock()
         self._end_hung_jobs = end_hung_jobs
         self.device = device
         self.models_root = models_root.resolve()
@@ -134,6 +142,7 @@ class ModelManager:
         # re-check after a quarantine rolls back to (only the last one; set and read by load/recheck).
         self._previous: dict[str, tuple[Path, int]] = {}
         self._generations = itertools.count(1)
+        self._footprints: dict[int, Footprint] = {}  # config id -> memory its configure took
         info = device.info()
         self.max_resident = info.capabilities.max_resident_configurations
         self.limits = DeviceLimits.from_device_info(info)
@@ -248,11 +257,11 @@ class ModelManager:
         self.engine.add_generation(rt)
         try:
             step.move(ModelState.CONFIGURING, "configuring on the device")
-            self._make_room(alias, drain_s)
+            self._make_room(alias, manifest, drain_s)
             model = self._configure(alias, package_dir, manifest, drain_s)
             config = self.engine.config
             rt.attach(self.device, model, self.engine.engine_slots, config.synchronous, config.policy.prefill_chunk)
-            step.move(ModelState.WARMING, "running the golden prefill/decode check")
+            step.move(ModelState.WARMING, f"{_cost_text(model)}; running the golden prefill/decode check")
             self.engine.start_jobs(rt)
             self._golden_check(rt)
         except CalculetError as exc:
@@ -307,27 +316,71 @@ class ModelManager:
             DeviceError: the device refused the package.
         """
         try:
-            return self.device.configure(package_dir, manifest)
+            return self._configure_measured(package_dir, manifest)
         except OutOfDeviceMemory:
             old = self.serving(alias)
             if old is None or not old.state.serving:
                 raise
             log.info("no device memory for %s beside generation %d: draining it first", alias, old.generation)
             self.retire(old, timeout=drain_s)
-            return self.device.configure(package_dir, manifest)
+            return self._configure_measured(package_dir, manifest)
 
-    def _make_room(self, alias: str, drain_s: float) -> None:
-        """Where the device cannot hold one more configuration, drain and unload the alias's old
-        generation first (CalRT 0.7.6 holds one calbin)."""
+    def _configure_measured(self, package_dir: Path, manifest: PackageManifest) -> ConfiguredModel:
+        """`device.configure`, noting the memory it took in `_footprints` (by config id)."""
+        with self._device_lock:
+            before = self.device.memory_usage()
+            model = self.device.configure(package_dir, manifest)
+            self._footprints[model.config_id] = footprint(before, self.device.memory_usage())
+        return model
+
+    def _release_verified(self, rt: ModelRuntime, model: ConfiguredModel) -> None:
+        """Release `model`, then check that the memory its configure took is free and the device is
+        healthy; if not, tell `unload_unverified`. A configuration reset that already dropped the
+        model (ModelReleased) leaves nothing to check."""
+        with self._device_lock:
+            taken = self._footprints.pop(model.config_id, {})
+            before = self.device.memory_usage()
+            try:
+                self.device.release(model)
+            except ModelReleased:
+                return
+            problem = unload_problem(taken, before, self.device.memory_usage(), self.device.healthy())
+        if problem is not None:
+            log.error("unload of %s generation %d not verified: %s", rt.alias, rt.generation, problem)
+            if self._unload_unverified is not None:
+                self._unload_unverified(rt, problem)
+
+    def _make_room(self, alias: str, manifest: PackageManifest, drain_s: float) -> None:
+        """Where `manifest` may not be configured beside what the device holds (CalRT 0.7.6 holds one
+        calbin; two need driver 1.0.0 and both packages' compatibility matrices), drain and unload the
+        alias's old generation first; refuse when that would not be enough.
+
+        Raises:
+            FailedPrecondition: another alias's calbin stands in the way (it names the reason).
+        """
         configured = [r for r in self.all() if r.model is not None]
-        if len(configured) < self.max_resident:
+        refusal = self._sharing_refusal(manifest, configured)
+        if refusal is None:
             return
         old = self.serving(alias)
-        if old is None:
-            raise FailedPrecondition(
-                f"device holds {len(configured)} configured models (its maximum); unload one first"
-            )
+        rest = [r for r in configured if r is not old]
+        if old is None or old not in configured or self._sharing_refusal(manifest, rest) is not None:
+            names = ", ".join(f"{r.alias}@{r.generation}" for r in rest or configured)
+            raise FailedPrecondition(f"cannot configure {manifest.name} beside {names}: {refusal}; unload one first")
         self.retire(old, timeout=drain_s)
+
+    def _sharing_refusal(self, manifest: PackageManifest, configured: list[ModelRuntime]) -> str | None:
+        """Why `manifest` may not join `configured` on the device; None if it may (or nothing is there)."""
+        if not configured:
+            return None
+        if len(configured) >= self.max_resident:
+            driver = driver_refusal(self.limits)
+            return f"device holds {len(configured)} configured models (its maximum)" + (f": {driver}" if driver else "")
+        for m in (manifest, *(r.manifest for r in configured)):
+            reason = co_residency_refusal(m, self.limits)
+            if reason is not None:
+                return reason
+        return None
 
     def _golden_check(self, rt: ModelRuntime, *, strict: bool = False) -> None:
         """Run the package's golden prefill/decode on `rt` and compare. `strict`: a device fault during
@@ -370,8 +423,10 @@ class ModelManager:
             UNAVAILABLE (a gateway resumes them elsewhere), its alias is unpublished and its buffers
             are released.
         """
+        if rt.model is not None:
+            self._footprints.pop(rt.model.config_id, None)  # the reset dropped it with its memory
         try:
-            self.engine.replace_model(rt, self.device.configure(rt.package_dir, rt.manifest))
+            self.engine.replace_model(rt, self._configure_measured(rt.package_dir, rt.manifest))
             self._golden_check(rt)
         except CalculetError as exc:
             self._fail_generation(rt, "after a configuration reset", exc)
@@ -485,8 +540,7 @@ class ModelManager:
         if rt.pool is not None:
             rt.pool.close()
         if rt.model is not None:
-            with contextlib.suppress(ModelReleased):  # a configuration reset dropped it already
-                self.device.release(rt.model)
+            self._release_verified(rt, rt.model)
             rt.model = None
         self.engine.remove_generation(rt.generation)
 
@@ -525,6 +579,15 @@ class _Stepper:
         self.rt.message = str(exc)
         self.progress(LoadProgress(self.rt.alias, self.rt.generation, ModelState.FAILED, str(exc), True, exc.kind))
         self.rt.lifecycle.move(ModelState.UNLOADED)
+
+
+def _cost_text(model: ConfiguredModel) -> str:
+    """`configured in 2.80 s (configure 0.20, upload 2.27, ...)`, or `configured` when the device says nothing."""
+    cost = model.configure_cost
+    if not cost:
+        return "configured"
+    phases = ", ".join(f"{name} {seconds:.2f}" for name, seconds in cost.items())
+    return f"configured in {sum(cost.values()):.2f} s ({phases})"
 
 
 def _check_top_logits(logits: np.ndarray | None, expected: tuple[tuple[int, float], ...], atol: float) -> None:

@@ -45,6 +45,7 @@ FAULT_CCU_EXCEPTION = "ccu_exception"  # a device job ended with a CCU exception
 FAULT_NON_FINITE = "non_finite_logits"  # NaN/Inf logits in a row
 FAULT_COUNTER_MISMATCH = "counter_mismatch"  # the device's job counters disagree with the executor
 FAULT_HANG = "hang"  # a device job did not finish within the job timeout
+FAULT_UNLOAD_LEAK = "unload_leak"  # an unload did not give back the memory its configure took
 FAULT_DEVICE_LOST = "device_lost"  # the board stopped serving (device lost, reset budget used up, crash)
 
 

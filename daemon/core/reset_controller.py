@@ -113,6 +113,7 @@ class ResetController:
         self._budget = ResetBudget(config.reset_limit, config.reset_window_s)
         self._gate = ResetGate()  # the reset lifecycle, its holder and the running operator reset's tally
         self._halt: Lifecycle[BoardHalt] = Lifecycle("board halt", BoardHalt.NONE, HALT_TRANSITIONS)
+        self._halt_note = ""  # why an AWAITING_OPERATOR halt that is not the budget's happened
         self._halt_listeners: list[Callable[[], None]] = []  # told when the board halts
         self._audit = ResetAudit(journal=config.audit_journal)
         self._counters = ResetCounters()
@@ -137,6 +138,11 @@ class ResetController:
         return self._halt.state is not BoardHalt.NONE
 
     @property
+    def halt_note(self) -> str:
+        """Why the board waits for an operator when the reset budget is not the reason ("" if none)."""
+        return self._halt_note if self._halt.state is BoardHalt.AWAITING_OPERATOR else ""
+
+    @property
     def launches_held(self) -> bool:
         """A reset is in progress that no device job may be submitted under."""
         return self._launch_holds > 0
@@ -149,7 +155,8 @@ class ResetController:
     def halted_error_locked(self) -> Unavailable:
         """Why a halted board refuses work: waiting for an operator, or lost until a restart."""
         if self._halt.state is BoardHalt.AWAITING_OPERATOR:
-            return Unavailable("automatic reset budget used up: the board waits for an operator reset")
+            why = self._halt_note or "automatic reset budget used up"
+            return Unavailable(f"{why}: the board waits for an operator reset")
         return Unavailable("device lost: board is not serving")
 
     def budget_locked(self) -> BudgetView:
@@ -198,6 +205,15 @@ class ResetController:
                 listener()
             self._observers.emit(FaultSeen(FAULT_DEVICE_LOST, message, time.monotonic()))
         self._host.fail_unplaced(f"device lost: {message}")
+
+    def halt_for_operator(self, note: str) -> None:
+        """Stop serving until an operator reset, for `note` (an unload that did not give its memory
+        back): every job fails UNAVAILABLE and Health says NOT_SERVING (the caller audits it)."""
+        with self._cond:
+            if not self.halted:
+                self._halt_note = note
+            self.halt_locked(note, BoardHalt.AWAITING_OPERATOR)
+            self._cond.notify_all()
 
     def job_lost(self, job: DeviceJob, message: str, halt: BoardHalt = BoardHalt.LOST) -> None:
         """The device is gone with this job, or no reset may collect it: fail everything; the board
@@ -456,6 +472,7 @@ class ResetController:
                 upkeeps = [self._executor.end_context(job) for job in ended]
                 self._abandoned.clear()
                 self._halt.move(BoardHalt.NONE)  # admitting again unless an operator drained meanwhile
+                self._halt_note = ""
             else:
                 upkeeps = []
             self._budget.clear()

@@ -83,6 +83,7 @@ class EngineSnapshot:
         admitting: new Submits are accepted (not draining, not halted).
         drain_reason: why the engine drained the board itself ("" when not, or an operator did).
         device_lost: the board stopped serving (lost, crashed thread, or waiting for an operator).
+        halt_note: why a board waits for an operator when the budget is not the reason ("" otherwise).
         generations: every generation not yet unloaded, oldest first.
         jobs: live client jobs (warm-up probes included), oldest first.
         inflight / inflight_limit: device jobs not yet retired, and how many may be.
@@ -109,6 +110,7 @@ class EngineSnapshot:
     reset_history: tuple[ResetEntry, ...] = ()
     utilization: UtilizationView = field(default_factory=UtilizationView)
     drain_reason: str = ""
+    halt_note: str = ""
 
     @property
     def published(self) -> tuple[GenerationView, ...]:

@@ -26,7 +26,9 @@ def health_view(snap: EngineSnapshot, device_healthy: bool) -> HealthView:
     models = tuple(ModelHealthView(g.alias, g.generation, g.state) for g in snap.published)
     ready = any(m.state.serving for m in models)
     if not healthy:
-        reason = "automatic reset budget exhausted" if snap.budget.exhausted else "device lost or unusable"
+        reason = snap.halt_note or (
+            "automatic reset budget exhausted" if snap.budget.exhausted else "device lost or unusable"
+        )
     elif snap.drain_reason:
         reason = snap.drain_reason
     elif draining:

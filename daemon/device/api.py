@@ -14,6 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -98,6 +99,8 @@ class ConfiguredModel(ABC):
         lanes: number of KV lanes.
         lane_context: maximum KV tokens per lane.
         vocab_size: logits width.
+        configure_cost: seconds each phase of `configure` took on the device, by phase name
+            (calsim: configure, upload, deploy, kv_clear, modelled); empty when the device says nothing.
     """
 
     config_id: int
@@ -106,6 +109,7 @@ class ConfiguredModel(ABC):
     lanes: int
     lane_context: int
     vocab_size: int
+    configure_cost: Mapping[str, float] = MappingProxyType({})
 
     def submodel(self, name: str) -> SubmodelInfo:
         """Exact lookup (seed 001 section 9: never substring matching).

@@ -41,6 +41,7 @@ class DeviceLimits:
     runtime_version: str = "0.7.6"
     driver_version: str | None = None
     kernel_kinds: tuple[str, ...] = KERNELS  # what the driver configures; () accepts any
+    firmware_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.chips <= 0:
@@ -51,8 +52,9 @@ class DeviceLimits:
                 f"SRAM {self.sram_bytes_per_chip} B per chip"
             )
         parse_version(self.runtime_version)
-        if self.driver_version is not None:
-            parse_version(self.driver_version)
+        for version in (self.driver_version, self.firmware_version):
+            if version is not None:
+                parse_version(version)
 
     @property
     def board_dram_bytes(self) -> int:
@@ -61,7 +63,8 @@ class DeviceLimits:
     @classmethod
     def from_device_info(cls, info: DeviceInfo) -> DeviceLimits:
         """Limits of an opened device; a board with unequal chips plans with its smallest chip.
-        Versions keep their release part (`0.7.6-calsim` -> `0.7.6`); an empty driver is unknown.
+        Versions keep their release part (`0.7.6-calsim` -> `0.7.6`); an empty driver is unknown, and
+        so is a firmware version that does not start with dotted integers.
 
         Raises:
             InvalidArgument: no chips, or a version that does not start with dotted integers.
@@ -75,7 +78,16 @@ class DeviceLimits:
             runtime_version=release_part(info.runtime_version),
             driver_version=release_part(info.driver_version) if info.driver_version else None,
             kernel_kinds=info.capabilities.kernel_kinds,
+            firmware_version=_release_or_none(info.firmware_version),
         )
+
+
+def _release_or_none(version: str) -> str | None:
+    """A firmware version's release part; None when it has none (firmware strings vary by vendor)."""
+    try:
+        return release_part(version)
+    except InvalidArgument:
+        return None
 
 
 CALSIM_BOARD = DeviceLimits()

@@ -50,7 +50,13 @@ class ManifestError(FailedPrecondition):
 
 @dataclass(frozen=True)
 class Architecture:
-    """Transformer geometry (seed 001 section 5 for Qwen3-30B-A3B)."""
+    """Transformer geometry (seed 001 section 5 for Qwen3-30B-A3B).
+
+    A mixture-of-experts model has `experts` > 0 routed experts of width `expert_intermediate`,
+    `experts_per_token` active; a dense model (Qwen3-4B) has `experts` = `experts_per_token` =
+    `expert_intermediate` = 0 and one FFN of width `intermediate_size` per layer. `tied_embeddings`:
+    the output head reuses the input embedding (one matrix in the parameters, read by both).
+    """
 
     family: str
     layers: int
@@ -64,6 +70,13 @@ class Architecture:
     vocab_size: int
     rope_theta: float
     rms_norm_eps: float
+    intermediate_size: int = 0
+    tied_embeddings: bool = False
+
+    @property
+    def dense(self) -> bool:
+        """True for a dense model (no routed experts)."""
+        return self.experts == 0
 
 
 @dataclass(frozen=True)
@@ -128,12 +141,27 @@ class Topology:
 
 
 @dataclass(frozen=True)
+class CompatRow:
+    """One row of the compatibility matrix: a Runtime x driver x firmware combination (each a
+    `>=A,<B` range, `*` for any) the package is known to work on, and whether it may share the board
+    with another configured calbin there (seed 000 sections 9 and 15: two resident calbins need
+    driver 1.0.0 and a matrix that says so)."""
+
+    runtime: str
+    driver: str
+    firmware: str
+    co_resident: bool = False
+
+
+@dataclass(frozen=True)
 class Compatibility:
-    """Runtime/driver requirements as `>=A,<B` ranges and the compiler that produced the calbin."""
+    """Runtime/driver requirements as `>=A,<B` ranges, the compiler that produced the calbin, and
+    the compatibility matrix (empty: the package states none, and never shares a board)."""
 
     runtime: str
     driver: str
     compiler: dict[str, str] = field(default_factory=dict)
+    matrix: tuple[CompatRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -393,6 +421,12 @@ class _Reader:
             raise ManifestError(f"{self.where}.{key}: expected a number, got {v!r:.40}")
         return _finite(v, f"{self.where}.{key}")
 
+    def bool_(self, key: str, default: Any = ...) -> bool:
+        v = self._get(key, default)
+        if not isinstance(v, bool):
+            raise ManifestError(f"{self.where}.{key}: expected true or false, got {v!r:.40}")
+        return v
+
     def str_(self, key: str, default: Any = ...) -> str:
         v = self._get(key, default)
         if not isinstance(v, str):
@@ -422,8 +456,8 @@ class _Reader:
     def sub(self, key: str) -> _Reader:
         return _Reader(self._get(key), f"{self.where}.{key}")
 
-    def subs(self, key: str) -> list[_Reader]:
-        return [_Reader(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(self.list_(key))]
+    def subs(self, key: str, default: Any = ...) -> list[_Reader]:
+        return [_Reader(v, f"{self.where}.{key}[{i}]") for i, v in enumerate(self.list_(key, default))]
 
 
 def _int64(value: int, where: str) -> None:
@@ -456,6 +490,7 @@ def _architecture(a: _Reader) -> Architecture:
         a.str_("family"), a.int_("layers"), a.int_("hidden_size"), a.int_("q_heads"), a.int_("kv_heads"),
         a.int_("head_dim"), a.int_("experts"), a.int_("experts_per_token"), a.int_("expert_intermediate"),
         a.int_("vocab_size"), a.float_("rope_theta"), a.float_("rms_norm_eps"),
+        a.int_("intermediate_size", 0), a.bool_("tied_embeddings", False),
     )  # fmt: skip
 
 
@@ -484,6 +519,10 @@ def _chip_memory(c: _Reader) -> ChipMemoryDecl:
         c.int_("chip"), c.int_("chip_mask"), c.int_("param_dram_bytes"), c.int_("param_sram_bytes"),
         c.int_("workspace_bytes"),
     )  # fmt: skip
+
+
+def _compat_row(r: _Reader) -> CompatRow:
+    return CompatRow(r.str_("runtime"), r.str_("driver"), r.str_("firmware"), r.bool_("co_resident", False))
 
 
 def _file(f: _Reader) -> FileEntry:
@@ -543,7 +582,12 @@ def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
         kv=_kv(r.sub("kv")),
         submodels=tuple(_submodel(s) for s in r.subs("submodels")),
         memory=_memory(r.sub("memory")),
-        compatibility=Compatibility(c.str_("runtime"), c.str_("driver"), c.strmap("compiler")),
+        compatibility=Compatibility(
+            c.str_("runtime"),
+            c.str_("driver"),
+            c.strmap("compiler"),
+            tuple(_compat_row(x) for x in c.subs("matrix", [])),
+        ),
         files=tuple(_file(f) for f in r.subs("files")),
         tokenizer=_tokenizer(r.sub("tokenizer")),
         golden=_golden(r.sub("golden")),

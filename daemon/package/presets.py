@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, KVDecl, MemoryDecl, Topology
+from calculet.daemon.package.param_count import param_count
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -162,4 +163,61 @@ TINY = ModelPreset(
     sources={"all": "stand-in copied from a built tiny package; its manifest is authoritative"},
 )
 
-PRESETS: Mapping[str, ModelPreset] = {p.name: p for p in (QWEN3_30B_A3B, TINY)}
+# Qwen3-4B, dense, compiled (hypothetically: no such calbin exists yet) for one chip in BF16. Its
+# shape is the published config.json's; its memory figures are derived, each ASSUMPTION stated.
+QWEN3_4B_ARCHITECTURE = Architecture(
+    family="qwen3",
+    layers=36,
+    hidden_size=2560,
+    q_heads=32,
+    kv_heads=8,
+    head_dim=128,
+    experts=0,
+    experts_per_token=0,
+    expert_intermediate=0,
+    vocab_size=151_936,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    intermediate_size=9728,
+    tied_embeddings=True,
+)
+QWEN3_4B_PARAM_BYTES = 2 * param_count(QWEN3_4B_ARCHITECTURE).stored  # BF16: 2 B per weight
+QWEN3_SRAM_WINDOW = 15_079_424  # seed 003 section 6: the SRAM-window params of each A3B chip
+# Seed 003 section 9: A3B chip 0's workspace, ~3.456 GiB of prefill activations at hidden 2048.
+QWEN3_A3B_WORKSPACE_CHIP0 = QWEN3_DRAM_RESERVED_PER_CHIP - 9_389_477_888 - QWEN3_KV_ONE_LANE_PER_CHIP
+QWEN3_4B_WORKSPACE = QWEN3_A3B_WORKSPACE_CHIP0 * QWEN3_4B_ARCHITECTURE.hidden_size // 2048
+
+QWEN3_4B = ModelPreset(
+    name="qwen3-4b",
+    architecture=QWEN3_4B_ARCHITECTURE,
+    topology=Topology(chips=1, chip_masks=(0x1,), parallelism="none"),
+    kv_dtype="bf16",
+    kv_split="kv_heads",
+    kv_bytes_per_token=147_456,
+    calbin_context=40_960,
+    lanes=1,
+    chips=(
+        ChipMemoryDecl(
+            chip=0,
+            chip_mask=0x1,
+            param_dram_bytes=QWEN3_4B_PARAM_BYTES - QWEN3_SRAM_WINDOW,
+            param_sram_bytes=QWEN3_SRAM_WINDOW,
+            workspace_bytes=QWEN3_4B_WORKSPACE,
+        ),
+    ),
+    param_file_bytes=(QWEN3_4B_PARAM_BYTES,),
+    sources={
+        "architecture": "Qwen3-4B config.json: 36 layers, hidden 2560, FFN 9728, 32 Q / 8 KV heads of 128, "
+        "vocab 151936, tied embeddings, RoPE theta 1e6, RMSNorm eps 1e-6, max position 40960",
+        "calbin_context": "Qwen3-4B native context 40960 (the same as the A3B calbin's)",
+        "kv_bytes_per_token": "36 x 8 x 2 x 128 x 2 B (BF16) = 147456 B, all on the one chip",
+        "param_file_bytes": f"{param_count(QWEN3_4B_ARCHITECTURE).stored:,} weights (param_count) x 2 B BF16",
+        "param_sram_bytes": "ASSUMPTION: the compiler fills the same SRAM window as for A3B, 15079424 B "
+        "(seed 003 section 6); the rest of the weights are in DRAM",
+        "workspace_bytes": "ASSUMPTION: A3B chip 0's workspace (seed 003 sections 7 and 9, prefill "
+        "activations of a 40960-token bucket) scaled by hidden size, x 2560 / 2048",
+        "topology": "ASSUMPTION: chip mask 0x1 (chip 0); a build for chip 1 would differ only in the mask",
+    },
+)
+
+PRESETS: Mapping[str, ModelPreset] = {p.name: p for p in (QWEN3_30B_A3B, QWEN3_4B, TINY)}

@@ -93,6 +93,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "compat.syntax": (E, "a compatibility range is not `>=A,<B` style over dotted integers"),
     "compat.runtime": (E, "the device runtime version is outside compatibility.runtime"),
     "compat.driver": (E, "the device driver version is outside compatibility.driver"),
+    "compat.matrix": (E, "the compatibility matrix has no row for the device's runtime, driver and firmware"),
 }
 
 

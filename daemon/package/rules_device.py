@@ -13,6 +13,7 @@ import posixpath
 
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.package.capacity import DeviceLimits, MemoryModel, chip_dram_need, kv_bytes
+from calculet.daemon.package.compat import matrix_rows, versions_text
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.package.report import Findings
 from calculet.daemon.package.versions import in_range, parse_range
@@ -81,6 +82,25 @@ class DeviceRules:
                 continue
             if device_version is not None and not in_range(device_version, spec):
                 self.f.add(f"compat.{field}", where, f"device {field} {device_version} is outside {spec!r}")
+        self.matrix()
+
+    def matrix(self) -> None:
+        """Every row's ranges parse; a package with a matrix has a row for the device's versions."""
+        rows = self.m.compatibility.matrix
+        malformed = False
+        for i, row in enumerate(rows):
+            for name in ("runtime", "driver", "firmware"):
+                try:
+                    parse_range(getattr(row, name))
+                except InvalidArgument as exc:
+                    malformed = True
+                    self.f.add("compat.syntax", f"manifest.compatibility.matrix[{i}].{name}", str(exc))
+        if rows and not malformed and not matrix_rows(self.m, self.d):
+            self.f.add(
+                "compat.matrix",
+                "manifest.compatibility.matrix",
+                f"no row of the compatibility matrix covers this device ({versions_text(self.d)})",
+            )
 
     def memory_negatives(self) -> None:
         mem = self.m.memory

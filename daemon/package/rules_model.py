@@ -28,6 +28,7 @@ from calculet.daemon.package.manifest import (
     DTYPES,
     MAX_DECODE_CURVE_POINTS,
     SUBMODEL_ROLES,
+    Architecture,
     DecodePoint,
     PackageManifest,
     SubmodelDecl,
@@ -102,10 +103,13 @@ class ModelRules:
     def architecture(self) -> None:
         a = self.m.architecture
         where = "manifest.architecture"
-        counts = ("layers", "hidden_size", "q_heads", "kv_heads", "head_dim", "experts", "experts_per_token")
-        for name in (*counts, "expert_intermediate", "vocab_size"):
+        for name in ("layers", "hidden_size", "q_heads", "kv_heads", "head_dim", "vocab_size"):
             if getattr(a, name) <= 0:
                 self.f.add("arch.invalid", f"{where}.{name}", f"must be positive, got {getattr(a, name)}")
+        if a.dense:
+            self._dense_ffn(a, where)
+        else:
+            self._experts(a, where)
         if not (a.rope_theta > 0 and a.rms_norm_eps > 0):  # NaN fails too
             self.f.add("arch.invalid", where, "rope_theta and rms_norm_eps must be positive")
         if a.q_heads > 0 and a.kv_heads > 0 and a.q_heads % a.kv_heads:
@@ -114,12 +118,34 @@ class ModelRules:
                 f"{where}.kv_heads",
                 f"{a.q_heads} Q heads do not group over {a.kv_heads} KV heads",
             )
+
+    def _experts(self, a: Architecture, where: str) -> None:
+        """A mixture-of-experts model: positive experts, active experts and expert width."""
+        for name in ("experts", "experts_per_token", "expert_intermediate"):
+            if getattr(a, name) <= 0:
+                self.f.add("arch.invalid", f"{where}.{name}", f"must be positive, got {getattr(a, name)}")
+        if a.intermediate_size < 0:
+            self.f.add("arch.invalid", f"{where}.intermediate_size", f"must not be negative, got {a.intermediate_size}")
         if a.experts_per_token > a.experts:
             self.f.add(
                 "arch.invalid",
                 f"{where}.experts_per_token",
                 f"{a.experts_per_token} active of {a.experts} experts",
             )
+
+    def _dense_ffn(self, a: Architecture, where: str) -> None:
+        """A dense model (`experts` 0): one FFN of `intermediate_size`, no expert fields."""
+        if a.intermediate_size <= 0:
+            self.f.add(
+                "arch.invalid",
+                f"{where}.intermediate_size",
+                f"a dense model (experts 0) needs its FFN width, got {a.intermediate_size}",
+            )
+        for name in ("experts_per_token", "expert_intermediate"):
+            if getattr(a, name) != 0:
+                self.f.add(
+                    "arch.invalid", f"{where}.{name}", f"a dense model (experts 0) has none, got {getattr(a, name)}"
+                )
 
     # ------------------------------------------------------------ submodels
 

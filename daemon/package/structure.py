@@ -2,7 +2,7 @@
 
 This module owns the question "does this JSON have the shape `PackageManifest.from_dict` reads?".
 The expected shape is not written twice: it is read from the type hints of the manifest
-dataclasses (`int`, `float`, `str`, `T | None`, `tuple[T, ...]`, `tuple[A, B]`, `dict[str, str]`,
+dataclasses (`bool`, `int`, `float`, `str`, `T | None`, `tuple[T, ...]`, `tuple[A, B]`, `dict[str, str]`,
 nested dataclasses; fields with defaults are optional), so a field added to the dataclasses is
 checked here without an edit. Findings go to the caller's `Findings` as `schema.*` codes, plus
 `value.range` for numbers no field can hold (NaN, infinities, integers beyond 64 bits), which
@@ -39,6 +39,8 @@ def _json_type(value: Any) -> str:
 
 def _expected(tp: Any) -> str:
     """Human name of a type hint, for messages."""
+    if tp is bool:
+        return "true or false"
     if tp is int:
         return "an integer"
     if tp is float:
@@ -103,6 +105,8 @@ class StructureChecker:
 
     @staticmethod
     def _scalar_ok(value: Any, tp: Any) -> bool:
+        if tp is bool:
+            return isinstance(value, bool)
         if isinstance(value, bool):
             return False
         if tp is int:

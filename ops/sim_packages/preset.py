@@ -13,14 +13,37 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits
-from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, Compatibility, Topology
+from calculet.daemon.package.manifest import (
+    Architecture,
+    ChipMemoryDecl,
+    Compatibility,
+    CompatRow,
+    TimingDecl,
+    Topology,
+)
 from calculet.ops.sim_packages.chat_template import TEMPLATE_RESOURCE
+from calculet.ops.sim_packages.timing import sim_timing
 from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, train_tokenizer
 from calculet.ops.sim_packages.writer import PackageWriter
 
 # Both presets emulate today's board: 2 chiplets, tensor parallel (seed 001 sections 1 and 6).
 BOARD_TOPOLOGY = Topology(chips=2, chip_masks=(1, 2), parallelism="tensor")
+
+# What every calsim package declares it runs on: CalRT 0.7.6 with today's driver (one calbin at a
+# time), and with the 1.0.0 driver, where it may share the board (seed 000 sections 9 and 15).
+SIM_RUNTIME = ">=0.7.6,<0.8"
+SIM_DRIVER = ">=0.7.6,<1.1"
+SIM_MATRIX = (
+    CompatRow(runtime=SIM_RUNTIME, driver=">=0.7.6,<1.0", firmware="*", co_resident=False),
+    CompatRow(runtime=SIM_RUNTIME, driver=">=1.0.0,<1.1", firmware=">=1.0.0,<1.1", co_resident=True),
+)
+
+
+def sim_compatibility(compiler: dict[str, str]) -> Compatibility:
+    """The compatibility section of a calsim package built by `compiler`."""
+    return Compatibility(runtime=SIM_RUNTIME, driver=SIM_DRIVER, compiler=compiler, matrix=SIM_MATRIX)
 
 
 class ParamBlocks(ABC):
@@ -42,11 +65,20 @@ class ParamBlocks(ABC):
 
     @abstractmethod
     def write(self, writer: PackageWriter) -> None:
-        """Write `param_blk{i}.bin` for every chip through `writer`, registered with `file_role`.
+        """Write `param_blk{chip}.bin` for every chip of `memory` through `writer`, registered with
+        `file_role`.
 
         Raises:
             OSError: the files cannot be written.
         """
+
+    def moved_to(self, chips: tuple[ChipMemoryDecl, ...]) -> ParamBlocks:
+        """The same blocks planned for other chips (`build-sim --chip`), one entry per entry of `memory`.
+
+        Raises:
+            InvalidArgument: these blocks cannot move (by default: none can).
+        """
+        raise InvalidArgument(f"{type(self).__name__}: parameter blocks that cannot move to another chip")
 
 
 class SimPreset(ABC):
@@ -107,6 +139,10 @@ class SimPreset(ABC):
     @abstractmethod
     def compatibility(self) -> Compatibility:
         """Runtime/driver ranges and the compiler that (nominally) produced the calbin."""
+
+    def timing(self) -> TimingDecl:
+        """The calsim timing table; by default the measured Qwen3-30B-A3B one (`timing.sim_timing`)."""
+        return sim_timing()
 
     def default_lanes(self, decode_batches: Sequence[int]) -> int:
         """Enough lanes to fill the largest decode batch, at least `min_lanes`."""

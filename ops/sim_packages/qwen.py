@@ -16,7 +16,7 @@ from calculet.daemon.calsim.kernels.weights import param_block_name
 from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, Compatibility
 from calculet.daemon.package.presets import QWEN3_30B_A3B, ModelPreset
 from calculet.ops.sim_packages.chat_template import QWEN_TEMPLATE_RESOURCE
-from calculet.ops.sim_packages.preset import ParamBlocks, SimPreset
+from calculet.ops.sim_packages.preset import ParamBlocks, SimPreset, sim_compatibility
 from calculet.ops.sim_packages.qwen3_tokenizer import build_qwen3_tokenizer
 from calculet.ops.sim_packages.tokenizer import TrainedTokenizer
 from calculet.ops.sim_packages.writer import PackageWriter
@@ -30,12 +30,12 @@ QWEN_SYNTHETIC_SEED = 30_003
 QWEN_TOKENIZER_MAX_LENGTH = 131_072
 
 
-def param_standin_text(model: ModelPreset, chip: int) -> str:
-    """The stand-in text of `param_blk{chip}.bin`: what the real file is, and that this is not it."""
-    c = model.chips[chip]
+def param_standin_text(model: ModelPreset, index: int, c: ChipMemoryDecl) -> str:
+    """The stand-in text of the parameter block `index` of `model`, placed on chip `c`: what the
+    real file is, and that this is not it."""
     return (
-        f"CALSIM STAND-IN for {param_block_name(chip)} of {model.name} (not the weights).\n"
-        f"real file size: {model.param_file_bytes[chip]} B (seed 003 section 6)\n"
+        f"CALSIM STAND-IN for {param_block_name(c.chip)} of {model.name} (not the weights).\n"
+        f"real file size: {model.param_file_bytes[index]} B (seed 003 section 6)\n"
         f"chip: {c.chip} chip_mask: {hex(c.chip_mask)}\n"
         f"param_dram_bytes: {c.param_dram_bytes}\n"
         f"param_sram_bytes: {c.param_sram_bytes}\n"
@@ -44,14 +44,22 @@ def param_standin_text(model: ModelPreset, chip: int) -> str:
 
 
 class StandinParamBlocks(ParamBlocks):
-    """Declares the real per-chip figures of `model`; writes a few hundred bytes per chip."""
+    """Declares the real per-chip figures of `model`; writes a few hundred bytes per chip.
 
-    def __init__(self, model: ModelPreset) -> None:
+    Args:
+        chips: the chips the blocks are planned for (default: the preset's).
+    """
+
+    def __init__(self, model: ModelPreset, chips: tuple[ChipMemoryDecl, ...] | None = None) -> None:
         self._model = model
+        self._chips = model.chips if chips is None else chips
 
     @property
     def memory(self) -> tuple[ChipMemoryDecl, ...]:
-        return self._model.chips
+        return self._chips
+
+    def moved_to(self, chips: tuple[ChipMemoryDecl, ...]) -> StandinParamBlocks:
+        return StandinParamBlocks(self._model, chips)
 
     @property
     def file_role(self) -> str:
@@ -60,9 +68,9 @@ class StandinParamBlocks(ParamBlocks):
         return "params-standin"
 
     def write(self, writer: PackageWriter) -> None:
-        for chip in range(len(self._model.chips)):
-            name = param_block_name(chip)
-            writer.write_text(name, param_standin_text(self._model, chip), self.file_role)
+        for index, chip in enumerate(self._chips):
+            text = param_standin_text(self._model, index, chip)
+            writer.write_text(param_block_name(chip.chip), text, self.file_role)
 
 
 class QwenPreset(SimPreset):
@@ -98,8 +106,6 @@ class QwenPreset(SimPreset):
         return StandinParamBlocks(QWEN3_30B_A3B)
 
     def compatibility(self) -> Compatibility:
-        return Compatibility(
-            runtime=">=0.7.6,<0.8",
-            driver=">=0.7.6,<0.8",
-            compiler={"calcc": CALCC_COMMIT, "tvm": TVM_COMMIT},
+        return sim_compatibility(
+            {"calcc": CALCC_COMMIT, "tvm": TVM_COMMIT},
         )

@@ -54,8 +54,9 @@ def command_standin(sub: SubmodelDecl, chip: int, bank: str) -> bytes:
 
 
 def write_submodel_folder(writer: PackageWriter, sub: SubmodelDecl, topology: Topology) -> None:
-    """Write `sub.folder/` with its info text and the ping/pong command stand-ins of every chip."""
+    """Write `sub.folder/` with its info text and the ping/pong command stand-ins of every chip it
+    runs on (the chips its masks name)."""
     writer.write_text(f"{sub.folder}/{INFO_NAME}", submodel_info_text(sub, topology), "metadata")
-    for chip in range(topology.chips):
+    for chip in sorted(mask.bit_length() - 1 for mask in topology.chip_masks):
         for bank in BANKS:
             writer.write_bytes(f"{sub.folder}/cpu_chip{chip}_{bank}.bin", command_standin(sub, chip, bank), "command")

@@ -21,7 +21,7 @@ from calculet.daemon.calsim.kernels.weights import (
 )
 from calculet.daemon.package.manifest import Architecture, ChipMemoryDecl, Compatibility
 from calculet.daemon.package.presets import TINY
-from calculet.ops.sim_packages.preset import BOARD_TOPOLOGY, ParamBlocks, SimPreset
+from calculet.ops.sim_packages.preset import BOARD_TOPOLOGY, ParamBlocks, SimPreset, sim_compatibility
 from calculet.ops.sim_packages.writer import PackageWriter
 
 TINY_CONTEXT = 256
@@ -93,10 +93,8 @@ class TinyPreset(SimPreset):
         return TinyParamBlocks(blocks, TINY_WORKSPACE_BYTES)
 
     def compatibility(self) -> Compatibility:
-        return Compatibility(
-            runtime=">=0.7.6,<0.8",
-            driver=">=0.7.6,<0.8",
-            compiler={
+        return sim_compatibility(
+            {
                 "builder": "calctl package build-sim",
                 "weights": f"generate_tiny_weights seed {self.seed}",
             },

@@ -63,6 +63,9 @@ class DaemonProcess:
             # Two resident models, so tests may load qwen beside tiny; a test of the one-calbin board
             # passes --device-profile calrt-0.7.6, which comes later and wins.
             "--device-profile", "calsim-dev",
+            # Boards start and reload without the modelled switch cost whatever their --time-scale;
+            # a test of that cost passes its own configure_time_scale, which comes later and wins.
+            "--device-option", "configure_time_scale=0",
             *args,
         ]  # fmt: skip
         self._log = self.log_path.open("wb")

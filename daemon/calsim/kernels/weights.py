@@ -57,6 +57,8 @@ def param_block_name(chip: int) -> str:
 def check_geometry(arch: Architecture) -> None:
     """Raises KernelConfigError unless `arch` can be split over 2 chips as the numeric kernel does."""
     problems = []
+    if arch.dense:
+        raise KernelConfigError("numeric kernel: mixture-of-experts only; a dense model (experts 0) runs on synthetic")
     for name in ("layers", "hidden_size", "q_heads", "kv_heads", "head_dim", "experts", "vocab_size"):
         if getattr(arch, name) < 1:
             problems.append(f"{name} must be >= 1")

@@ -105,6 +105,12 @@ def make_manifest(name: str = "tiny", **overrides: Any) -> PackageManifest:
     return replace(manifest, **overrides)
 
 
+def single_chip_manifest(name: str = "solo", chip: int = 0, **overrides: Any) -> PackageManifest:
+    """`make_manifest`'s model compiled for one chip (mask `1 << chip`): the whole KV on that chip."""
+    memory = MemoryDecl((ChipMemoryDecl(chip, 1 << chip, PARAM_DRAM, PARAM_SRAM, WORKSPACE),), PARAM_DRAM)
+    return make_manifest(name, topology=Topology(1, (1 << chip,), "tensor"), memory=memory, **overrides)
+
+
 def need_dram_per_chip(manifest: PackageManifest) -> int:
     kv = manifest.kv
     return PARAM_DRAM + WORKSPACE + kv.bytes_per_token * kv.lanes * kv.lane_context // 2

@@ -173,7 +173,7 @@ def test_close_wakes_waiters_stops_the_worker_and_is_idempotent(open_device: Ope
 def test_time_scale_makes_the_worker_wait_for_the_modelled_time(open_device: OpenDevice, tmp_path: Path) -> None:
     # a 2 ms modelled decode at a scale of 1e6 lasts ~2000 s of wall time: it cannot be done soon,
     # while the same job at scale 0 finishes at once. (No wall-clock figure is asserted.)
-    slow = open_device(time_scale=1e6)
+    slow = open_device(time_scale=1e6, configure_time_scale=0.0)
     model = slow.configure(tmp_path, make_manifest())
     bufs = make_bufs(slow, model, DECODE1)
     sub = slow.submit(model, decode_spec(bufs, [(0, 0, 1)]))

@@ -233,6 +233,10 @@ BAD_OPTIONS: list[tuple[dict[str, Any], str]] = [
     ({"kernel_factory": 3}, "kernel_factory: expected a callable"),
     ({"fault_plan": {"faults": [{"kind": "boom", "job": 0}]}}, "'boom' is not one of"),
     ({"fault_plan": "/nonexistent/plan.json"}, "cannot read"),
+    ({"configure_time_scale": -0.5}, "configure_time_scale: expected a finite number >= 0"),
+    ({"release_leak_bytes": -1}, "release_leak_bytes: expected an integer >= 0"),
+    ({"firmware_version": "calsim-1"}, "firmware_version: expected a version like 1.0.0"),
+    ({"profile": "calrt-2.0.0"}, "calrt-0.7.6, calrt-1.0.0, calsim-dev"),
 ]
 
 

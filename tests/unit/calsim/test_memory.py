@@ -23,7 +23,9 @@ from calculet.daemon.package.manifest import ChipMemoryDecl, MemoryDecl, Topolog
 from .conftest import OpenDevice
 from .factories import (
     DECODE1,
+    PARAM_DRAM,
     PARAM_SRAM,
+    WORKSPACE,
     Gate,
     KernelBox,
     decode_spec,
@@ -31,6 +33,7 @@ from .factories import (
     make_bufs,
     make_manifest,
     need_dram_per_chip,
+    single_chip_manifest,
 )
 
 
@@ -53,15 +56,46 @@ def test_kv_share_covers_the_whole_kv_over_two_chips(bpt: int, lanes: int, ctx: 
 
 
 def test_chip_needs_refuses_a_package_for_other_chips() -> None:
-    manifest = make_manifest(topology=Topology(1, (1,), "tensor"))
-    with pytest.raises(ConfigurationError, match="built for 1 chips; this board has 2"):
-        chip_needs(manifest, 2)
+    three = make_manifest(topology=Topology(3, (1, 2, 4), "tensor"))
+    with pytest.raises(ConfigurationError, match="built for 3 chips; this board has 2"):
+        chip_needs(three, 2)
     one_chip_plan = replace(make_manifest().memory, chips=make_manifest().memory.chips[:1])
-    with pytest.raises(ConfigurationError, match=r"expected each of 0\.\.1 once"):
+    with pytest.raises(ConfigurationError, match="expected 2 distinct chip"):
         chip_needs(make_manifest(memory=one_chip_plan), 2)
+    with pytest.raises(ConfigurationError, match="matching the masks"):  # plan on chip 1, mask names chip 0
+        chip_needs(replace(single_chip_manifest(chip=1), topology=Topology(1, (1,), "tensor")), 2)
+    with pytest.raises(ConfigurationError, match=r"of 0\.\.1"):  # a chip the board lacks
+        chip_needs(single_chip_manifest(chip=2), 2)
     negative = MemoryDecl((ChipMemoryDecl(0, 1, -1, 0, 0), ChipMemoryDecl(1, 2, 0, 0, 0)), 0)
     with pytest.raises(ConfigurationError, match="negative"):
         chip_needs(make_manifest(memory=negative), 2)
+
+
+@pytest.mark.parametrize("chip", [0, 1])
+def test_a_single_chip_package_needs_its_chip_only_with_the_whole_kv(chip: int) -> None:
+    manifest = single_chip_manifest(chip=chip)
+    (need,) = chip_needs(manifest, 2)
+    kv = manifest.kv
+    assert need.chip == chip
+    assert need.kv == kv.bytes_per_token * kv.lanes * kv.lane_context
+    assert need.dram == PARAM_DRAM + WORKSPACE + need.kv and need.sram == PARAM_SRAM
+
+
+def test_single_chip_models_take_one_chip_each_and_leave_the_other_free(
+    open_device: OpenDevice, tmp_path: Path
+) -> None:
+    need = PARAM_DRAM + WORKSPACE + chip_needs(single_chip_manifest(), 2)[0].kv
+    device = open_device(dram_bytes=need + need // 2)  # one such model per chip, never two
+    on_one = device.configure(tmp_path, single_chip_manifest("b", chip=1))
+    assert [c.dram_used for c in device.memory_usage().chips] == [0, need]
+    with pytest.raises(OutOfDeviceMemory, match="chip 1 needs"):
+        device.configure(tmp_path, single_chip_manifest("c", chip=1))
+    device.configure(tmp_path, single_chip_manifest("a", chip=0))
+    assert [c.dram_used for c in device.memory_usage().chips] == [need, need]
+    device.release(on_one)
+    assert [c.dram_used for c in device.memory_usage().chips] == [need, 0]
+    with pytest.raises(OutOfDeviceMemory, match="chip 0 needs"):  # a dual-chip model needs both chips
+        device.configure(tmp_path, make_manifest("ab"))
 
 
 def test_memory_map_reserve_is_all_or_nothing() -> None:

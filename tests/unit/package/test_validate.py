@@ -26,6 +26,7 @@ from calculet.daemon.package.manifest import (
     MANIFEST_NAME,
     MAX_DECODE_CURVE_POINTS,
     MAX_MANIFEST_BYTES,
+    CompatRow,
     DecodePoint,
     PackageManifest,
     TensorDecl,
@@ -300,6 +301,21 @@ DEFECTS: dict[str, Defect] = {
     "arch-heads": Defect(
         "arch.invalid", manifest_defect(lambda: _section("architecture", q_heads=5)), None, "5 Q heads"
     ),
+    "arch-dense-without-ffn": Defect(
+        "arch.invalid",
+        manifest_defect(lambda: _section("architecture", experts=0, experts_per_token=0, expert_intermediate=0)),
+        None,
+        "needs its FFN width",
+    ),
+    "arch-dense-with-expert-fields": Defect(
+        "arch.invalid",
+        manifest_defect(lambda: _section("architecture", experts=0, intermediate_size=96)),
+        None,
+        "a dense model (experts 0) has none",
+    ),
+    "arch-moe-without-experts-per-token": Defect(
+        "arch.invalid", manifest_defect(lambda: _section("architecture", experts_per_token=0)), None, "must be positive"
+    ),
     "kernel-unknown": Defect("kernel.unknown", manifest_defect(lambda: _m(kernel="cuda")), None, "cuda"),
     # submodels
     "submodel-duplicate-name": Defect(
@@ -467,6 +483,20 @@ DEFECTS: dict[str, Defect] = {
         "compat.driver",
         manifest_defect(lambda: _section("compatibility", driver=">=2.0")),
         lambda: replace(CALSIM_BOARD, driver_version="1.4.2"),
+    ),
+    "matrix-no-row": Defect(
+        "compat.matrix",
+        manifest_defect(
+            lambda: _section("compatibility", matrix=(CompatRow(">=0.7.6,<0.8", ">=1.0.0,<1.1", "*", True),))
+        ),
+        lambda: replace(CALSIM_BOARD, driver_version="0.7.6"),
+        "runtime 0.7.6, driver 0.7.6, firmware unknown",
+    ),
+    "matrix-syntax": Defect(
+        "compat.syntax",
+        manifest_defect(lambda: _section("compatibility", matrix=(CompatRow(">=0.7.6,<0.8", "*", "1.x"),))),
+        None,
+        "1.x",
     ),
 }
 

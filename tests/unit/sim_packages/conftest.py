@@ -16,14 +16,20 @@ def qwen_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def dense_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A default `qwen3-4b` package (dense, one chip); tests must not modify it."""
+    return build_sim_package("qwen3-4b", tmp_path_factory.mktemp("qwen4b") / "pkg")
+
+
+@pytest.fixture(scope="session")
 def tiny_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A default `tiny` package; tests must not modify it."""
     return build_sim_package("tiny", tmp_path_factory.mktemp("tiny") / "pkg")
 
 
-@pytest.fixture(params=["tiny", "qwen3-30b-a3b"])
+@pytest.fixture(params=["tiny", "qwen3-30b-a3b", "qwen3-4b"])
 def any_pkg(request: pytest.FixtureRequest) -> Path:
     """Each preset's package in turn."""
-    name = "tiny_pkg" if request.param == "tiny" else "qwen_pkg"
+    name = {"tiny": "tiny_pkg", "qwen3-30b-a3b": "qwen_pkg", "qwen3-4b": "dense_pkg"}[request.param]
     path: Path = request.getfixturevalue(name)
     return path

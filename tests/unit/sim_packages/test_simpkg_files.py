@@ -7,15 +7,9 @@ import json
 from pathlib import Path
 
 from calculet.daemon.package.manifest import MANIFEST_NAME, load_manifest
-from calculet.ops.sim_packages import build_sim_package
+from calculet.ops.sim_packages import PRESETS, build_sim_package
 
-SUBMODEL_FILES = {
-    "submodel_memory_reserved_info.txt",
-    "cpu_chip0_ping.bin",
-    "cpu_chip0_pong.bin",
-    "cpu_chip1_ping.bin",
-    "cpu_chip1_pong.bin",
-}
+BANKS = ("ping", "pong")
 TOKENIZER_FILES = {
     "tokenizer/tokenizer.json",
     "tokenizer/tokenizer_config.json",
@@ -43,9 +37,12 @@ def test_nothing_unlisted_and_nothing_listed_twice(any_pkg: Path) -> None:
 
 def test_vendor_layout(any_pkg: Path) -> None:
     manifest = load_manifest(any_pkg)
-    expected = {"param_blk0.bin", "param_blk1.bin", *TOKENIZER_FILES}
+    chips = [c.chip for c in manifest.memory.chips]  # one parameter block and command pair per chip used
+    expected = {*(f"param_blk{c}.bin" for c in chips), *TOKENIZER_FILES}
+    files = {"submodel_memory_reserved_info.txt", *(f"cpu_chip{c}_{bank}.bin" for c in chips for bank in BANKS)}
+    assert chips == [0, 1] or manifest.topology.chips == 1
     for sub in manifest.submodels:
-        expected |= {f"{sub.folder}/{name}" for name in SUBMODEL_FILES}
+        expected |= {f"{sub.folder}/{name}" for name in files}
     assert {e.path for e in manifest.files} == expected
     assert {s.folder for s in manifest.submodels} == {s.name for s in manifest.submodels}
 
@@ -86,7 +83,7 @@ def test_manifest_round_trips_through_the_schema(any_pkg: Path) -> None:
 
 
 def test_build_is_reproducible(tmp_path: Path, any_pkg: Path) -> None:
-    preset = {"numeric": "tiny", "synthetic": "qwen3-30b-a3b"}[load_manifest(any_pkg).kernel]
+    preset = {p.package_name: name for name, p in PRESETS.items()}[load_manifest(any_pkg).name]
     again = build_sim_package(preset, tmp_path / "again")
     # The manifest holds every file's hash, so equal manifests mean byte-identical packages.
     assert (again / MANIFEST_NAME).read_bytes() == (any_pkg / MANIFEST_NAME).read_bytes()
