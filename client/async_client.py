@@ -32,6 +32,7 @@ from calculet.client.errors import error_from_rpc
 from calculet.client.generation import DEFAULT_MAX_REATTACH, AsyncGeneration, WaitCursor
 from calculet.client.messages import (
     SubmitResult,
+    Switch,
     drain_request,
     inject_fault_request,
     load_outcome,
@@ -206,9 +207,12 @@ class AsyncDaemonClient:
         replace: bool = False,
         drain_timeout_ms: int | None = None,
         lanes: int | None = None,
+        switch: Switch | None = None,
     ) -> AsyncIterator[operate_pb2.LoadProgress]:
         """See `DaemonClient.load` (an async iterator)."""
-        req = load_request(alias, package, replace=replace, drain_timeout_ms=drain_timeout_ms, lanes=lanes)
+        req = load_request(
+            alias, package, replace=replace, drain_timeout_ms=drain_timeout_ms, lanes=lanes, switch=switch
+        )
         return self._stream("Load", req)
 
     async def load_and_wait(
@@ -219,10 +223,13 @@ class AsyncDaemonClient:
         replace: bool = False,
         drain_timeout_ms: int | None = None,
         lanes: int | None = None,
+        switch: Switch | None = None,
     ) -> operate_pb2.LoadProgress:
         """See `DaemonClient.load_and_wait`."""
         last: operate_pb2.LoadProgress | None = None
-        req = load_request(alias, package, replace=replace, drain_timeout_ms=drain_timeout_ms, lanes=lanes)
+        req = load_request(
+            alias, package, replace=replace, drain_timeout_ms=drain_timeout_ms, lanes=lanes, switch=switch
+        )
         async with contextlib.aclosing(self._stream("Load", req)) as stream:
             async for last in stream:
                 if last.done:

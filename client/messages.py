@@ -150,15 +150,41 @@ def watch_load_request(interval_ms: int) -> observe_pb2.WatchLoadRequest:
     return observe_pb2.WatchLoadRequest(interval_ms=check_integer("interval_ms", interval_ms, 0, UINT32_MAX))
 
 
+@dataclass(frozen=True)
+class Switch:
+    """A Load that replaces exactly `alias` at `generation` (compare-and-swap; operate.proto).
+
+    Attributes:
+        force: switch even within the daemon's minimum residency.
+        reason / requester: why and who asked, for the board's audit trail.
+    """
+
+    alias: str
+    generation: int
+    force: bool = False
+    reason: str = ""
+    requester: str = ""
+
+
 def load_request(
-    alias: str, package: str, *, replace: bool, drain_timeout_ms: int | None, lanes: int | None
+    alias: str,
+    package: str,
+    *,
+    replace: bool,
+    drain_timeout_ms: int | None,
+    lanes: int | None,
+    switch: Switch | None = None,
 ) -> operate_pb2.LoadRequest:
-    """Raises: InvalidArgument: drain_timeout_ms or lanes not a uint32."""
+    """Raises: InvalidArgument: drain_timeout_ms, lanes or the switch's generation out of range."""
     options = operate_pb2.LoadOptions(replace=replace)
     if drain_timeout_ms is not None:
         options.drain_timeout_ms = check_integer("drain_timeout_ms", drain_timeout_ms, 0, UINT32_MAX)
     if lanes is not None:
         options.lanes = check_integer("lanes", lanes, 0, UINT32_MAX)
+    if switch is not None:
+        generation = check_integer("switch.generation", switch.generation, 0, 2**64 - 1)
+        options.switch_from.CopyFrom(operate_pb2.SwitchFrom(alias=switch.alias, generation=generation))
+        options.force, options.reason, options.requester = switch.force, switch.reason, switch.requester
     return operate_pb2.LoadRequest(alias=alias, package=package, options=options)
 
 

@@ -38,6 +38,7 @@ from calculet.client.errors import error_from_rpc
 from calculet.client.generation import DEFAULT_MAX_REATTACH, Generation, WaitCursor
 from calculet.client.messages import (
     SubmitResult,
+    Switch,
     drain_request,
     inject_fault_request,
     load_outcome,
@@ -276,14 +277,19 @@ class DaemonClient:
         replace: bool = False,
         drain_timeout_ms: int | None = None,
         lanes: int | None = None,
+        switch: Switch | None = None,
     ) -> Iterator[operate_pb2.LoadProgress]:
         """Stream a load's progress until the message with done = true (FAILED ones included).
+        With `switch`, the load replaces exactly that generation (ABORTED if the board serves
+        another) and the stream reports its drain and unload too.
 
         Raises (while iterating):
             InvalidArgument (alias, path), NotFound (package), FailedPrecondition (alias loaded,
             concurrent load), Unavailable (device unhealthy): the load was refused.
         """
-        req = load_request(alias, package, replace=replace, drain_timeout_ms=drain_timeout_ms, lanes=lanes)
+        req = load_request(
+            alias, package, replace=replace, drain_timeout_ms=drain_timeout_ms, lanes=lanes, switch=switch
+        )
         return self._stream("Load", req)
 
     def load_and_wait(
@@ -294,6 +300,7 @@ class DaemonClient:
         replace: bool = False,
         drain_timeout_ms: int | None = None,
         lanes: int | None = None,
+        switch: Switch | None = None,
     ) -> operate_pb2.LoadProgress:
         """Load and return the final (READY) progress.
 
@@ -302,7 +309,9 @@ class DaemonClient:
             for an invalid package).
         """
         last: operate_pb2.LoadProgress | None = None
-        req = load_request(alias, package, replace=replace, drain_timeout_ms=drain_timeout_ms, lanes=lanes)
+        req = load_request(
+            alias, package, replace=replace, drain_timeout_ms=drain_timeout_ms, lanes=lanes, switch=switch
+        )
         stream = self._stream("Load", req)
         with contextlib.closing(stream):
             for last in stream:

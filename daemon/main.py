@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--orphan-timeout", type=float, help="cancel a job with no Wait stream for this many seconds (60; 0 = never)"
     )
     p.add_argument("--drain-timeout", type=float, help="seconds unload/drain/shutdown wait for running jobs")
+    p.add_argument(
+        "--min-residency-s",
+        type=float,
+        help="seconds a model must have been Ready before a switch may replace it, unless forced (0)",
+    )
     p.add_argument("--queue-depth", type=int, help="waiting requests before Submit is refused")
     p.add_argument("--admission-timeout", type=float, help="seconds a request may wait for a KV lane")
     p.add_argument(
@@ -231,7 +236,7 @@ FLAG_SETTINGS = (
     "device_profile", "reset_limit", "reset_window", "tls_cert", "tls_key", "tls_client_ca", "insecure",
     "token_file_inference", "token_file_observe", "token_file_operate", "health_listen", "metrics_listen",
     "log_format", "prefix_reuse", "prefix_min_tokens", "prefill_chunk_tokens", "submit_error_streak",
-    "ccu_escalation", "nan_escalation", "escalation_window", "unhealthy_exit",
+    "ccu_escalation", "nan_escalation", "escalation_window", "unhealthy_exit", "min_residency_s",
 )  # fmt: skip
 TABLE_SETTINGS = ("models", "device_options")
 # Settings that are shorthands for one device option each: setting -> option.
@@ -420,6 +425,7 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         job_timeout_s=_seconds(settings, "job_timeout", 30.0, zero_ok=False),
         fault_injection=fault_injection,
         drain_timeout_s=_seconds(settings, "drain_timeout", 30.0, zero_ok=True),
+        min_residency_s=_seconds(settings, "min_residency_s", 0.0, zero_ok=True),
         queue_depth=_int(settings, "queue_depth", 1024, 1),
         admission_timeout_s=_seconds(settings, "admission_timeout", 30.0, zero_ok=False),
         decode_jobs_per_model=_int(settings, "decode_jobs_per_model", DECODE_JOBS_AUTO, 0, 2),

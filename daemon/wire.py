@@ -31,6 +31,7 @@ from calculet.daemon.core.events import (
 )
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import MAX_STOP_TOKEN_IDS, NO_TRACE, GenerationRequest, RequestTrace, StoppingParams
+from calculet.daemon.core.switch import SwitchSpec
 from calculet.daemon.error_codes import ERROR_CLASS as ERROR_CLASS  # re-exported: the table lives there
 from calculet.daemon.error_codes import GRPC_CODE as GRPC_CODE
 from calculet.daemon.error_codes import KIND_OF_CODE as KIND_OF_CODE
@@ -287,3 +288,18 @@ def event_from_pb(pb: inference_pb2.WaitEvent) -> Event:
         error_message=f.error.message if f.HasField("error") else "",
         retry_after_s=f.error.retry_after_s if f.HasField("error") and f.error.HasField("retry_after_s") else None,
     )
+
+
+def switch_from_pb(options: Any) -> SwitchSpec | None:
+    """A LoadOptions' switch (switch_from, force, reason, requester); None when switch_from is unset.
+
+    Raises:
+        InvalidArgument: a reason or requester over 256 characters, or force/reason/requester given
+            without switch_from.
+    """
+    if not options.HasField("switch_from"):
+        if options.force or options.reason or options.requester:
+            raise InvalidArgument("options.force, reason and requester apply to a switch: set options.switch_from")
+        return None
+    target = options.switch_from
+    return SwitchSpec(target.alias, target.generation, options.force, options.reason, options.requester)

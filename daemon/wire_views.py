@@ -62,6 +62,7 @@ _RESET_KIND = {
     "quarantine": common_pb2.RESET_KIND_QUARANTINE,
     "restart": common_pb2.RESET_KIND_RESTART,
     "unload": common_pb2.RESET_KIND_UNLOAD,
+    "switch": common_pb2.RESET_KIND_SWITCH,
 }
 _FAULT = {
     operate_pb2.FAULT_KIND_SUBMIT_ERROR: FaultKind.SUBMIT_ERROR,

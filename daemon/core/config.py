@@ -34,6 +34,7 @@ class DaemonConfig:
         job_timeout_s: wall-clock wait for one device job before the device is reset.
         fault_injection: allow the InjectFault RPC (calsim only).
         drain_timeout_s: default drain/unload timeout.
+        min_residency_s: a generation Ready for less than this is not switched away unless forced.
         orphan_timeout_s: cancel a job that has had no Wait stream for this long (None = never).
         retention_bytes: estimated bytes of finished jobs kept for Wait re-attach and Submit retries
             (oldest evicted first; 0 keeps none).
@@ -67,6 +68,7 @@ class DaemonConfig:
     job_timeout_s: float = 30.0
     fault_injection: bool = False
     drain_timeout_s: float = 30.0
+    min_residency_s: float = 0.0
     queue_depth: int = 1024
     admission_timeout_s: float = 30.0
     decode_jobs_per_model: int = DECODE_JOBS_AUTO

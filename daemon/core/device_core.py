@@ -38,6 +38,7 @@ from calculet.daemon.core.reset_budget import BoardHalt, ResetReport
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
+from calculet.daemon.core.switch import SwitchSpec
 from calculet.daemon.core.views import health_view, load_view, status_view
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceLost
@@ -71,6 +72,7 @@ class DeviceCore:
             drain_timeout_s=config.drain_timeout_s,
             end_hung_jobs=self.end_if_hung,
             unload_unverified=self._unload_unverified,
+            min_residency_s=config.min_residency_s,
         )
         # What an operator reset needs beyond the engine: the model manager and the board's health.
         self._reset_hooks = OperatorHooks(
@@ -196,8 +198,11 @@ class DeviceCore:
         replace: bool = False,
         lanes: int | None = None,
         drain_timeout_s: float | None = None,
+        switch: SwitchSpec | None = None,
     ) -> ModelRuntime:
-        return self.models.load(alias, path, progress, replace=replace, lanes=lanes, drain_timeout_s=drain_timeout_s)
+        return self.models.load(
+            alias, path, progress, replace=replace, lanes=lanes, drain_timeout_s=drain_timeout_s, switch=switch
+        )
 
     def unload(self, alias: str, timeout_s: float | None = None) -> ModelRuntime:
         """Drain and release the alias's generation; the returned runtime counts drained/cut jobs."""

@@ -36,10 +36,12 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.core.switch import PhaseClock, SwitchSpec, phases_text, switch_entry
 from calculet.daemon.core.unload_check import Footprint, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import ModelReleased, OutOfDeviceMemory
 from calculet.daemon.errors import (
+    Aborted,
     CalculetError,
     ErrorKind,
     FailedPrecondition,
@@ -114,6 +116,7 @@ class ModelManager:
             timeout (`DeviceCore.end_if_hung`); `what` names the operation in the audit.
         unload_unverified: `unload_unverified(rt, problem)` when a release did not give back the
             memory `rt`'s configure took, or left the device unhealthy (the board stops serving).
+        min_residency_s: a switch does not replace a generation Ready for less than this, unforced.
     """
 
     def __init__(
@@ -125,8 +128,10 @@ class ModelManager:
         drain_timeout_s: float = 30.0,
         end_hung_jobs: Callable[[Callable[[float], bool], str], None] | None = None,
         unload_unverified: Callable[[ModelRuntime, str], None] | None = None,
+        min_residency_s: float = 0.0,
     ):
         self.engine = engine
+        self.min_residency_s = min_residency_s
         self._unload_unverified = unload_unverified
         # Configure and release one at a time, with the memory usage read around each: a model's
         # footprint is what its configure took, and its release must give it back (`unload_check`).
@@ -199,6 +204,7 @@ class ModelManager:
         replace: bool = False,
         lanes: int | None = None,
         drain_timeout_s: float | None = None,
+        switch: SwitchSpec | None = None,
     ) -> ModelRuntime:
         """Load a package under `alias` and publish it when Ready.
 
@@ -206,6 +212,9 @@ class ModelManager:
             replace: the alias may already serve; the new generation takes over when Ready.
             lanes: configure fewer KV lanes than the package declares (None = all of them).
             drain_timeout_s: how long a replaced generation may drain (None = the daemon default).
+            switch: replace exactly this generation (of this or another alias): validate the new
+                package, then drain, unload and verify the old one, then configure, warm and publish
+                (`_switch`); audited with each phase's seconds.
 
         Returns:
             The Ready runtime.
@@ -215,11 +224,13 @@ class ModelManager:
             PermissionDenied / NotFound: bad path.
             FailedPrecondition: the alias is already loading, or already serving without `replace`,
                 the package is invalid, it cannot be configured next to what is loaded, or its golden
-                check failed.
+                check failed; a switch's target has been Ready for less than the minimum residency.
+            Aborted: the board does not serve the generation a switch expects (another one won).
         """
         check_alias(alias)
         package_dir = self.resolve_package(path)
-        if not replace and self.serving(alias) is not None:
+        old = self._switch_target(alias, switch) if switch is not None else None
+        if not replace and old is None and self.serving(alias) is not None:
             raise FailedPrecondition(f"model {alias!r} is already loaded (use replace to reload it)")
         with self._lock:
             if alias in self._loading:
@@ -235,6 +246,8 @@ class ModelManager:
 
         try:
             drain = self.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+            if switch is not None and old is not None:
+                return self._switch(alias, package_dir, report, lanes, drain, switch, old)
             return self._load(alias, package_dir, report, lanes, drain)
         finally:
             with self._lock:
@@ -243,8 +256,16 @@ class ModelManager:
                 send(p)
 
     def _load(
-        self, alias: str, package_dir: Path, progress: ProgressFn, lanes: int | None, drain_s: float
+        self,
+        alias: str,
+        package_dir: Path,
+        progress: ProgressFn,
+        lanes: int | None,
+        drain_s: float,
+        make_way: Callable[[], None] | None = None,
     ) -> ModelRuntime:
+        """Validate, then (`make_way`, a switch's drain and unload of the generation it replaces)
+        configure, warm and publish."""
         generation = next(self._generations)
         manifest, warnings, hashed = self._validate(alias, generation, package_dir, progress)
         if lanes is not None:
@@ -254,6 +275,12 @@ class ModelManager:
         rt = ModelRuntime(alias, generation, manifest, package_dir)
         step = _Stepper(rt, progress)
         step.move(ModelState.VALIDATING, f"validated {package_dir.name} ({warnings} warnings)", bytes_total=hashed)
+        if make_way is not None:
+            try:
+                make_way()
+            except CalculetError as exc:
+                step.fail(exc)
+                raise
         self.engine.add_generation(rt)
         try:
             step.move(ModelState.CONFIGURING, "configuring on the device")
@@ -411,6 +438,92 @@ class ModelManager:
             )
         _check_top_logits(probe.first_logits, golden.prefill_top, golden.logit_atol)
 
+    # ---- switches ------------------------------------------------------------------------------
+
+    def _switch_target(self, alias: str, spec: SwitchSpec) -> ModelRuntime:
+        """The generation `spec` expects, checked before anything changes.
+
+        Raises:
+            Aborted: the board does not serve exactly `spec.alias` at `spec.generation`.
+            FailedPrecondition: `alias` already serves under its own name (and is not the target),
+                or the target has been Ready for less than the minimum residency without `force`.
+        """
+        check_alias(spec.alias)
+        old = self.serving(spec.alias)
+        if old is None or old.generation != spec.generation or not old.state.serving:
+            now = f"{spec.alias}@{old.generation} ({old.state.value})" if old is not None else f"no {spec.alias}"
+            raise Aborted(f"switch expected {spec.target} but the board serves {now}: another switch or load won")
+        if alias != spec.alias and self.serving(alias) is not None:
+            raise FailedPrecondition(
+                f"model {alias!r} is already loaded; a switch replaces {spec.target} with a new alias"
+            )
+        age = time.time() - (old.ready_at or 0.0)
+        if not spec.force and age < self.min_residency_s:
+            raise FailedPrecondition(
+                f"{spec.target} has been ready {age:.0f} s, less than the minimum residency "
+                f"{self.min_residency_s:g} s: switch later, or force it"
+            )
+        return old
+
+    def _switch(
+        self,
+        alias: str,
+        package_dir: Path,
+        progress: ProgressFn,
+        lanes: int | None,
+        drain_s: float,
+        spec: SwitchSpec,
+        old: ModelRuntime,
+    ) -> ModelRuntime:
+        """Replace `old` with a new generation of `package_dir`, phase by phase, then audit it. A
+        load that fails once `old` is gone loads `old`'s package back."""
+        clock = PhaseClock(old.generation)
+        before = self.engine.serving_generations()
+
+        def observe(p: LoadProgress) -> None:
+            clock.seen(p.generation, p.state)
+            progress(p)
+
+        retired: list[bool] = []
+
+        def make_way() -> None:
+            if not self.retire(old, drain_s, observe):
+                raise Aborted(f"switch expected {spec.target} but another switch or unload is retiring it")
+            retired.append(True)
+
+        new = f"{alias} ({package_dir.name})"
+        try:
+            rt = self._load(alias, package_dir, observe, lanes, drain_s, make_way)
+        except CalculetError as exc:
+            if not retired:  # refused before it changed anything (invalid package, lost the race)
+                raise
+            message = f"failed: {exc}; {phases_text(clock.seconds())}"
+            if old.state is ModelState.UNLOADED:
+                message += f"; {self._switch_back(old, alias, drain_s)}"
+            jobs = (old.drained_jobs, old.interrupted_jobs)
+            after = self.engine.serving_generations()
+            self.engine.resets.record(switch_entry(spec, new, before, after, jobs, False, message))
+            raise
+        message = f"{spec.target} -> {alias}@{rt.generation}: {phases_text(clock.seconds())}"
+        if rt.model is not None:
+            message += f" ({_cost_text(rt.model)} on the device)"
+        jobs = (old.drained_jobs, old.interrupted_jobs)
+        after = self.engine.serving_generations()
+        self.engine.resets.record(switch_entry(spec, f"{alias}@{rt.generation}", before, after, jobs, True, message))
+        return rt
+
+    def _switch_back(self, old: ModelRuntime, alias: str, drain_s: float) -> str:
+        """After a failed switch unloaded `old`: load its package again. Returns what happened."""
+        path, lanes = self.relative(old.package_dir), old.manifest.kv.lanes
+        try:
+            if old.alias == alias:  # this load holds the alias: load it again directly
+                rt = self._load(old.alias, old.package_dir, lambda _p: None, lanes, drain_s)
+            else:
+                rt = self.load(old.alias, path, lanes=lanes)
+        except CalculetError as exc:
+            return f"loading {path} back as {old.alias} failed: {exc}"
+        return f"{path} loaded back as {old.alias}@{rt.generation}"
+
     # ---- after a configuration reset --------------------------------------------------------
 
     def rewarm(self, rt: ModelRuntime) -> CalculetError | None:
@@ -500,10 +613,11 @@ class ModelManager:
             raise FailedPrecondition(f"model {alias!r} generation {rt.generation} is already being unloaded")
         return rt
 
-    def retire(self, rt: ModelRuntime, timeout: float) -> bool:
+    def retire(self, rt: ModelRuntime, timeout: float, progress: ProgressFn | None = None) -> bool:
         """Ready -> Draining -> Unloading -> Unloaded: finish or cancel its work, then release.
 
         While it drains, the alias (unless a newer generation took it over) answers UNAVAILABLE.
+        `progress` hears each of the three states (a switch's stream).
 
         Returns:
             False, doing nothing, when the generation is no longer Ready: another caller (an Unload,
@@ -511,7 +625,13 @@ class ModelManager:
         """
         if not self.engine.begin_draining(rt):
             return False
+        tell = progress or (lambda _p: None)
         running = self.engine.count_sequences(rt.generation)
+        tell(
+            LoadProgress(
+                rt.alias, rt.generation, ModelState.DRAINING, f"{rt.alias}@{rt.generation}: draining {running} job(s)"
+            )
+        )
         if self.engine.wait_generation_idle(rt.generation, timeout):
             rt.drained_jobs = running
         else:
@@ -522,8 +642,13 @@ class ModelManager:
             self._wait_device_jobs(rt)
         self.engine.unpublish(rt.alias, rt.generation)
         rt.lifecycle.move(ModelState.UNLOADING)
+        tell(LoadProgress(rt.alias, rt.generation, ModelState.UNLOADING, f"{rt.alias}@{rt.generation}: unloading"))
         self._discard(rt)
         rt.lifecycle.move(ModelState.UNLOADED)
+        done = f"{rt.drained_jobs} job(s) drained, {rt.interrupted_jobs} interrupted, memory verified"
+        tell(
+            LoadProgress(rt.alias, rt.generation, ModelState.UNLOADED, f"{rt.alias}@{rt.generation}: unloaded ({done})")
+        )
         return True
 
     def _wait_device_jobs(self, rt: ModelRuntime) -> None:

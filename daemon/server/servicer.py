@@ -52,7 +52,13 @@ from calculet.daemon.server.errors import map_errors
 from calculet.daemon.server.liveness import LIVENESS_SERVICE, EngineBeats, LivenessPolicy, needs_restart
 from calculet.daemon.server.load_notices import LoadNotices
 from calculet.daemon.server.wakeups import LoopWakeups
-from calculet.daemon.wire import check_submit_sizes, event_to_pb, request_from_pb, trace_from_metadata
+from calculet.daemon.wire import (
+    check_submit_sizes,
+    event_to_pb,
+    request_from_pb,
+    switch_from_pb,
+    trace_from_metadata,
+)
 from calculet.daemon.wire_views import (
     fault_from_pb,
     health_to_pb,
@@ -298,6 +304,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             "options.drain_timeout_ms", options.drain_timeout_ms, options.HasField("drain_timeout_ms")
         )
         lanes = options.lanes if options.HasField("lanes") else None
+        switch = switch_from_pb(options)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[LoadProgress] = asyncio.Queue()
         started = time.monotonic()
@@ -307,7 +314,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
         package = package_path(request.package)
         task = loop.run_in_executor(
-            None, self.core.load, request.alias, package, progress, options.replace, lanes, drain_s
+            None, self.core.load, request.alias, package, progress, options.replace, lanes, drain_s, switch
         )
         # The load goes on if the caller leaves (operate.proto): health is published when it ends.
         task.add_done_callback(self._load_ended)

@@ -44,6 +44,7 @@ COUNTERS = {
     "calculet_device_resets_total": "Device resets, by kind, reason and result",
     "calculet_escalations_total": "Escalations that are not resets (the board drained itself), by kind and reason",
     "calculet_faults_total": "Device faults, by kind",
+    "calculet_model_switches_total": "Model switches (a Load replacing a generation), by result",
 }
 
 
@@ -148,6 +149,9 @@ class EngineMetrics(EngineObserver):
 
     def reset_recorded(self, event: ResetRecorded) -> None:
         e = event.entry
+        if e.kind == "switch":  # an operator's or a gateway's switch, audited: not a reset
+            self.totals.add("calculet_model_switches_total", (("result", "ok" if e.ok else "failed"),))
+            return
         if e.kind in ESCALATIONS_WITHOUT_RESET:  # the audit trail holds escalations too; these reset nothing
             self.totals.add("calculet_escalations_total", (("kind", e.kind), ("reason", e.fault)))
             return

@@ -1,4 +1,6 @@
-"""`calctl load ALIAS PACKAGE [--replace]`: load a package under an alias (Load RPC, operations plane).
+"""`calctl load ALIAS PACKAGE [--replace | --switch-from ALIAS@GEN]`: load a package under an alias
+(Load RPC, operations plane); with --switch-from, switch the board from that generation to this
+package (drain, unload and verify, configure, warm, publish; docs/models.md).
 
 Prints one line per progress message as the daemon streams them (elapsed time, state,
 generation, message, and bytes done / total while the phase counts bytes: VALIDATING hashes the
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
+import socket
 
-from calculet.client.messages import load_outcome
+from calculet.client.messages import Switch, load_outcome
 from calculet.ops.commands.daemon_cmds import (
     EXIT_OK,
     add_daemon_arguments,
@@ -52,7 +56,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--drain-timeout", type=window_seconds, metavar="S", help="with --replace: seconds to let old jobs finish"
     )
+    parser.add_argument(
+        "--switch-from",
+        type=switch_target,
+        metavar="ALIAS@GEN",
+        help="switch: replace exactly this generation (refused if the board serves another; docs/models.md)",
+    )
+    parser.add_argument("--force", action="store_true", help="with --switch-from: ignore the minimum residency")
+    parser.add_argument("--reason", default="", help="with --switch-from: why, for the board's audit trail")
     add_daemon_arguments(parser)
+
+
+def switch_target(text: str) -> tuple[str, int]:
+    """argparse type: `ALIAS@GENERATION`. Raises argparse.ArgumentTypeError otherwise."""
+    alias, sep, generation = text.rpartition("@")
+    if not sep or not alias or not generation.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ALIAS@GENERATION, e.g. qwen@3")
+    return alias, int(generation)
+
+
+def requester() -> str:
+    """Who asks, for the audit: `calctl (user@host)`."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER (a bare container)
+        user = "unknown"
+    return f"calctl ({user}@{socket.gethostname()})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,8 +89,17 @@ def run(args: argparse.Namespace) -> int:
     out = console()
     bar = LoadBar(out, args.alias) if out.is_terminal and not args.json else None
     with connect(args) as client, bar or contextlib.nullcontext():
+        switch = None
+        if args.switch_from is not None:
+            alias, generation = args.switch_from
+            switch = Switch(alias, generation, args.force, args.reason, requester())
         stream = client.load(
-            args.alias, args.package, replace=args.replace, drain_timeout_ms=to_ms(args.drain_timeout), lanes=args.lanes
+            args.alias,
+            args.package,
+            replace=args.replace,
+            drain_timeout_ms=to_ms(args.drain_timeout),
+            lanes=args.lanes,
+            switch=switch,
         )
         for last in stream:
             if args.json:

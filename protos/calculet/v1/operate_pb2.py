@@ -25,43 +25,45 @@ _sym_db = _symbol_database.Default()
 from calculet.v1 import common_pb2 as calculet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63\x61lculet/v1/operate.proto\x12\x0b\x63\x61lculet.v1\x1a\x18\x63\x61lculet/v1/common.proto\"X\n\x0bLoadRequest\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x0f\n\x07package\x18\x02 \x01(\t\x12)\n\x07options\x18\x03 \x01(\x0b\x32\x18.calculet.v1.LoadOptions\"p\n\x0bLoadOptions\x12\x0f\n\x07replace\x18\x01 \x01(\x08\x12\x12\n\x05lanes\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x1d\n\x10\x64rain_timeout_ms\x18\x03 \x01(\rH\x01\x88\x01\x01\x42\x08\n\x06_lanesB\x13\n\x11_drain_timeout_ms\"\xce\x01\n\x0cLoadProgress\x12&\n\x05state\x18\x01 \x01(\x0e\x32\x17.calculet.v1.ModelState\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\'\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x18.calculet.v1.ErrorStatus\x12\x11\n\telapsed_s\x18\x06 \x01(\x01\x12\x12\n\nbytes_done\x18\x07 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x08 \x01(\x04\"R\n\rUnloadRequest\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x1d\n\x10\x64rain_timeout_ms\x18\x02 \x01(\rH\x00\x88\x01\x01\x42\x13\n\x11_drain_timeout_ms\"T\n\x0eUnloadResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x14\n\x0c\x64rained_jobs\x18\x02 \x01(\r\x12\x18\n\x10interrupted_jobs\x18\x03 \x01(\r\"S\n\x0c\x44rainRequest\x12\x17\n\ntimeout_ms\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x1b\n\x13interrupt_remaining\x18\x02 \x01(\x08\x42\r\n\x0b_timeout_ms\"R\n\rDrainResponse\x12\x0f\n\x07\x64rained\x18\x01 \x01(\x08\x12\x16\n\x0eremaining_jobs\x18\x02 \x01(\r\x12\x18\n\x10interrupted_jobs\x18\x03 \x01(\r\"\x0f\n\rResumeRequest\"&\n\x0eResumeResponse\x12\x14\n\x0cwas_draining\x18\x01 \x01(\x08\"S\n\x0cResetRequest\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.calculet.v1.ResetKind\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\"@\n\x10GenerationChange\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x0e\n\x06\x62\x65\x66ore\x18\x02 \x01(\x04\x12\r\n\x05\x61\x66ter\x18\x03 \x01(\x04\"\xe9\x02\n\x0bResetResult\x12\n\n\x02ok\x18\x01 \x01(\x08\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.calculet.v1.ResetKind\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x31\n\rhealth_before\x18\x04 \x01(\x0e\x32\x1a.calculet.v1.ServingStatus\x12\x30\n\x0chealth_after\x18\x05 \x01(\x0e\x32\x1a.calculet.v1.ServingStatus\x12\x15\n\rinflight_jobs\x18\x06 \x01(\r\x12\x16\n\x0erecovered_jobs\x18\x07 \x01(\r\x12\x13\n\x0b\x66\x61iled_jobs\x18\x08 \x01(\r\x12\x32\n\x0bgenerations\x18\t \x03(\x0b\x32\x1d.calculet.v1.GenerationChange\x12\x12\n\nduration_s\x18\n \x01(\x01\x12\'\n\x05\x65rror\x18\x0b \x01(\x0b\x32\x18.calculet.v1.ErrorStatus\"\x88\x01\n\tFaultSpec\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.calculet.v1.FaultKind\x12\x13\n\tjob_index\x18\x02 \x01(\x04H\x00\x12\x15\n\x0bprobability\x18\x03 \x01(\x01H\x00\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x10\n\x08\x64\x65lay_ms\x18\x05 \x01(\rB\t\n\x07trigger\"S\n\x12InjectFaultRequest\x12%\n\x05\x66\x61ult\x18\x01 \x01(\x0b\x32\x16.calculet.v1.FaultSpec\x12\x16\n\x0e\x63lear_existing\x18\x02 \x01(\x08\"E\n\x13InjectFaultResponse\x12\x16\n\x0enext_job_index\x18\x01 \x01(\x04\x12\x16\n\x0eplanned_faults\x18\x02 \x01(\r*\xc7\x01\n\tFaultKind\x12\x1a\n\x16\x46\x41ULT_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x41ULT_KIND_SUBMIT_ERROR\x10\x01\x12\x1c\n\x18\x46\x41ULT_KIND_CCU_EXCEPTION\x10\x02\x12\x13\n\x0f\x46\x41ULT_KIND_HANG\x10\x03\x12\x19\n\x15\x46\x41ULT_KIND_NAN_LOGITS\x10\x04\x12\x17\n\x13\x46\x41ULT_KIND_SLOW_JOB\x10\x05\x12\x1a\n\x16\x46\x41ULT_KIND_DEVICE_LOST\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63\x61lculet/v1/operate.proto\x12\x0b\x63\x61lculet.v1\x1a\x18\x63\x61lculet/v1/common.proto\"X\n\x0bLoadRequest\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x0f\n\x07package\x18\x02 \x01(\t\x12)\n\x07options\x18\x03 \x01(\x0b\x32\x18.calculet.v1.LoadOptions\"\xd0\x01\n\x0bLoadOptions\x12\x0f\n\x07replace\x18\x01 \x01(\x08\x12\x12\n\x05lanes\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x1d\n\x10\x64rain_timeout_ms\x18\x03 \x01(\rH\x01\x88\x01\x01\x12,\n\x0bswitch_from\x18\x04 \x01(\x0b\x32\x17.calculet.v1.SwitchFrom\x12\r\n\x05\x66orce\x18\x05 \x01(\x08\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x11\n\trequester\x18\x07 \x01(\tB\x08\n\x06_lanesB\x13\n\x11_drain_timeout_ms\"/\n\nSwitchFrom\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\"\xce\x01\n\x0cLoadProgress\x12&\n\x05state\x18\x01 \x01(\x0e\x32\x17.calculet.v1.ModelState\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\'\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x18.calculet.v1.ErrorStatus\x12\x11\n\telapsed_s\x18\x06 \x01(\x01\x12\x12\n\nbytes_done\x18\x07 \x01(\x04\x12\x13\n\x0b\x62ytes_total\x18\x08 \x01(\x04\"R\n\rUnloadRequest\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x1d\n\x10\x64rain_timeout_ms\x18\x02 \x01(\rH\x00\x88\x01\x01\x42\x13\n\x11_drain_timeout_ms\"T\n\x0eUnloadResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x14\n\x0c\x64rained_jobs\x18\x02 \x01(\r\x12\x18\n\x10interrupted_jobs\x18\x03 \x01(\r\"S\n\x0c\x44rainRequest\x12\x17\n\ntimeout_ms\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x1b\n\x13interrupt_remaining\x18\x02 \x01(\x08\x42\r\n\x0b_timeout_ms\"R\n\rDrainResponse\x12\x0f\n\x07\x64rained\x18\x01 \x01(\x08\x12\x16\n\x0eremaining_jobs\x18\x02 \x01(\r\x12\x18\n\x10interrupted_jobs\x18\x03 \x01(\r\"\x0f\n\rResumeRequest\"&\n\x0eResumeResponse\x12\x14\n\x0cwas_draining\x18\x01 \x01(\x08\"S\n\x0cResetRequest\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.calculet.v1.ResetKind\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\"@\n\x10GenerationChange\x12\r\n\x05\x61lias\x18\x01 \x01(\t\x12\x0e\n\x06\x62\x65\x66ore\x18\x02 \x01(\x04\x12\r\n\x05\x61\x66ter\x18\x03 \x01(\x04\"\xe9\x02\n\x0bResetResult\x12\n\n\x02ok\x18\x01 \x01(\x08\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.calculet.v1.ResetKind\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x31\n\rhealth_before\x18\x04 \x01(\x0e\x32\x1a.calculet.v1.ServingStatus\x12\x30\n\x0chealth_after\x18\x05 \x01(\x0e\x32\x1a.calculet.v1.ServingStatus\x12\x15\n\rinflight_jobs\x18\x06 \x01(\r\x12\x16\n\x0erecovered_jobs\x18\x07 \x01(\r\x12\x13\n\x0b\x66\x61iled_jobs\x18\x08 \x01(\r\x12\x32\n\x0bgenerations\x18\t \x03(\x0b\x32\x1d.calculet.v1.GenerationChange\x12\x12\n\nduration_s\x18\n \x01(\x01\x12\'\n\x05\x65rror\x18\x0b \x01(\x0b\x32\x18.calculet.v1.ErrorStatus\"\x88\x01\n\tFaultSpec\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.calculet.v1.FaultKind\x12\x13\n\tjob_index\x18\x02 \x01(\x04H\x00\x12\x15\n\x0bprobability\x18\x03 \x01(\x01H\x00\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x10\n\x08\x64\x65lay_ms\x18\x05 \x01(\rB\t\n\x07trigger\"S\n\x12InjectFaultRequest\x12%\n\x05\x66\x61ult\x18\x01 \x01(\x0b\x32\x16.calculet.v1.FaultSpec\x12\x16\n\x0e\x63lear_existing\x18\x02 \x01(\x08\"E\n\x13InjectFaultResponse\x12\x16\n\x0enext_job_index\x18\x01 \x01(\x04\x12\x16\n\x0eplanned_faults\x18\x02 \x01(\r*\xc7\x01\n\tFaultKind\x12\x1a\n\x16\x46\x41ULT_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x41ULT_KIND_SUBMIT_ERROR\x10\x01\x12\x1c\n\x18\x46\x41ULT_KIND_CCU_EXCEPTION\x10\x02\x12\x13\n\x0f\x46\x41ULT_KIND_HANG\x10\x03\x12\x19\n\x15\x46\x41ULT_KIND_NAN_LOGITS\x10\x04\x12\x17\n\x13\x46\x41ULT_KIND_SLOW_JOB\x10\x05\x12\x1a\n\x16\x46\x41ULT_KIND_DEVICE_LOST\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'calculet.v1.operate_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FAULTKIND']._serialized_start=1688
-  _globals['_FAULTKIND']._serialized_end=1887
+  _globals['_FAULTKIND']._serialized_start=1834
+  _globals['_FAULTKIND']._serialized_end=2033
   _globals['_LOADREQUEST']._serialized_start=68
   _globals['_LOADREQUEST']._serialized_end=156
-  _globals['_LOADOPTIONS']._serialized_start=158
-  _globals['_LOADOPTIONS']._serialized_end=270
-  _globals['_LOADPROGRESS']._serialized_start=273
-  _globals['_LOADPROGRESS']._serialized_end=479
-  _globals['_UNLOADREQUEST']._serialized_start=481
-  _globals['_UNLOADREQUEST']._serialized_end=563
-  _globals['_UNLOADRESPONSE']._serialized_start=565
-  _globals['_UNLOADRESPONSE']._serialized_end=649
-  _globals['_DRAINREQUEST']._serialized_start=651
-  _globals['_DRAINREQUEST']._serialized_end=734
-  _globals['_DRAINRESPONSE']._serialized_start=736
-  _globals['_DRAINRESPONSE']._serialized_end=818
-  _globals['_RESUMEREQUEST']._serialized_start=820
-  _globals['_RESUMEREQUEST']._serialized_end=835
-  _globals['_RESUMERESPONSE']._serialized_start=837
-  _globals['_RESUMERESPONSE']._serialized_end=875
-  _globals['_RESETREQUEST']._serialized_start=877
-  _globals['_RESETREQUEST']._serialized_end=960
-  _globals['_GENERATIONCHANGE']._serialized_start=962
-  _globals['_GENERATIONCHANGE']._serialized_end=1026
-  _globals['_RESETRESULT']._serialized_start=1029
-  _globals['_RESETRESULT']._serialized_end=1390
-  _globals['_FAULTSPEC']._serialized_start=1393
-  _globals['_FAULTSPEC']._serialized_end=1529
-  _globals['_INJECTFAULTREQUEST']._serialized_start=1531
-  _globals['_INJECTFAULTREQUEST']._serialized_end=1614
-  _globals['_INJECTFAULTRESPONSE']._serialized_start=1616
-  _globals['_INJECTFAULTRESPONSE']._serialized_end=1685
+  _globals['_LOADOPTIONS']._serialized_start=159
+  _globals['_LOADOPTIONS']._serialized_end=367
+  _globals['_SWITCHFROM']._serialized_start=369
+  _globals['_SWITCHFROM']._serialized_end=416
+  _globals['_LOADPROGRESS']._serialized_start=419
+  _globals['_LOADPROGRESS']._serialized_end=625
+  _globals['_UNLOADREQUEST']._serialized_start=627
+  _globals['_UNLOADREQUEST']._serialized_end=709
+  _globals['_UNLOADRESPONSE']._serialized_start=711
+  _globals['_UNLOADRESPONSE']._serialized_end=795
+  _globals['_DRAINREQUEST']._serialized_start=797
+  _globals['_DRAINREQUEST']._serialized_end=880
+  _globals['_DRAINRESPONSE']._serialized_start=882
+  _globals['_DRAINRESPONSE']._serialized_end=964
+  _globals['_RESUMEREQUEST']._serialized_start=966
+  _globals['_RESUMEREQUEST']._serialized_end=981
+  _globals['_RESUMERESPONSE']._serialized_start=983
+  _globals['_RESUMERESPONSE']._serialized_end=1021
+  _globals['_RESETREQUEST']._serialized_start=1023
+  _globals['_RESETREQUEST']._serialized_end=1106
+  _globals['_GENERATIONCHANGE']._serialized_start=1108
+  _globals['_GENERATIONCHANGE']._serialized_end=1172
+  _globals['_RESETRESULT']._serialized_start=1175
+  _globals['_RESETRESULT']._serialized_end=1536
+  _globals['_FAULTSPEC']._serialized_start=1539
+  _globals['_FAULTSPEC']._serialized_end=1675
+  _globals['_INJECTFAULTREQUEST']._serialized_start=1677
+  _globals['_INJECTFAULTREQUEST']._serialized_end=1760
+  _globals['_INJECTFAULTRESPONSE']._serialized_start=1762
+  _globals['_INJECTFAULTRESPONSE']._serialized_end=1831
 # @@protoc_insertion_point(module_scope)

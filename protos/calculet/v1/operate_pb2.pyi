@@ -36,14 +36,30 @@ class LoadRequest(_message.Message):
     def __init__(self, alias: _Optional[str] = ..., package: _Optional[str] = ..., options: _Optional[_Union[LoadOptions, _Mapping]] = ...) -> None: ...
 
 class LoadOptions(_message.Message):
-    __slots__ = ("replace", "lanes", "drain_timeout_ms")
+    __slots__ = ("replace", "lanes", "drain_timeout_ms", "switch_from", "force", "reason", "requester")
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     LANES_FIELD_NUMBER: _ClassVar[int]
     DRAIN_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_FROM_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUESTER_FIELD_NUMBER: _ClassVar[int]
     replace: bool
     lanes: int
     drain_timeout_ms: int
-    def __init__(self, replace: _Optional[bool] = ..., lanes: _Optional[int] = ..., drain_timeout_ms: _Optional[int] = ...) -> None: ...
+    switch_from: SwitchFrom
+    force: bool
+    reason: str
+    requester: str
+    def __init__(self, replace: _Optional[bool] = ..., lanes: _Optional[int] = ..., drain_timeout_ms: _Optional[int] = ..., switch_from: _Optional[_Union[SwitchFrom, _Mapping]] = ..., force: _Optional[bool] = ..., reason: _Optional[str] = ..., requester: _Optional[str] = ...) -> None: ...
+
+class SwitchFrom(_message.Message):
+    __slots__ = ("alias", "generation")
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    alias: str
+    generation: int
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class LoadProgress(_message.Message):
     __slots__ = ("state", "generation", "message", "done", "error", "elapsed_s", "bytes_done", "bytes_total")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from calculet.client import SamplingParams
 from calculet.client.messages import (
     MAX_DRAIN_WINDOW_S,
+    Switch,
     drain_request,
     inject_fault_request,
     load_outcome,
@@ -297,3 +298,20 @@ def test_load_outcome() -> None:
 def test_operation_timeout_adds_the_drain_window() -> None:
     assert operation_timeout(30.0, 2500) == pytest.approx(32.5)
     assert operation_timeout(30.0, None) == pytest.approx(30.0 + MAX_DRAIN_WINDOW_S)
+
+
+def test_a_switch_reaches_the_wire_and_a_plain_load_has_none() -> None:
+    switch = Switch("qwen", 7, force=True, reason="demand", requester="gw-a")
+    pb = load_request("dense", "dense0", replace=False, drain_timeout_ms=500, lanes=None, switch=switch)
+    o = pb.options
+    assert (o.switch_from.alias, o.switch_from.generation, o.force, o.reason, o.requester) == (
+        "qwen", 7, True, "demand", "gw-a",
+    )  # fmt: skip
+    assert o.drain_timeout_ms == 500
+    plain = load_request("dense", "dense0", replace=False, drain_timeout_ms=None, lanes=None)
+    assert not plain.options.HasField("switch_from") and not plain.options.force
+
+
+def test_a_switch_generation_outside_uint64_is_invalid() -> None:
+    with pytest.raises(InvalidArgument, match=r"switch\.generation"):
+        load_request("a", "p", replace=False, drain_timeout_ms=None, lanes=None, switch=Switch("b", -1))

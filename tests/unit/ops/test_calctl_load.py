@@ -6,6 +6,7 @@ last counts printed as lines, the ones between only moving the bar; --json gains
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import re
@@ -18,6 +19,7 @@ import pytest
 from rich.console import Console
 
 from calculet.ops.commands import daemon_load
+from calculet.ops.commands.daemon_load import switch_target
 from calculet.v1 import common_pb2, operate_pb2
 from tests.unit.client.fake_daemon import FakeDaemon
 
@@ -126,3 +128,13 @@ def test_json_carries_the_byte_fields(capsys: pytest.CaptureFixture[str], bytes_
     halfway = [("0", "2000000"), ("500000", "2000000"), ("1000000", "2000000")]
     assert code == 0 and counted == [*halfway, ("2000000", "2000000"), ("2000000", "2000000")]
     assert (rows[-1]["bytes_done"], rows[-1]["bytes_total"]) == ("0", "0")  # uint64: strings in proto3 JSON
+
+
+@pytest.mark.parametrize("text", ["qwen", "qwen@", "@3", "qwen@x", "qwen@-1"])
+def test_switch_from_needs_alias_at_generation(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="ALIAS@GENERATION"):
+        switch_target(text)
+
+
+def test_switch_from_splits_at_the_last_at_sign() -> None:
+    assert switch_target("team/qwen@v2@12") == ("team/qwen@v2", 12)
