@@ -32,6 +32,8 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("models")
     build_sim_package("tiny", root / "tiny")
     build_sim_package("qwen3-30b-a3b", root / "qwen", decode_batches=(1, 4), lanes=4, lane_context=4096)
+    for chip in (0, 1):  # qwen3-4b, one per chip (issue 20)
+        build_sim_package("qwen3-4b", root / f"dense{chip}", decode_batches=(1, 4), lane_context=1024, chip=chip)
     return root
 
 
