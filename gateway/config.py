@@ -17,6 +17,10 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     routing = "prefix"                 # or "load": the load-only rule, for comparison (docs/gateway.md)
     answer-memory-tokens = 4000000     # chat answers' token ids kept for the next turn; 0 = off (the default)
 
+    [gateway.models.qwen]              # the model catalog (`fleet.catalog`; TOML only, no flag)
+    package = "qwen"
+    min-boards = 1
+
 The files are read here, once, at start-up: an unreadable or empty one is a bad setting (exit 2).
 Secrets never appear in `GatewayConfig`'s repr.
 """
@@ -34,6 +38,7 @@ from calculet.client.channel import call_metadata, check_server_name, read_pem_f
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.telemetry.logs import LOG_FORMATS
 from calculet.gateway.api.auth import read_api_keys, read_secret_lines
+from calculet.gateway.fleet.catalog import CatalogModel, catalog_from
 from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.text.answer_memory import DEFAULT_MAX_TOKENS as DEFAULT_ANSWER_MEMORY_TOKENS
 
@@ -41,7 +46,7 @@ KEYS = frozenset(
     {
         "listen", "daemons", "dns", "dns-interval", "dns-hosts-file", "load-interval-ms", "max-attempts",
         "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
-        "daemon-server-name", "log-format", "routing", "answer-memory-tokens",
+        "daemon-server-name", "log-format", "routing", "answer-memory-tokens", "models",
     }
 )  # fmt: skip
 TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
@@ -69,6 +74,7 @@ class GatewayConfig:
         or by load alone (load).
     answer_memory_tokens: the most token ids of chat answers kept for splicing into the next
         turn (`AnswerMemory`); 0 disables it.
+    catalog: every model the fleet may serve (`fleet.catalog`), alias order; () = none declared.
     """
 
     listen: str = "127.0.0.1:8000"
@@ -88,6 +94,7 @@ class GatewayConfig:
     daemon_tls: TlsConfig | None = None
     routing: RoutingMode = RoutingMode.PREFIX
     answer_memory_tokens: int = DEFAULT_ANSWER_MEMORY_TOKENS
+    catalog: tuple[CatalogModel, ...] = ()
 
 
 def _check_listen(listen: str) -> None:
@@ -146,6 +153,7 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         answer_memory_tokens=_integer(
             settings, "answer-memory-tokens", GatewayConfig.answer_memory_tokens, 0, MAX_ANSWER_MEMORY_TOKENS
         ),
+        catalog=catalog_from(settings.get("models", {})),
     )
     if cfg.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")

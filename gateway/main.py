@@ -145,7 +145,8 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
         try:
             router = Router(fleet, cfg.routing)
             answers = AnswerMemory(cfg.answer_memory_tokens)
-            yield GatewayService(fleet, router, RetryPolicy(cfg.max_attempts, cfg.failover_wait_s), answers=answers)
+            policy = RetryPolicy(cfg.max_attempts, cfg.failover_wait_s)
+            yield GatewayService(fleet, router, policy, answers=answers, catalog=cfg.catalog)
         finally:
             await fleet.close()
 

@@ -22,7 +22,6 @@ import functools
 import itertools
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calculet.daemon.aliases import check_alias
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
@@ -57,25 +57,6 @@ from calculet.daemon.package.validate import validate_package
 from calculet.daemon.sampling.params import SamplingParams
 
 log = logging.getLogger(__name__)
-
-# common.proto: model alias. Used with fullmatch: `$` would also match before a trailing newline.
-ALIAS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
-
-
-def check_alias(alias: str) -> None:
-    """Refuse anything but a model alias as common.proto defines it (the whole string).
-
-    Args:
-        alias: the name a Load would publish.
-
-    Raises:
-        InvalidArgument: not 1-128 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit (a
-            trailing newline or any other control character included).
-    """
-    if not ALIAS_RE.fullmatch(alias):
-        raise InvalidArgument(
-            f"alias {alias[:200]!r}: use 1-128 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit"
-        )
 
 
 @dataclass(frozen=True)

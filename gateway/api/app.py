@@ -176,23 +176,22 @@ def create_app(
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
+        """Every model a board serves, and every catalog model: `state` ready (on `boards` boards,
+        with its context length) or loadable (in the catalog, served nowhere now)."""
         service = service_of(request)
+        ready = service.fleet.known_models()
+        catalog = {m.alias: m for m in service.catalog}
         data = []
-        for alias, ready in sorted(service.fleet.known_models().items()):
-            if ready == 0:
+        for alias in sorted(set(ready) | set(catalog)):
+            boards = ready.get(alias, 0)
+            if boards == 0 and alias not in catalog:
                 continue
-            context = await service.model_context(alias)
-            data.append(
-                {
-                    "id": alias,
-                    "object": "model",
-                    "created": 0,
-                    "owned_by": "calculet",
-                    "max_model_len": context,
-                    "context_length": context,
-                    "boards": ready,
-                }
-            )
+            entry: dict[str, Any] = {"id": alias, "object": "model", "created": 0, "owned_by": "calculet"}
+            if boards:
+                context = await service.model_context(alias)
+                entry |= {"max_model_len": context, "context_length": context}
+            entry |= {"boards": boards, "state": "ready" if boards else "loadable"}
+            data.append(entry)
         return json_response({"object": "list", "data": data})
 
     @app.get("/health")

@@ -43,6 +43,7 @@ from calculet.daemon.errors import CalculetError, InvalidArgument, Unavailable
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.fleet.board import Board
+from calculet.gateway.fleet.catalog import CatalogModel
 from calculet.gateway.fleet.connection import ChoiceSubmit
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.packages import ModelPackage
@@ -118,6 +119,7 @@ class GatewayService:
         observer: told of retries, failovers and answer-memory use (the app sets its metrics here).
         answers: the chat answers' token memory (a default-sized one when not given; one with
             `max_tokens` 0 disables remembering and splicing).
+        catalog: every model the fleet may serve (the gateway config's `[gateway.models]`).
     """
 
     def __init__(
@@ -127,8 +129,10 @@ class GatewayService:
         policy: RetryPolicy | None = None,
         observer: ServingObserver | None = None,
         answers: AnswerMemory | None = None,
+        catalog: tuple[CatalogModel, ...] = (),
     ) -> None:
         self.fleet = fleet
+        self.catalog = catalog
         self.router = router
         self.policy = policy or RetryPolicy()
         self.observer: ServingObserver = observer or NoObserver()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from calculet.client.channel import parse_target
-from calculet.daemon.core.models import check_alias
+from calculet.daemon.aliases import check_alias
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.package.manifest import MANIFEST_NAME
 from calculet.daemon.package.validate import validate_package
