@@ -129,7 +129,14 @@ def extra_args(role: str, own_flags: Sequence[str]) -> Callable[[str], tuple[str
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--boards", type=board_count, required=True, metavar="N", help="calsim boards (daemons) to run")
-    parser.add_argument("--preset", required=True, choices=sorted(PRESETS), help="model package each board serves")
+    models = parser.add_mutually_exclusive_group(required=True)
+    models.add_argument("--preset", choices=sorted(PRESETS), help="model package each board serves")
+    models.add_argument(
+        "--models",
+        type=preset_list,
+        metavar="A,B[,...]",
+        help="several presets: the boards start on the first, the gateway's catalog holds all (docs/models.md)",
+    )
     parser.add_argument("--port", type=port_number, default=8000, help="gateway port (8000)")
     parser.add_argument("--host", type=host_name, default="127.0.0.1", help="gateway address (127.0.0.1)")
     parser.add_argument(
@@ -169,6 +176,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gateway-module", default=GATEWAY_MODULE, help=argparse.SUPPRESS)
 
 
+def preset_list(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated distinct preset names. Raises argparse.ArgumentTypeError."""
+    names = tuple(name.strip() for name in text.split(","))
+    unknown = [name for name in names if name not in PRESETS]
+    if unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected distinct presets of {', '.join(sorted(PRESETS))}, comma-separated"
+        )
+    return names
+
+
+def catalog_toml(models: Sequence[str]) -> str:
+    """The gateway config holding the catalog of `models` (alias and package are the preset names;
+    the first, which every board starts on, keeps at least one board)."""
+    lines = ["# written by calctl up --models: the gateway's model catalog (docs/gateway.md)", "[gateway]"]
+    for i, name in enumerate(models):
+        lines += ["", f"[gateway.models.{json.dumps(name)}]", f"package = {json.dumps(name)}"]
+        if i == 0:
+            lines.append("min-boards = 1")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------- package
 
 
@@ -201,6 +230,13 @@ def ensure_package(models_root: Path, preset: str, say: Callable[[str], None] = 
 
 
 # ---------------------------------------------------------------- banner
+
+
+def switch_hint(first: str, others: Sequence[str], target: str) -> str:
+    """How to serve one of `others` (loadable in the gateway's catalog): switch a board to it."""
+    lines = [f"Loadable (in the gateway's catalog, GET /v1/models): {', '.join(others)}. To serve one, switch a board:"]
+    lines += [f"  calctl load {name} {name} --switch-from {first}@1 --daemon {target}" for name in others]
+    return "\n".join(lines)
 
 
 def banner(base_url: str, model: str, targets: Sequence[str], log_dir: Path, python: str | None = None) -> str:
@@ -327,39 +363,55 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def presets_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The presets `calctl up` serves: `--preset`'s, or `--models`' (the boards start on the first)."""
+    return tuple(args.models) if args.models else (args.preset,)
+
+
 def fleet_config(args: argparse.Namespace) -> FleetConfig:
-    """The fleet `calctl up` runs for these arguments (alias and package are the preset name)."""
+    """The fleet `calctl up` runs for these arguments (alias and package are the preset name). With
+    several models, the gateway reads their catalog from `<dir>/gateway.toml` (written by `run`)."""
+    first = presets_of(args)[0]
+    catalog = ("--config", str(args.dir / "gateway.toml")) if args.models else ()
     return FleetConfig(
         workdir=args.dir,
         boards=args.boards,
-        model=args.preset,
-        package=args.preset,
+        model=first,
+        package=first,
         host=args.host,
         port=args.port,
         time_scale=args.time_scale,
         policy=args.policy,
         daemon_args=tuple(word for words in args.daemon_arg for word in words),
         gateway_command=partial(gateway_argv, module=args.gateway_module),
-        gateway_args=tuple(word for words in args.gateway_arg for word in words),
+        gateway_args=(*catalog, *(word for words in args.gateway_arg for word in words)),
     )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        ensure_package(args.dir / "models", args.preset, _say)
+        for preset in presets_of(args):
+            ensure_package(args.dir / "models", preset, _say)
+        if args.models:
+            args.dir.mkdir(parents=True, exist_ok=True)
+            (args.dir / "gateway.toml").write_text(catalog_toml(args.models), encoding="utf-8")
     except FleetError as exc:
         _err(str(exc))
+        return EXIT_FAILED
+    except OSError as exc:
+        _err(f"cannot write {args.dir / 'gateway.toml'}: {exc}")
         return EXIT_FAILED
     fleet = LocalFleet(fleet_config(args))
     with SignalWatch() as signals:
         try:
-            return _serve(fleet, signals, args.startup_timeout)
+            return _serve(fleet, signals, args.startup_timeout, presets_of(args)[1:])
         finally:
             fleet.stop(hurry=lambda: signals.hurry)
 
 
-def _serve(fleet: LocalFleet, signals: SignalWatch, startup_timeout_s: float) -> int:
-    """Start, print the banner, watch until a stop signal; the caller stops the fleet."""
+def _serve(fleet: LocalFleet, signals: SignalWatch, startup_timeout_s: float, others: Sequence[str] = ()) -> int:
+    """Start, print the banner (and how to switch a board to one of `others`), watch until a stop
+    signal; the caller stops the fleet."""
     config = fleet.config
     _say(f"== starting {config.boards} calsim board(s) (policy {config.policy}, time scale {config.time_scale:g})")
     try:
@@ -371,6 +423,8 @@ def _serve(fleet: LocalFleet, signals: SignalWatch, startup_timeout_s: float) ->
         _err("everything started was stopped")
         return EXIT_FAILED
     _say(banner(fleet.base_url, config.model, fleet.targets, fleet.log_dir))
+    if others:
+        _say(switch_hint(config.model, others, fleet.targets[0]))
     while not signals.stopping:
         signals.wait(WATCH_S)
         for ex in fleet.poll():

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from calculet.gateway.config import config_from, read_config
+from calculet.gateway.fleet.catalog import CatalogModel
 from calculet.ops import run_local
 from calculet.ops.calctl import build_parser, main
-from calculet.ops.commands.up import SignalWatch, banner, fleet_config
+from calculet.ops.commands.up import SignalWatch, banner, catalog_toml, fleet_config, switch_hint
 from calculet.ops.fleet import GATEWAY_MODULE
 from tests.unit.ops.calctl_fakes import usage_error
 
@@ -25,6 +27,9 @@ GOOD = ("up", "--boards", "2", "--preset", "tiny")
     [
         (("up", "--preset", "tiny"), "--boards"),
         (("up", "--boards", "2"), "--preset"),
+        ((*GOOD, "--models", "tiny,qwen3-4b"), "not allowed with argument --preset"),
+        (("up", "--boards", "1", "--models", "tiny,llama"), "expected distinct presets"),
+        (("up", "--boards", "1", "--models", "tiny,tiny"), "expected distinct presets"),
         (("up", "--boards", "0", "--preset", "tiny"), "between 1 and 64"),
         (("up", "--boards", "65", "--preset", "tiny"), "between 1 and 64"),
         (("up", "--boards", "two", "--preset", "tiny"), "expected an integer"),
@@ -138,3 +143,21 @@ def test_make_run_is_calctl_up_with_two_qwen_boards() -> None:
     args = run_local.build_parser().parse_args(["--time-scale", "0"])
     assert run_local.up_argv(args)[6:8] == ["0", "--dir"]
     assert build_parser().parse_args(run_local.up_argv(args)).time_scale == 0.0
+
+
+def test_several_models_start_the_boards_on_the_first_and_give_the_gateway_the_catalog(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["up", "--boards", "2", "--models", "qwen3-30b-a3b,qwen3-4b", "--dir", str(tmp_path)]
+    )
+    config = fleet_config(args)
+    assert (config.model, config.package) == ("qwen3-30b-a3b", "qwen3-30b-a3b")
+    assert config.gateway_args[:2] == ("--config", str(tmp_path / "gateway.toml"))
+    path = tmp_path / "gateway.toml"
+    path.write_text(catalog_toml(args.models))
+    settings = {**read_config(path), "daemons": ["unix:run/board0.sock"]}  # the fleet's flags add the boards
+    assert config_from(settings).catalog == (
+        CatalogModel("qwen3-30b-a3b", "qwen3-30b-a3b", min_boards=1),
+        CatalogModel("qwen3-4b", "qwen3-4b"),
+    )
+    hint = switch_hint("qwen3-30b-a3b", ["qwen3-4b"], "unix:run/board0.sock")
+    assert "calctl load qwen3-4b qwen3-4b --switch-from qwen3-30b-a3b@1 --daemon unix:run/board0.sock" in hint
