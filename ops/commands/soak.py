@@ -19,6 +19,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from calculet.daemon.errors import CalculetError
 from calculet.ops.commands.up import board_count, time_scale
@@ -114,6 +115,11 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def _comparison(label: str, c: dict[str, Any]) -> str:
+    change = "n/a" if c["change"] is None else f"{c['change']:+.1%}"
+    return f"{label} {c['earlier_ms']} -> {c['later_ms']} ms ({change})"
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     try:
@@ -125,8 +131,10 @@ def run(args: argparse.Namespace) -> int:
     soak = report["requests"]["soak"]
     _say(f"soak: requests {soak['total']}: " + ", ".join(f"{k} {v}" for k, v in soak["by_class"].items()))
     for figure in report["drift"]:
-        change = "n/a" if figure["change"] is None else f"{figure['change']:+.1%}"
-        _say(f"soak: p99 {figure['metric']} {figure['first_p99_ms']} -> {figure['last_p99_ms']} ms ({change})")
+        _say(
+            f"soak: p99 {figure['metric']} "
+            + ", ".join(_comparison(k, figure[k]) for k in ("level", "trend", "requests"))
+        )
     _say(f"soak: faults {report['fault_counts']}; restarts {len(report['restarts'])}")
     for note in verdict.notes:
         _say(f"soak: note: {note}")

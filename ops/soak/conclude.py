@@ -54,7 +54,7 @@ def conclude(facts: RunFacts, bounds: GrowthBounds | None = None) -> tuple[dict[
     points = facts.tallies["soak"].points if "soak" in facts.tallies else []
     windows = window_stats(points, duration, window_count(duration)) if duration > 0 else []
     cycle = facts.settings.cycle_s
-    drifts = drift(points, warmup, duration, cycle) if duration > 0 else []
+    drifts = drift(points, windows, warmup, duration, cycle) if duration > 0 else []
     growth = {x.pid: series_growth(x, warmup, duration, bounds, cycle) for x in facts.series}
     notes = [f"{r.kind} at {r.planned_s:.0f} s skipped: {r.note}" for r in facts.faults if r.outcome == "skipped"]
     notes += [f"{r.kind} at {r.planned_s:.0f} s failed: {_first_line(r.note)}" for r in facts.faults if _failed(r)]

@@ -7,8 +7,9 @@
   budget (sized so that the fault plan cannot), or one that stayed NOT_SERVING until the harness
   restarted it (it did not recover by itself);
 - the fleet: the gateway stopped, or the run was interrupted or could not finish;
-- drift (runs of 10 minutes or more): p99 TTFT or p99 TPOT of the last 10 % above the first 10 %
-  after the warm-up by more than 20 % (`drift`);
+- drift (runs of 10 minutes or more): p99 TTFT or p99 TPOT up by more than 20 %, by the level of
+  the per-window p99 (last 10 % against the first 10 % after the warm-up) or by its trend
+  (`drift`);
 - growth (runs of 10 minutes or more): RSS, fds or threads of a process that lived through the run
   grew past `growth.GrowthBounds`.
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calculet.ops.soak.classify import RequestClass
-from calculet.ops.soak.drift import DriftFigure
+from calculet.ops.soak.drift import DRIFT_BOUND, DriftFigure
 from calculet.ops.soak.growth import MetricGrowth
 from calculet.ops.soak.policy import MAX_ALLOWED_RATE
 from calculet.ops.soak.tally import Tally
@@ -91,9 +92,10 @@ def judge(inputs: VerdictInputs) -> SoakVerdict:
     reasons += [f"reset budget exhausted: {line}" for line in inputs.budget_exhausted]
     reasons += [f"restarted by the harness: {line}" for line in inputs.stuck]
     for figure in inputs.drift:
-        if figure.drifted and figure.change is not None:
-            what = f"p99 {figure.metric.upper()} drifted by {figure.change:+.1%}"
-            reasons.append(f"{what} (last 10 % against the first 10 % after the warm-up)")
+        if figure.drifted:
+            level, trend = (f"{c:+.1%}" if c is not None else "n/a" for c in figure.judged_changes())
+            what = f"p99 {figure.metric.upper()} drifted: level {level}, trend {trend}"
+            reasons.append(f"{what} (bound +{DRIFT_BOUND:.0%}; last 10 % against the first after the warm-up)")
         elif not figure.judged:
             notes.append(f"p99 {figure.metric.upper()} drift {figure.note}")
     judged_any = False

@@ -4,7 +4,7 @@ growth (judged or not)."""
 from __future__ import annotations
 
 from calculet.ops.soak.classify import Judgement, RequestClass
-from calculet.ops.soak.drift import DriftFigure
+from calculet.ops.soak.drift import Comparison, DriftFigure
 from calculet.ops.soak.growth import MetricGrowth
 from calculet.ops.soak.tally import Tally
 from calculet.ops.soak.verdict import VerdictInputs, judge
@@ -69,14 +69,31 @@ def test_boards_not_serving_exhausted_budgets_stuck_boards_and_fatal_errors_fail
     assert len(verdict.reasons) == 4 and "board1 is not SERVING at the end" in verdict.reasons
 
 
-def figure(metric: str, change: float, judged: bool = True) -> DriftFigure:
-    drifted = judged and change > 0.2
-    return DriftFigure(metric, 1.0, 1.0 + change, 50, 50, change, judged, drifted, "" if judged else "n")
+def figure(metric: str, level: float, trend: float = 0.0, requests: float = 0.0, judged: bool = True) -> DriftFigure:
+    return DriftFigure(
+        metric,
+        Comparison(1.0, 1.0 + level),
+        Comparison(1.0, 1.0 + trend),
+        Comparison(1.0, 1.0 + requests),
+        (5, 5),
+        (50, 50),
+        judged,
+        "" if judged else "n",
+    )
 
 
-def test_drift_above_the_bound_fails_and_unjudged_drift_is_a_note() -> None:
-    verdict = judge(inputs(tally(), drift=[figure("ttft", 0.35), figure("tpot", 0.1)]))
-    assert verdict.reasons == ("p99 TTFT drifted by +35.0% (last 10 % against the first 10 % after the warm-up)",)
+def test_drift_of_the_level_or_the_trend_above_the_bound_fails() -> None:
+    verdict = judge(inputs(tally(), drift=[figure("ttft", 0.35), figure("tpot", 0.1, trend=0.25)]))
+    assert verdict.reasons == (
+        "p99 TTFT drifted: level +35.0%, trend +0.0% (bound +20%; last 10 % against the first after the warm-up)",
+        "p99 TPOT drifted: level +10.0%, trend +25.0% (bound +20%; last 10 % against the first after the warm-up)",
+    )
+
+
+def test_the_requests_p99_is_reported_not_judged_and_unjudged_drift_is_a_note() -> None:
+    noisy = figure("tpot", 0.1, trend=-0.15, requests=0.216)
+    assert not noisy.drifted and noisy.to_json()["requests"]["change"] == 0.216
+    assert judge(inputs(tally(), drift=[noisy])).passed
     quiet = judge(inputs(tally(), drift=[figure("ttft", 0.9, judged=False)]))
     assert quiet.passed and any("TTFT drift" in n for n in quiet.notes)
 
