@@ -17,6 +17,13 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     routing = "prefix"                 # or "load": the load-only rule, for comparison (docs/gateway.md)
     answer-memory-tokens = 4000000     # chat answers' token ids kept for the next turn; 0 = off (the default)
 
+    placement = "demand"               # or "off" (the default): only operators load models
+    placement-queue = 64               # requests per model waiting for a board (429 beyond)
+    placement-wait = 120               # seconds one may wait for its model to get a board (503 after)
+    min-residency = 60                 # seconds a freshly placed model keeps its board
+    idle-ttl = 300                     # seconds without a request before a model's board may go
+    daemon-operate-token-file = "/etc/calculet/operate-token"  # sent with placement's switches
+
     [gateway.models.qwen]              # the model catalog (`fleet.catalog`; TOML only, no flag)
     package = "qwen"
     min-boards = 1
@@ -39,6 +46,8 @@ from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.telemetry.logs import LOG_FORMATS
 from calculet.gateway.api.auth import read_api_keys, read_secret_lines
 from calculet.gateway.fleet.catalog import CatalogModel, catalog_from
+from calculet.gateway.fleet.model_placement import PlacementPolicy
+from calculet.gateway.fleet.model_waiters import MAX_QUEUE, QueueBounds
 from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.text.answer_memory import DEFAULT_MAX_TOKENS as DEFAULT_ANSWER_MEMORY_TOKENS
 
@@ -46,7 +55,8 @@ KEYS = frozenset(
     {
         "listen", "daemons", "dns", "dns-interval", "dns-hosts-file", "load-interval-ms", "max-attempts",
         "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
-        "daemon-server-name", "log-format", "routing", "answer-memory-tokens", "models",
+        "daemon-server-name", "log-format", "routing", "answer-memory-tokens", "models", "placement",
+        "placement-queue", "placement-wait", "min-residency", "idle-ttl", "daemon-operate-token-file",
     }
 )  # fmt: skip
 TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
@@ -75,6 +85,12 @@ class GatewayConfig:
     answer_memory_tokens: the most token ids of chat answers kept for splicing into the next
         turn (`AnswerMemory`); 0 disables it.
     catalog: every model the fleet may serve (`fleet.catalog`), alias order; () = none declared.
+    placement: "demand" (the gateway switches boards to the catalog models asked for,
+        docs/models.md) or "off" (only operators load models).
+    placement_bounds: the queue per model and how long a request may wait in it.
+    placement_policy: the minimum residency and the idle TTL.
+    daemon_operate_token_file / daemon_operate_token: the operate-plane token placement's switches
+        send ("" / None: the inference token).
     """
 
     listen: str = "127.0.0.1:8000"
@@ -95,6 +111,14 @@ class GatewayConfig:
     routing: RoutingMode = RoutingMode.PREFIX
     answer_memory_tokens: int = DEFAULT_ANSWER_MEMORY_TOKENS
     catalog: tuple[CatalogModel, ...] = ()
+    placement: str = "off"
+    placement_bounds: QueueBounds = field(default_factory=QueueBounds)
+    placement_policy: PlacementPolicy = field(default_factory=PlacementPolicy)
+    daemon_operate_token_file: str = ""
+    daemon_operate_token: str | None = field(default=None, repr=False)
+
+
+PLACEMENT_MODES = ("off", "demand")
 
 
 def _check_listen(listen: str) -> None:
@@ -154,7 +178,21 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
             settings, "answer-memory-tokens", GatewayConfig.answer_memory_tokens, 0, MAX_ANSWER_MEMORY_TOKENS
         ),
         catalog=catalog_from(settings.get("models", {})),
+        placement=_text(settings, "placement", GatewayConfig.placement),
+        placement_bounds=QueueBounds(
+            _integer(settings, "placement-queue", QueueBounds.max_waiting, 1, MAX_QUEUE),
+            _number(settings, "placement-wait", QueueBounds.wait_s, 0.1, 3600),
+        ),
+        placement_policy=PlacementPolicy(
+            _number(settings, "min-residency", PlacementPolicy.min_residency_s, 0, 86400),
+            _number(settings, "idle-ttl", PlacementPolicy.idle_ttl_s, 0, 86400 * 7),
+        ),
+        daemon_operate_token_file=_optional_text(settings, "daemon-operate-token-file"),
     )
+    if cfg.placement not in PLACEMENT_MODES:
+        raise InvalidArgument(f"placement: one of {', '.join(PLACEMENT_MODES)}, got {cfg.placement!r}")
+    if cfg.placement == "demand" and not cfg.catalog:
+        raise InvalidArgument("placement = demand needs a model catalog ([gateway.models.ALIAS] tables)")
     if cfg.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")
     if cfg.log_format not in LOG_FORMATS:
@@ -166,6 +204,8 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         cfg = replace(cfg, api_keys=read_api_keys(Path(cfg.api_key_file)))
     if cfg.daemon_token_file:
         cfg = replace(cfg, daemon_token=_daemon_token(Path(cfg.daemon_token_file)))
+    if cfg.daemon_operate_token_file:
+        cfg = replace(cfg, daemon_operate_token=_daemon_token(Path(cfg.daemon_operate_token_file)))
     return cfg
 
 

@@ -3,8 +3,10 @@
 Every failure the gateway reports is a `CalculetError` (raised by the gateway itself or rebuilt by
 `calculet.client` from a daemon's gRPC status). `error_response` turns one into OpenAI's shape,
 `{"error": {"message", "type", "param", "code"}}`, with the status of the table below, a
-`Retry-After` header for 429 and `WWW-Authenticate: Bearer` for 401. A few errors carry OpenAI's
-own type and code (`OPENAI_OF_CLASS`): an unknown model, a missing or wrong API key. FastAPI's
+`Retry-After` header for 429 (and for a 503 that names when to come back: a request that waited
+for a model past its deadline) and `WWW-Authenticate: Bearer` for 401. A few errors carry a type
+and code of their own (`OPENAI_OF_CLASS`): an unknown model, a missing or wrong API key, a model
+placement can never put on a board. FastAPI's
 exception handlers (see `api/app.py`) and the API-key middleware (`api/auth.py`) call only this;
 any other exception is a bug and becomes a 500 with a generic message (the detail goes to the log).
 """
@@ -17,7 +19,15 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from calculet.daemon.errors import CalculetError, ErrorKind, NotFound, Overloaded, Unauthenticated
+from calculet.daemon.errors import (
+    CalculetError,
+    ErrorKind,
+    FailedPrecondition,
+    NotFound,
+    Overloaded,
+    Unauthenticated,
+    Unavailable,
+)
 
 # kind -> (HTTP status, OpenAI error type)
 HTTP_OF_KIND: dict[ErrorKind, tuple[int, str]] = {
@@ -42,6 +52,23 @@ class ModelNotFound(NotFound):
     kind = ErrorKind.NOT_FOUND
 
 
+class ModelNotPlaceable(FailedPrecondition):
+    """A catalog model that no board of the fleet can ever take (400, code `model_not_placeable`):
+    refused at once, never queued (docs/models.md)."""
+
+    kind = ErrorKind.FAILED_PRECONDITION
+
+
+class ModelWaitExpired(Unavailable):
+    """A request waited for its model to get a board past the deadline (503 with Retry-After)."""
+
+    kind = ErrorKind.UNAVAILABLE
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class InvalidApiKey(Unauthenticated):
     """An HTTP request without a valid API key (401; OpenAI's `invalid_request_error`, code
     `invalid_api_key`)."""
@@ -53,6 +80,7 @@ class InvalidApiKey(Unauthenticated):
 # kind's type of HTTP_OF_KIND; code). Any other error's code is its kind.
 OPENAI_OF_CLASS: dict[type[CalculetError], tuple[str | None, str]] = {
     ModelNotFound: (None, "model_not_found"),
+    ModelNotPlaceable: (None, "model_not_placeable"),
     InvalidApiKey: ("invalid_request_error", "invalid_api_key"),
 }
 
@@ -69,10 +97,11 @@ def http_status(err: CalculetError) -> int:
 
 
 def retry_after_header(err: CalculetError) -> dict[str, str]:
-    """`Retry-After` (whole seconds, at least 1) for an OVERLOADED error; {} for other kinds."""
-    if err.kind is not ErrorKind.OVERLOADED:
+    """`Retry-After` (whole seconds, at least 1) for an OVERLOADED error and for a model wait that
+    expired; {} otherwise."""
+    if err.kind is not ErrorKind.OVERLOADED and not isinstance(err, ModelWaitExpired):
         return {}
-    hint = err.retry_after_s if isinstance(err, Overloaded) else None
+    hint = err.retry_after_s if isinstance(err, Overloaded | ModelWaitExpired) else None
     seconds = DEFAULT_RETRY_AFTER_S if hint is None or not math.isfinite(hint) else hint
     return {"Retry-After": str(max(1, math.ceil(seconds)))}
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -38,6 +39,7 @@ from calculet.gateway.config import GatewayConfig, config_from, read_config
 from calculet.gateway.fleet.connection import ClientConnection
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver
 from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.model_placer import ModelPlacer, PlacerSettings
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.serving.choice import RetryPolicy
@@ -83,6 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--daemon-cert", metavar="FILE", help="PEM client certificate for mutual TLS (with --daemon-key)")
     p.add_argument("--daemon-key", metavar="FILE", help="PEM private key of --daemon-cert")
     p.add_argument("--daemon-server-name", metavar="NAME", help="name to expect in the daemons' certificates")
+    p.add_argument(
+        "--placement",
+        choices=("off", "demand"),
+        help="demand: switch boards to the catalog models requests ask for (docs/models.md); off (default): "
+        "only operators load models",
+    )
+    p.add_argument("--placement-queue", type=int, help="requests per model waiting for a board (64; 429 beyond)")
+    p.add_argument("--placement-wait", type=float, help="seconds a request may wait for its model's board (120)")
+    p.add_argument("--min-residency", type=float, help="seconds a placed model keeps its board at least (60)")
+    p.add_argument("--idle-ttl", type=float, help="seconds without a request before a model's board may go (300)")
+    p.add_argument(
+        "--daemon-operate-token-file", metavar="FILE", help="operate-plane token sent with placement's switches"
+    )
     p.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="event loop (auto)")
     return p
 
@@ -106,6 +121,12 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "daemon-key",
         "daemon-server-name",
         "routing",
+        "placement",
+        "placement-queue",
+        "placement-wait",
+        "min-residency",
+        "idle-ttl",
+        "daemon-operate-token-file",
         "answer-memory-tokens",
     ):
         value = getattr(args, key.replace("-", "_"))
@@ -128,9 +149,15 @@ def connection_factory(cfg: GatewayConfig) -> Callable[[str], ClientConnection]:
             load_interval_ms=cfg.load_interval_ms,
             token=cfg.daemon_token,
             tls=cfg.daemon_tls if tcp else None,
+            operate_token=cfg.daemon_operate_token,
         )
 
     return connect
+
+
+def requester() -> str:
+    """Who placement's switches say asked for them (the boards' audit trails)."""
+    return f"gateway {socket.gethostname()} pid {os.getpid()}"
 
 
 def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
@@ -146,7 +173,16 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
             router = Router(fleet, cfg.routing)
             answers = AnswerMemory(cfg.answer_memory_tokens)
             policy = RetryPolicy(cfg.max_attempts, cfg.failover_wait_s)
-            yield GatewayService(fleet, router, policy, answers=answers, catalog=cfg.catalog)
+            placer = None
+            if cfg.placement == "demand":
+                settings = PlacerSettings(cfg.placement_policy, cfg.placement_bounds, requester())
+                placer = ModelPlacer(fleet, cfg.catalog, settings)
+                placer.start()
+            try:
+                yield GatewayService(fleet, router, policy, answers=answers, catalog=cfg.catalog, placer=placer)
+            finally:
+                if placer is not None:
+                    await placer.close()
         finally:
             await fleet.close()
 
@@ -219,9 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     setup_logging(cfg.log_level, cfg.log_format)
     log.info(
-        "gateway on %s; daemons %s; dns %s; routing %s; answer memory %s",
+        "gateway on %s; daemons %s; dns %s; routing %s; answer memory %s; catalog %s; placement %s",
         cfg.listen, list(cfg.daemons), list(cfg.dns), cfg.routing.value,
         f"{cfg.answer_memory_tokens} tokens" if cfg.answer_memory_tokens else "off",
+        [m.alias for m in cfg.catalog], cfg.placement,
     )  # fmt: skip
     log.info(
         "access: API keys %s; daemon token %s; daemon TLS %s",

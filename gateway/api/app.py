@@ -125,7 +125,9 @@ def create_app(
         try:
             async with asynccontextmanager(make_service)() as service:
                 service.observer = metrics  # retries, failovers, answer memory
-                metrics.attach(service.fleet, service.answers)
+                if service.placer is not None:
+                    service.placer.observer = metrics  # switches, waits for a model
+                metrics.attach(service.fleet, service.answers, service.placer)
                 app.state.service = service
                 yield
         finally:

@@ -1,10 +1,11 @@
 """The gateway's view of one daemon: an ABC over what it calls, and its `calculet.client` adapter.
 
-The gateway needs five things from a board daemon: start a generation (Submit + Wait), describe
-a model (GetModel), stream load reports (WatchLoad), stream health (grpc.health.v1 Watch), and
-close. `DaemonConnection` states exactly that, so unit tests drive the fleet, router and
-failover logic with fakes implementing the same ABC, and `ClientConnection` adapts
-`calculet.client.AsyncDaemonClient` (which owns the gRPC channel) for real daemons.
+The gateway needs six things from a board daemon: start a generation (Submit + Wait), describe
+a model (GetModel), stream load reports (WatchLoad), stream health (grpc.health.v1 Watch), switch
+its model (Load with a compare-and-swap `switch_from`, for placement by demand), and close.
+`DaemonConnection` states exactly that, so unit tests drive the fleet, router and failover logic
+with fakes implementing the same ABC, and `ClientConnection` adapts `calculet.client.
+AsyncDaemonClient` (which owns the gRPC channel) for real daemons.
 
 Failover needs broken streams to surface at once: the adapter's client re-attaches a broken Wait
 stream zero times (`max_reattach=0`) and the gateway resubmits elsewhere with resume_tokens.
@@ -13,7 +14,8 @@ Access planes: the adapter sends the gateway's inference-plane token (if any) on
 dials with TLS when given one. A daemon that refuses those credentials (UNAUTHENTICATED,
 PERMISSION_DENIED) on Submit or GetModel is a misconfigured board, not the HTTP client's fault: the
 adapter reports it as UNAVAILABLE, so the request tries another board and, failing all, gets a
-503 rather than a 401/403 that would blame the caller's API key.
+503 rather than a 401/403 that would blame the caller's API key. A switch is an operate-plane call:
+it sends the operate token (`--daemon-operate-token-file`) on a channel of its own.
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from calculet.client import AsyncDaemonClient, AsyncGeneration, SamplingParams, TlsConfig
+from calculet.client.convert import model_state_from_pb
+from calculet.client.messages import Switch, load_outcome
 from calculet.client.types import FinalEvent, LoadReport, ModelInfo, ServingStatus, TokenChunk
+from calculet.daemon.core.model_state import ModelState as DaemonModelState
+from calculet.daemon.core.switch import PhaseClock
 from calculet.daemon.errors import CalculetError, ErrorKind, Unavailable
 
 # How long a single call (Submit, GetModel, Cancel) may take before the board counts as unreachable.
@@ -54,6 +60,29 @@ class ChoiceSubmit:
     ignore_eos: bool = False
     priority: int = 0
     session_id: str = ""
+
+
+@dataclass(frozen=True)
+class ModelSwitch:
+    """A placement switch: load `alias` from `package` (a path under the daemons' models root)
+    replacing exactly `from_alias`@`from_generation` (compare-and-swap), or onto a board that
+    holds no model when `from_alias` is None."""
+
+    alias: str
+    package: str
+    from_alias: str | None
+    from_generation: int
+    reason: str
+    requester: str
+
+
+@dataclass(frozen=True)
+class SwitchDone:
+    """A switch that published `generation`; `phases`: seconds per phase as the gateway saw the
+    progress stream (`daemon.core.switch.PHASES`)."""
+
+    generation: int
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 class DaemonStream(abc.ABC):
@@ -116,6 +145,19 @@ class DaemonConnection(abc.ABC):
         """grpc.health.v1 Watch of the whole board. Raises: CalculetError when it breaks."""
 
     @abc.abstractmethod
+    async def switch_model(self, switch: ModelSwitch) -> SwitchDone:
+        """Run `switch` on the board and wait until the new generation serves.
+
+        Returns:
+            The published generation and the phases' seconds.
+        Raises:
+            CalculetError: Aborted (the board no longer serves what the switch expected: another
+                switch won), FailedPrecondition (refused: residency, an invalid package, one that
+                does not fit; or the load failed and the old model was loaded back), Unavailable,
+                PermissionDenied / Unauthenticated (no operate token).
+        """
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """Close the channel; open streams end."""
 
@@ -149,17 +191,26 @@ class ClientConnection(DaemonConnection):
         load_interval_ms: WatchLoad period (reports also come at once on state changes).
         token: bearer token sent on every call (the gateway's inference-plane token), or None.
         tls: TLS to the daemon (its files are read now), or None for plaintext.
+        operate_token: the operate-plane token sent with switches (None: the inference token).
 
     Raises:
         InvalidArgument: a bad target, token or TLS file.
     """
 
     def __init__(
-        self, target: str, *, load_interval_ms: int = 1000, token: str | None = None, tls: TlsConfig | None = None
+        self,
+        target: str,
+        *,
+        load_interval_ms: int = 1000,
+        token: str | None = None,
+        tls: TlsConfig | None = None,
+        operate_token: str | None = None,
     ) -> None:
         self.target = target
         self._client = AsyncDaemonClient(target, timeout=CALL_TIMEOUT_S, max_reattach=0, token=token, tls=tls)
         self._interval_ms = load_interval_ms
+        self._operate: AsyncDaemonClient | None = None
+        self._operate_settings = (operate_token if operate_token is not None else token, tls)
 
     async def start(
         self, job: ChoiceSubmit, resume_tokens: Sequence[int], metadata: Sequence[tuple[str, str]] = ()
@@ -202,5 +253,29 @@ class ClientConnection(DaemonConnection):
     def watch_health(self) -> AsyncIterator[ServingStatus]:
         return self._client.watch_health("")
 
+    async def switch_model(self, switch: ModelSwitch) -> SwitchDone:
+        if self._operate is None:
+            token, tls = self._operate_settings
+            self._operate = AsyncDaemonClient(self.target, timeout=CALL_TIMEOUT_S, token=token, tls=tls)
+        expected = None
+        if switch.from_alias is not None:
+            expected = Switch(
+                switch.from_alias, switch.from_generation, reason=switch.reason, requester=switch.requester
+            )
+        clock = PhaseClock(switch.from_generation if expected is not None else -1)
+        last = None
+        calls = self._operate.load(switch.alias, switch.package, switch=expected)
+        async with contextlib.aclosing(calls) as stream:  # type: ignore[type-var]
+            async for last in stream:
+                state = model_state_from_pb(last.state)
+                if state.value in DaemonModelState._value2member_map_:
+                    clock.seen(last.generation, DaemonModelState(state.value))
+                if last.done:
+                    break
+        done = load_outcome(last, switch.alias)
+        return SwitchDone(done.generation, clock.seconds())
+
     async def close(self) -> None:
+        if self._operate is not None:
+            await self._operate.close()
         await self._client.close()

@@ -108,6 +108,10 @@ class Fleet:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def notify(self) -> None:
+        """Wake everyone in `wait_changed` (placement: a waiter came or left, a switch ended)."""
+        self._notify()
+
     async def wait_changed(self, timeout: float) -> None:
         """Wait until some board's state or report changes, at most `timeout` seconds."""
         event = self._changed

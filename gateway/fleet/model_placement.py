@@ -7,9 +7,12 @@ the answer out as a compare-and-swap switch on the board (`Load` with `switch_fr
 gateway replicas deciding at once switch a board at most once.
 
 The rules, in order:
-- Only a model with waiting requests and no ready board is *starved*; the most starved (most
-  waiting, then highest priority, then alias) gets a board. Nothing else moves a board, so a
-  model keeps its boards while it has any demand at all.
+- A model with waiting requests and no ready board is *starved*; the most starved (most
+  waiting, then highest priority, then alias) gets a board first.
+- Otherwise a model with requests waiting beyond its boards' lanes and fewer boards than its
+  `max_boards` is *pressed*; it may grow by a board whose model has had no request for
+  `idle_ttl_s` (the hysteresis: a board leaves a model only once that model has gone quiet).
+  Nothing else moves a board, so a model keeps its boards while it has demand.
 - A board is a candidate only if: an operator has not pinned or drained it; its model has been
   ready for at least `min_residency_s` (so a board switches at most once per residency window:
   A B A A C traffic cannot thrash it); taking it leaves its model at or above `min_boards`; and
@@ -48,7 +51,8 @@ class BoardSlot:
 
 @dataclass(frozen=True)
 class Demand:
-    """One model's demand: requests waiting for a board, running, and when the last one arrived."""
+    """One model's demand: requests waiting (for a board in the gateway's queue, or for a lane on
+    its boards), running, and when the last one arrived."""
 
     waiting: int = 0
     running: int = 0
@@ -93,15 +97,37 @@ def next_switch(
     models = {m.alias: m for m in catalog}
     serving = _boards_per_model(boards)
     starved = [alias for alias in models if demand.get(alias, Demand()).waiting > 0 and serving.get(alias, 0) == 0]
-    if not starved:
-        return None
-    want = min(starved, key=lambda a: (-demand[a].waiting, -models[a].priority, a))
-    candidates = [b for b in boards if _may_take(b, now, serving, demand, models, policy)]
+    if starved:
+        want = min(starved, key=lambda a: (-demand[a].waiting, -models[a].priority, a))
+        candidates = [b for b in boards if _may_take(b, now, serving, demand, models, policy)]
+        reason = f"{want}: {demand[want].waiting} request(s) waiting and no board"
+    else:
+        pressed = [a for a in models if demand.get(a, Demand()).waiting > 0 and _below_max(models[a], serving)]
+        if not pressed:
+            return None
+        want = min(pressed, key=lambda a: (-demand[a].waiting / serving.get(a, 1), -models[a].priority, a))
+        candidates = [
+            b
+            for b in boards
+            if b.model != want
+            and _idle_for(b, now, demand) >= policy.idle_ttl_s
+            and _may_take(b, now, serving, demand, models, policy)
+        ]
+        reason = f"{want}: {demand[want].waiting} request(s) waiting beyond its {serving.get(want, 0)} board(s)"
     if not candidates:
         return None
     board = min(candidates, key=lambda b: _miss(b, serving, demand, models))
-    reason = f"{want}: {demand[want].waiting} request(s) waiting and no board"
     return SwitchPlan(board.target, board.model, board.generation, want, reason)
+
+
+def _below_max(model: CatalogModel, serving: Mapping[str, int]) -> bool:
+    return model.max_boards == 0 or serving.get(model.alias, 0) < model.max_boards
+
+
+def _idle_for(board: BoardSlot, now: float, demand: Mapping[str, Demand]) -> float:
+    if board.model is None:
+        return float("inf")
+    return now - demand.get(board.model, Demand()).last_request_at
 
 
 def _boards_per_model(boards: Sequence[BoardSlot]) -> dict[str, int]:
@@ -129,8 +155,7 @@ def _may_take(
     entry = models.get(board.model)
     if entry is not None and serving.get(board.model, 0) - 1 < entry.min_boards:
         return False
-    idle_for = now - demand.get(board.model, Demand()).last_request_at
-    return board.in_flight == 0 or idle_for >= policy.idle_ttl_s
+    return board.in_flight == 0 or _idle_for(board, now, demand) >= policy.idle_ttl_s
 
 
 def _miss(

@@ -46,6 +46,7 @@ from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.catalog import CatalogModel
 from calculet.gateway.fleet.connection import ChoiceSubmit
 from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.model_placer import ModelPlacer
 from calculet.gateway.fleet.packages import ModelPackage
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.fleet.scoring.inputs import RouteRequest
@@ -120,6 +121,8 @@ class GatewayService:
         answers: the chat answers' token memory (a default-sized one when not given; one with
             `max_tokens` 0 disables remembering and splicing).
         catalog: every model the fleet may serve (the gateway config's `[gateway.models]`).
+        placer: placement by demand (None: `--placement off`, only operators load models); a
+            request for a catalog model no board serves waits in its queue.
     """
 
     def __init__(
@@ -130,9 +133,11 @@ class GatewayService:
         observer: ServingObserver | None = None,
         answers: AnswerMemory | None = None,
         catalog: tuple[CatalogModel, ...] = (),
+        placer: ModelPlacer | None = None,
     ) -> None:
         self.fleet = fleet
         self.catalog = catalog
+        self.placer = placer
         self.router = router
         self.policy = policy or RetryPolicy()
         self.observer: ServingObserver = observer or NoObserver()
@@ -191,9 +196,17 @@ class GatewayService:
             ModelNotFound: no board knows the model (and some board is reachable).
             Unavailable: it is known but ready nowhere, no board is reachable, or no serving
                 board answered GetModel.
-            CalculetError: every serving board's GetModel failed: the first failure.
+            CalculetError: every serving board's GetModel failed: the first failure; from the
+                placement queue (`ModelPlacer.wait_for_board`): 429, 503, 400.
         """
         boards = self.router.candidates(alias)
+        placer = self.placer
+        if placer is not None and alias in placer.catalog:
+            if boards:
+                placer.note_request(alias)
+            else:
+                await placer.wait_for_board(alias, lambda: bool(self.router.candidates(alias)))
+                boards = self.router.candidates(alias)
         if not boards:
             if alias in self.fleet.known_models():
                 raise Unavailable(f"model {alias!r} is not ready on any board (loading, draining or unhealthy)")

@@ -3,8 +3,10 @@
 Data flow: the ASGI middleware (`middleware.py`) records each HTTP request's route, status and
 duration; `watch` wraps a prepared request's choice events and records its time to the first visible
 text and its tokens; the serving layer reports retries, failovers and the answer memory's hits,
-misses and fallbacks (`ServingObserver`); board gauges are read from the fleet, the answer memory's
-size from the memory, at each scrape. Everything runs on the event loop, so nothing here
+misses and fallbacks (`ServingObserver`); placement by demand reports its switches (with each
+phase's seconds) and each request's wait for a model (`PlacementObserver`); board gauges are read
+from the fleet, the answer memory's size from the memory, the queues from the placer, at each
+scrape. Everything runs on the event loop, so nothing here
 locks. One `MetricsRegistry` per app: no global OpenTelemetry or prometheus_client state.
 """
 
@@ -12,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from calculet.daemon.telemetry.registry import CONTENT_TYPE, LATENCY_BUCKETS_S, MetricsRegistry, package_version
 from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.fleet.fleet import Fleet
+from calculet.gateway.fleet.model_placer import ModelPlacer, PlacementObserver
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, ChoiceEvent
 from calculet.gateway.serving.observer import ServingObserver
 from calculet.gateway.text.answer_memory import AnswerMemory
@@ -26,7 +29,10 @@ from calculet.gateway.text.answer_memory import AnswerMemory
 Events = AsyncIterator[tuple[int, ChoiceEvent]]
 
 
-class GatewayMetrics(ServingObserver):
+SWITCH_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+
+
+class GatewayMetrics(ServingObserver, PlacementObserver):
     """The instruments of one gateway app; `attach` the fleet (and the answer memory) before
     scrapes report boards (and the memory's size)."""
 
@@ -35,6 +41,7 @@ class GatewayMetrics(ServingObserver):
         meter = self._registry.meter
         self._fleet: Fleet | None = None
         self._answers: AnswerMemory | None = None
+        self._placer: ModelPlacer | None = None
         self._requests = meter.create_counter("calculet_gateway_requests_total", description="HTTP requests answered")
         self._e2e = meter.create_histogram(
             "calculet_gateway_e2e_request_latency_seconds",
@@ -86,11 +93,30 @@ class GatewayMetrics(ServingObserver):
         meter.create_observable_gauge(
             "calculet_gateway_build_info", callbacks=[self._build_info], description="Gateway version"
         )
+        self._switches = meter.create_counter(
+            "calculet_gateway_model_switches_total", description="Placement's switches by target model and result"
+        )
+        self._switch_phase = meter.create_histogram(
+            "calculet_gateway_model_switch_phase_seconds",
+            unit="s",
+            description="Seconds of each phase of placement's successful switches",
+            explicit_bucket_boundaries_advisory=SWITCH_BUCKETS_S,
+        )
+        self._model_wait = meter.create_histogram(
+            "calculet_gateway_model_wait_seconds",
+            unit="s",
+            description="Seconds requests waited for their model to get a board, by outcome",
+            explicit_bucket_boundaries_advisory=SWITCH_BUCKETS_S,
+        )
+        meter.create_observable_gauge(
+            "calculet_gateway_model_queued", callbacks=[self._queued], description="Requests waiting for a board"
+        )
 
-    def attach(self, fleet: Fleet, answers: AnswerMemory | None = None) -> None:
-        """Report this fleet's boards (and this answer memory's size) from now on."""
+    def attach(self, fleet: Fleet, answers: AnswerMemory | None = None, placer: ModelPlacer | None = None) -> None:
+        """Report this fleet's boards (this answer memory's size, this placer's queues) from now on."""
         self._fleet = fleet
         self._answers = answers
+        self._placer = placer
 
     def render(self) -> tuple[bytes, str]:
         """One scrape: (Prometheus text, its content type)."""
@@ -131,7 +157,21 @@ class GatewayMetrics(ServingObserver):
         if fallback:
             self._answer_fallbacks.add(1, attributes)
 
+    def model_switched(self, model: str, result: str, seconds: float, phases: Mapping[str, float]) -> None:
+        self._switches.add(1, {"model": model, "result": result})
+        for phase, phase_seconds in phases.items():
+            self._switch_phase.record(phase_seconds, {"phase": phase})
+
+    def model_waited(self, model: str, seconds: float, outcome: str) -> None:
+        self._model_wait.record(seconds, {"model": model, "outcome": outcome})
+
     # ---- observable gauges (read at a scrape) -------------------------------------------
+
+    def _queued(self, _: CallbackOptions) -> Iterable[Observation]:
+        if self._placer is None:
+            return []
+        counts = self._placer.waiters.counts()
+        return [Observation(counts.get(alias, 0), {"model": alias}) for alias in sorted(self._placer.catalog)]
 
     def _board_up(self, _: CallbackOptions) -> Iterable[Observation]:
         boards = self._fleet.boards.values() if self._fleet is not None else ()

@@ -34,8 +34,8 @@ from calculet.client.types import (
     TokenLogprob,
     Usage,
 )
-from calculet.daemon.errors import CalculetError, NotFound, Unavailable
-from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonConnection, DaemonStream
+from calculet.daemon.errors import CalculetError, FailedPrecondition, NotFound, Unavailable
+from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonConnection, DaemonStream, ModelSwitch, SwitchDone
 
 ALIAS = "fake"
 CONTEXT = 512
@@ -132,6 +132,8 @@ class FakeDaemon(DaemonConnection):
     get_model_calls: int = 0
     reports_package: bool = False
     submitted: list[Submitted] = field(default_factory=list)
+    switches: list[ModelSwitch] = field(default_factory=list)
+    switch_answers: list[SwitchDone | CalculetError] = field(default_factory=list)
     closed: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _dead: bool = False
@@ -172,6 +174,14 @@ class FakeDaemon(DaemonConnection):
         if die_after is None and self.die_plan:
             die_after = self.die_plan.pop(0)
         return FakeStream(self, record, die_after)
+
+    async def switch_model(self, switch: ModelSwitch) -> SwitchDone:
+        """Records the switch; answers the next of `switch_answers` (refuses when there is none)."""
+        self.switches.append(switch)
+        answer = self.switch_answers.pop(0) if self.switch_answers else FailedPrecondition("fake boards do not switch")
+        if isinstance(answer, CalculetError):
+            raise answer
+        return answer
 
     async def get_model(self, alias: str) -> ModelInfo:
         if self._dead:

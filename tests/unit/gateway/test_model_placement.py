@@ -21,9 +21,22 @@ def board(target: str, model: str | None, ready_at: float = 0.0, **kw: object) -
     return BoardSlot(target, model, 1, ready_at, **kw)  # type: ignore[arg-type]
 
 
-def test_nothing_moves_without_a_starved_model() -> None:
+def test_nothing_moves_while_every_model_has_a_board_and_recent_requests() -> None:
     boards = [board("0", "a"), board("1", "b")]
-    assert next_switch(NOW, boards, {"a": Demand(waiting=50)}, CATALOG, POLICY) is None
+    demand = {"a": Demand(waiting=50, last_request_at=NOW), "b": Demand(last_request_at=NOW - POLICY.idle_ttl_s + 1)}
+    assert next_switch(NOW, boards, demand, CATALOG, POLICY) is None
+
+
+def test_a_pressed_model_grows_only_onto_a_board_idle_past_the_ttl() -> None:
+    boards = [board("0", "a"), board("1", "b")]
+    idle_b = {"a": Demand(waiting=5, running=4, last_request_at=NOW), "b": Demand(last_request_at=NOW - 300)}
+    plan = next_switch(NOW, boards, idle_b, CATALOG, POLICY)
+    assert plan is not None and (plan.target, plan.from_model, plan.to_model) == ("1", "b", "a")
+    assert "beyond its 1 board(s)" in plan.reason
+    no_wait = {"a": Demand(running=4, last_request_at=NOW), "b": Demand(last_request_at=NOW - 300)}
+    assert next_switch(NOW, boards, no_wait, CATALOG, POLICY) is None
+    capped = (CatalogModel("a", "pa", max_boards=1), *CATALOG[1:])
+    assert next_switch(NOW, boards, idle_b, capped, POLICY) is None
 
 
 def test_a_starved_model_takes_the_board_missed_least() -> None:
@@ -75,8 +88,9 @@ def test_the_most_starved_model_goes_first_then_priority() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.floats(0.5, 40.0)), min_size=5, max_size=60))
 def test_any_traffic_switches_a_board_at_most_once_per_residency_window(arrivals: list[tuple[str, float]]) -> None:
-    """Requests (model, seconds after the previous) on two boards; each switch happens at once and
-    serves what waits. No board may switch twice within `min_residency_s`."""
+    """Requests (model, seconds after the previous) on two boards; each one waits (for a board, or
+    beyond its model's lanes), each switch happens at once and serves what waits. No board may
+    switch twice within `min_residency_s`."""
     now = 0.0
     boards = {"0": board("0", "a", -1e9), "1": board("1", "b", -1e9)}
     switches: dict[str, list[float]] = {"0": [], "1": []}
@@ -86,7 +100,8 @@ def test_any_traffic_switches_a_board_at_most_once_per_residency_window(arrivals
         last[model] = now
         serving = {b.model for b in boards.values()}
         demand = {
-            m: Demand(waiting=1 if m == model and m not in serving else 0, last_request_at=t) for m, t in last.items()
+            m: Demand(waiting=1 if m == model else 0, running=int(m in serving), last_request_at=t)
+            for m, t in last.items()
         }
         plan = next_switch(now, list(boards.values()), demand, CATALOG, POLICY)
         if plan is not None:
