@@ -40,7 +40,9 @@ from calculet.gateway.fleet.model_waiters import ModelWaiters, QueueBounds
 log = logging.getLogger("calculet.gateway.placement")
 
 TICK_S = 1.0  # the loop decides at least this often: residency and idle TTLs expire with time
+DECISION_GAP_S = 0.05  # at most one decision per gap however many requests arrive
 REFUSAL_TTL_S = 600.0  # a board's refusal of a package holds this long (an operator may fix it)
+RETRY_S = 5.0  # a board that refused or failed a switch is left alone this long (or the residency)
 SETTLE_S = 30.0  # a switch done counts as in place until the board's report shows it, this long at most
 GONE = frozenset({ModelState.UNLOADED, ModelState.FAILED, ModelState.UNKNOWN})
 
@@ -93,13 +95,15 @@ class ModelPlacer:
         self._started_at = clock()
         self._last_request: dict[str, float] = {}
         self._ready_since: dict[tuple[str, str, int], float] = {}
-        self._decided = False  # the first snapshot: generations ready before this gateway looked
+        self._looked: set[tuple[str, int]] = set()  # (target, epoch) of boards seen in a snapshot
         self.switching: dict[str, SwitchPlan] = {}  # target -> the switch this placer runs there
         self._settling: dict[str, tuple[float, SwitchPlan]] = {}  # done, not yet in the board's report
+        self._resting: dict[str, float] = {}  # target -> until when a refused switch is not retried there
         self._refused: dict[str, dict[str, tuple[float, str]]] = {}  # alias -> target -> (when, why)
         self._task: asyncio.Task[None] | None = None
         self._switches: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._arrived = asyncio.Event()  # a request came: demand may have changed
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -120,8 +124,9 @@ class ModelPlacer:
     # ---- what requests call ------------------------------------------------------------
 
     def note_request(self, alias: str) -> None:
-        """A request for `alias` arrived (its idle time starts again)."""
+        """A request for `alias` arrived (its idle time starts again; the loop decides soon)."""
         self._last_request[alias] = self._clock()
+        self._arrived.set()
 
     async def wait_for_board(self, alias: str, has_board: Callable[[], bool]) -> None:
         """Wait in `alias`'s queue until `has_board()` (module docstring).
@@ -174,12 +179,9 @@ class ModelPlacer:
         board is already being switched by this placer)."""
         now = self._clock()
         boards = list(self._fleet.boards.values())
-        # Generations already ready at the first look count as resident long enough: the board
-        # itself refuses a switch within its own minimum residency (then counted fresh here).
-        first_seen = now if self._decided else float("-inf")
-        self._decided = True
         moving = {**self.switching, **self._settled(now)}
-        slots = board_slots(boards, now, self._ready_since, moving, first_seen)
+        slots = board_slots(boards, now, self._ready_since, moving, self._looked)
+        slots = [dataclasses.replace(s, held=True) if self._resting.get(s.target, 0.0) > now else s for s in slots]
         demand = {
             alias: demand_of(alias, boards, self.waiters.count(alias), self._last_seen(alias), now)
             for alias in self.catalog
@@ -220,7 +222,22 @@ class ModelPlacer:
                     self._launch(plan)
             except Exception:  # a bug here must not end placement for the process' lifetime
                 log.exception("placement decision failed")
-            await self._fleet.wait_changed(TICK_S)
+            await self._next_round()
+
+    async def _next_round(self) -> None:
+        """Wait for a fleet change, a request, or the tick; then a short gap, so a burst of
+        requests makes one decision."""
+        waits = [
+            asyncio.ensure_future(self._fleet.wait_changed(TICK_S)),
+            asyncio.ensure_future(self._arrived.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        self._arrived.clear()
+        await asyncio.sleep(DECISION_GAP_S)
 
     def _launch(self, plan: SwitchPlan) -> None:
         board = self._fleet.boards.get(plan.target)
@@ -259,15 +276,14 @@ class ModelPlacer:
             self._fleet.notify()
 
     def _failed(self, board: Board, plan: SwitchPlan, err: CalculetError) -> str:
-        """Classify and remember a failed switch; returns its metric result."""
+        """Classify and remember a failed switch; returns its metric result. A lost race is decided
+        again from the next report; any other failure leaves the board alone for a while."""
         if err.kind is ErrorKind.ABORTED:
             log.info("switch %s to %s: lost the race (%s)", board.target, plan.to_model, err)
             return "lost"
+        self._resting[board.target] = self._clock() + max(RETRY_S, self.settings.policy.min_residency_s)
         if err.kind is ErrorKind.FAILED_PRECONDITION and "minimum residency" in str(err):
-            # The board's own residency is longer than ours: count this generation as fresh.
-            if plan.from_model is not None:
-                self._ready_since[(board.target, plan.from_model, plan.from_generation)] = self._clock()
-            log.info("switch %s to %s: %s", board.target, plan.to_model, err)
+            log.info("switch %s to %s: %s", board.target, plan.to_model, err)  # the board's residency is longer
             return "refused"
         log.warning("switch %s to %s refused: %s", board.target, plan.to_model, err)
         self._refused.setdefault(plan.to_model, {})[board.target] = (self._clock(), str(err))
@@ -283,13 +299,19 @@ def board_slots(
     now: float,
     ready_since: dict[tuple[str, str, int], float],
     switching: Mapping[str, SwitchPlan],
-    first_seen: float | None = None,
+    looked: set[tuple[str, int]] | None = None,
 ) -> list[BoardSlot]:
     """The boards placement may consider (module docstring), each as a `BoardSlot`; records in
-    `ready_since` when each (board, alias, generation) was first seen ready (`first_seen`, or now)."""
-    seen = now if first_seen is None else first_seen
+    `ready_since` when each (board, alias, generation) was first seen ready: now, or, for what a
+    board already served at its first look (`looked`: (target, epoch) seen before, updated here),
+    long ago: its age is unknown, and the board itself refuses a switch within its own minimum
+    residency (then `ModelPlacer` counts it fresh)."""
     slots = []
     for board in boards:
+        first_look = looked is not None and (board.target, board.epoch) not in looked
+        if looked is not None and board.report is not None:
+            looked.add((board.target, board.epoch))
+        seen = float("-inf") if first_look else now
         report = board.report
         if board.state is not BoardState.UP or report is None or board.health is not ServingStatus.SERVING:
             continue

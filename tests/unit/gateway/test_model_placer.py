@@ -189,7 +189,7 @@ async def _a_waiter_that_leaves_takes_its_demand_with_it() -> None:
     clock = Clock()
     fleet, daemons = fleet_of(("a", 1))
     placer = placer_of(fleet, clock)
-    assert placer.decide() is None  # the first look: a@1 was ready before it
+    assert placer.decide() is None  # the board's first look: a@1 was ready before it
     serve(fleet.boards["board0"], ("a", 2))  # a new generation, ready now: fresh, nothing may take it
     waiter = asyncio.create_task(placer.wait_for_board("c", lambda: False))
     await asyncio.sleep(0)
