@@ -205,7 +205,8 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
     if cfg.daemon_token_file:
         cfg = replace(cfg, daemon_token=_daemon_token(Path(cfg.daemon_token_file)))
     if cfg.daemon_operate_token_file:
-        cfg = replace(cfg, daemon_operate_token=_daemon_token(Path(cfg.daemon_operate_token_file)))
+        token = _daemon_token(Path(cfg.daemon_operate_token_file), "daemon-operate-token-file")
+        cfg = replace(cfg, daemon_operate_token=token)
     return cfg
 
 
@@ -254,12 +255,12 @@ def _integer(settings: dict[str, Any], key: str, default: int, low: int, high: i
     return int(_number(settings, key, default, low, high))
 
 
-def _daemon_token(path: Path) -> str:
+def _daemon_token(path: Path, key: str = "daemon-token-file") -> str:
     """The first token of a daemon token file (the daemon's format: one a line, # comments).
 
     Raises: InvalidArgument: unreadable, no token, or a token that cannot travel in metadata.
     """
-    token = read_secret_lines(path, "daemon-token-file", "token")[0]
+    token = read_secret_lines(path, key, "token")[0]
     call_metadata(token)  # the client's own check, here so that a bad file stops the start-up
     return token
 

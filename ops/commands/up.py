@@ -189,8 +189,12 @@ def preset_list(text: str) -> tuple[str, ...]:
 
 def catalog_toml(models: Sequence[str]) -> str:
     """The gateway config holding the catalog of `models` (alias and package are the preset names;
-    the first, which every board starts on, keeps at least one board)."""
-    lines = ["# written by calctl up --models: the gateway's model catalog (docs/gateway.md)", "[gateway]"]
+    the first, which every board starts on, keeps at least one board), with placement by demand."""
+    lines = [
+        "# written by calctl up --models: the gateway's model catalog and placement (docs/models.md)",
+        "[gateway]",
+        'placement = "demand"  # a request for a model no board serves switches a board to it',
+    ]
     for i, name in enumerate(models):
         lines += ["", f"[gateway.models.{json.dumps(name)}]", f"package = {json.dumps(name)}"]
         if i == 0:
@@ -233,8 +237,12 @@ def ensure_package(models_root: Path, preset: str, say: Callable[[str], None] = 
 
 
 def switch_hint(first: str, others: Sequence[str], target: str) -> str:
-    """How to serve one of `others` (loadable in the gateway's catalog): switch a board to it."""
-    lines = [f"Loadable (in the gateway's catalog, GET /v1/models): {', '.join(others)}. To serve one, switch a board:"]
+    """How to serve one of `others` (loadable in the gateway's catalog): ask for it (placement by
+    demand switches a board), or switch a board by hand."""
+    lines = [
+        f"Loadable (in the gateway's catalog, GET /v1/models): {', '.join(others)}. Ask for one and the gateway",
+        f"switches a board to it (placement by demand; {first} keeps one board). Or switch a board by hand:",
+    ]
     lines += [f"  calctl load {name} {name} --switch-from {first}@1 --daemon {target}" for name in others]
     return "\n".join(lines)
 

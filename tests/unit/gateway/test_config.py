@@ -282,3 +282,38 @@ def test_the_service_owns_an_answer_memory_of_the_configured_size(tokens: int) -
             gc.unfreeze()  # the factory freezes start-up objects, as a gateway process should
 
     asyncio.run(scenario())
+
+
+CATALOG_TABLE = '\n[gateway.models.qwen]\npackage = "qwen"\n'
+
+
+def test_placement_is_off_by_default_and_demand_reads_its_bounds(tmp_path: Path) -> None:
+    off = _from_toml(tmp_path, 'daemons = ["unix:/b"]\n' + CATALOG_TABLE)
+    assert off.placement == "off" and off.placement_bounds.max_waiting == 64 and off.placement_policy.idle_ttl_s == 300
+    on = _from_toml(
+        tmp_path,
+        'daemons = ["unix:/b"]\nplacement = "demand"\nplacement-queue = 8\nplacement_wait = 30\n'
+        "min-residency = 10\nidle-ttl = 0\n" + CATALOG_TABLE,
+    )
+    assert on.placement == "demand"
+    assert (on.placement_bounds.max_waiting, on.placement_bounds.wait_s) == (8, 30.0)
+    assert (on.placement_policy.min_residency_s, on.placement_policy.idle_ttl_s) == (10.0, 0.0)
+    flags = _from_args(["--config", str(_toml(tmp_path, "[gateway]\n" + CATALOG_TABLE)), "--daemon", "unix:/b",
+                        "--placement", "demand", "--placement-wait", "5"])  # fmt: skip
+    assert flags.placement == "demand" and flags.placement_bounds.wait_s == 5.0
+
+
+@pytest.mark.parametrize(
+    ("table", "match"),
+    [
+        ('placement = "eager"' + CATALOG_TABLE, "placement: one of off, demand"),
+        ('placement = "demand"', "needs a model catalog"),
+        ("placement-queue = 0" + CATALOG_TABLE, "placement-queue"),
+        ("placement-wait = 0" + CATALOG_TABLE, "placement-wait"),
+        ("min-residency = -1" + CATALOG_TABLE, "min-residency"),
+        ('daemon-operate-token-file = "/nonexistent/token"' + CATALOG_TABLE, "daemon-operate-token-file"),
+    ],
+)
+def test_bad_placement_settings_are_refused_naming_the_key(tmp_path: Path, table: str, match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match):
+        _from_toml(tmp_path, 'daemons = ["unix:/b"]\n' + table)

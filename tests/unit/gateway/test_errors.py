@@ -22,6 +22,8 @@ from calculet.daemon.errors import (
 )
 from calculet.gateway.errors import (
     ModelNotFound,
+    ModelNotPlaceable,
+    ModelWaitExpired,
     error_body,
     error_response,
     http_status,
@@ -137,3 +139,16 @@ def test_internal_error_leaks_no_detail() -> None:
     assert set(body) == {"message", "type", "param", "code"}
     assert body["code"] == ErrorKind.INTERNAL.value
     assert "Traceback" not in body["message"]
+
+
+def test_a_model_wait_past_its_deadline_is_503_with_retry_after() -> None:
+    response = error_response(ModelWaitExpired("model 'b' got no board within 120 s", retry_after_s=120.0))
+    assert response.status_code == 503 and response.headers["Retry-After"] == "120"
+    assert _body(response)["error"]["code"] == ErrorKind.UNAVAILABLE.value
+
+
+def test_a_model_that_cannot_be_placed_is_400_with_its_own_code() -> None:
+    response = error_response(ModelNotPlaceable("model 'b' cannot be placed: every board refused its package"))
+    body = _body(response)["error"]
+    assert response.status_code == 400 and body["code"] == "model_not_placeable" and "refused" in body["message"]
+    assert "retry-after" not in response.headers

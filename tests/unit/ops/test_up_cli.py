@@ -155,9 +155,12 @@ def test_several_models_start_the_boards_on_the_first_and_give_the_gateway_the_c
     path = tmp_path / "gateway.toml"
     path.write_text(catalog_toml(args.models))
     settings = {**read_config(path), "daemons": ["unix:run/board0.sock"]}  # the fleet's flags add the boards
-    assert config_from(settings).catalog == (
+    gateway = config_from(settings)
+    assert gateway.catalog == (
         CatalogModel("qwen3-30b-a3b", "qwen3-30b-a3b", min_boards=1),
         CatalogModel("qwen3-4b", "qwen3-4b"),
     )
+    assert gateway.placement == "demand"
     hint = switch_hint("qwen3-30b-a3b", ["qwen3-4b"], "unix:run/board0.sock")
     assert "calctl load qwen3-4b qwen3-4b --switch-from qwen3-30b-a3b@1 --daemon unix:run/board0.sock" in hint
+    assert "Ask for one and the gateway" in hint
