@@ -45,6 +45,9 @@ REFUSAL_TTL_S = 600.0  # a board's refusal of a package holds this long (an oper
 RETRY_S = 5.0  # a board that refused or failed a switch is left alone this long (or the residency)
 SETTLE_S = 30.0  # a switch done counts as in place until the board's report shows it, this long at most
 GONE = frozenset({ModelState.UNLOADED, ModelState.FAILED, ModelState.UNKNOWN})
+# What a board answers when it will not take a package (invalid, does not fit, no operate token):
+# remembered per board for REFUSAL_TTL_S; a model every board refuses is not placeable.
+REFUSALS = frozenset({ErrorKind.FAILED_PRECONDITION, ErrorKind.PERMISSION_DENIED, ErrorKind.UNAUTHENTICATED})
 
 
 class PlacementObserver:
@@ -285,9 +288,12 @@ class ModelPlacer:
         if err.kind is ErrorKind.FAILED_PRECONDITION and "minimum residency" in str(err):
             log.info("switch %s to %s: %s", board.target, plan.to_model, err)  # the board's residency is longer
             return "refused"
+        if err.kind not in REFUSALS:  # the board was unreachable or broke: try again after the rest
+            log.warning("switch %s to %s failed: %s", board.target, plan.to_model, err)
+            return "failed"
         log.warning("switch %s to %s refused: %s", board.target, plan.to_model, err)
         self._refused.setdefault(plan.to_model, {})[board.target] = (self._clock(), str(err))
-        return "refused" if err.kind is ErrorKind.FAILED_PRECONDITION else "failed"
+        return "refused"
 
 
 def _phases(done: SwitchDone) -> str:

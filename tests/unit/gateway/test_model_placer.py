@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from calculet.client.types import LoadReport, ModelLoad, ModelState, ServingStatus
-from calculet.daemon.errors import Aborted, FailedPrecondition, Overloaded
+from calculet.daemon.errors import Aborted, FailedPrecondition, Overloaded, Unavailable
 from calculet.gateway.errors import ModelNotPlaceable, ModelWaitExpired
 from calculet.gateway.fleet.board import Board, BoardState
 from calculet.gateway.fleet.catalog import CatalogModel
@@ -18,6 +18,7 @@ from calculet.gateway.fleet.discovery import Discovery
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.model_placement import PlacementPolicy
 from calculet.gateway.fleet.model_placer import (
+    RETRY_S,
     ModelPlacer,
     PlacementObserver,
     PlacerSettings,
@@ -233,3 +234,27 @@ async def _until(fleet: Fleet, condition: object) -> None:
     while not condition():  # type: ignore[operator]
         assert loop.time() < deadline, "timed out"
         await fleet.wait_changed(0.05)
+
+
+def test_an_unreachable_board_rests_but_is_not_counted_as_refusing_the_package() -> None:
+    asyncio.run(_an_unreachable_board_rests_but_is_not_counted_as_refusing_the_package())
+
+
+async def _an_unreachable_board_rests_but_is_not_counted_as_refusing_the_package() -> None:
+    clock = Clock()
+    fleet, daemons = fleet_of(("a", 1))
+    placer = placer_of(fleet, clock, residency=0.0)
+    daemons[0].switch_answers.append(Unavailable("board0 is restarting"))
+    waiter = asyncio.create_task(placer.wait_for_board("c", lambda: False))
+    await asyncio.sleep(0)
+    plan = placer.decide()
+    assert plan is not None
+    placer._launch(plan)  # one switch, without the loop
+    await _until(fleet, lambda: not placer.switching)
+    assert placer.refusal("c") is None and placer.decide() is None  # resting, not refused
+    clock.now += RETRY_S + 1
+    assert placer.decide() is not None  # tried again after the rest
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    seen = placer.observer
+    assert isinstance(seen, Seen) and seen.switches == [("c", "failed")]
