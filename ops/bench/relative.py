@@ -65,9 +65,9 @@ class TimingContext:
 
 
 def stats_json(values: Sequence[float]) -> dict[str, Any]:
-    """count, mean, p50, p90, p99 of unitless values (null without values)."""
+    """count, mean, p50, p90, p95, p99 of unitless values (null without values)."""
     s = LatencyStats.of(values)
-    return {"count": s.count, "mean": s.mean, "p50": s.p50, "p90": s.p90, "p99": s.p99}
+    return {"count": s.count, "mean": s.mean, "p50": s.p50, "p90": s.p90, "p95": s.p95, "p99": s.p99}
 
 
 def mean_in_flight(records: Sequence[RequestRecord], window_s: float) -> float:

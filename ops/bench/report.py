@@ -30,6 +30,7 @@ def latency_ms(stats: LatencyStats) -> dict[str, Any]:
         "mean": _ms(stats.mean),
         "p50": _ms(stats.p50),
         "p90": _ms(stats.p90),
+        "p95": _ms(stats.p95),
         "p99": _ms(stats.p99),
     }
 

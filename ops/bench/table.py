@@ -59,10 +59,10 @@ def _schedule(schedule: dict[str, Any]) -> str:
 
 def latency_table(report: dict[str, Any]) -> Table:
     table = Table(title="latency (ms)", title_justify="left")
-    for name in ("metric", "count", "mean", "p50", "p90", "p99"):
+    for name in ("metric", "count", "mean", "p50", "p90", "p95", "p99"):
         table.add_column(name, justify="left" if name == "metric" else "right")
     for metric, stats in report["latency_ms"].items():
-        row = [_num(stats[k]) for k in ("mean", "p50", "p90", "p99")]
+        row = [_num(stats.get(k)) for k in ("mean", "p50", "p90", "p95", "p99")]
         table.add_row(metric.upper(), str(stats["count"]), *row)
     return table
 

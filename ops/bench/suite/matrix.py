@@ -32,7 +32,7 @@ from calculet.ops.bench.limit import Policy
 
 GATEWAY, DAEMON = "gateway", "daemon"
 SEED_LONG_PROMPT = 40_900  # seed 001 section 12.1's longest prompt
-SEED_PROMPTS = (16, 128, 512, 2048, 4096, 8192, 16384, 32768, SEED_LONG_PROMPT)
+SEED_PROMPTS = (1, 16, 128, 512, 2048, 4096, 8192, 16384, 32768, SEED_LONG_PROMPT)
 SEED_OUTPUTS = (1, 32, 128, 512)
 LONG_FRACTION_MIXED = 0.1
 MAX_WARMUP = 16

@@ -2,7 +2,7 @@
 
 Sections: what made it (the suite command, the host, the time-scale rule); the configurations
 (policy, in-flight, decode batch, boards, package, time scale, daemon flags); then per workload two
-tables — latencies (TTFT, TPOT, ITL, E2E p50 / p90 / p99 in ms) and throughput against the
+tables — latencies (TTFT, TPOT, ITL, E2E p50 / p95 / p99 in ms) and throughput against the
 timing-model limit with the relative figures (each over the modelled device time, so independent of
 the time scale), the busy ratios and host CPU — each followed by the `calctl bench` command of every
 row. A figure that could not be computed is "n/a". Pure function of the document; no I/O.
@@ -15,7 +15,7 @@ from typing import Any
 
 from calculet.ops.bench.suite.markdown import NA, commands, errors, get, num, pct, table
 
-QUANTILES = ("p50", "p90", "p99")
+QUANTILES = ("p50", "p95", "p99")
 
 
 def _quantiles(stats: dict[str, Any] | None, fmt: str = ".1f") -> str:
@@ -81,7 +81,7 @@ def workload_section(name: str, records: Sequence[dict[str, Any]], made_by: str)
     long = f", {100 * w['long_fraction']:g} % long ({w['long_prompt']} tokens)" if w["long_fraction"] else ""
     out = [f"### workload `{name}`: prompts {lo}..{hi} tokens{long}, {w['output']} output tokens", ""]
     out += [f"Made by `{made_by}`; C is the total concurrency (closed loop), scale the calsim time scale.", ""]
-    out += ["Latency, p50 / p90 / p99:", "", *table(LATENCY_HEADER, latency_rows(records)), ""]
+    out += ["Latency, p50 / p95 / p99:", "", *table(LATENCY_HEADER, latency_rows(records)), ""]
     out += [
         "Throughput against the timing-model limit, and every latency over its modelled floor (p50):",
         "",

@@ -68,7 +68,7 @@ def test_the_full_matrix_configurations() -> None:
     runs = expand(full_matrix(BATCHES), context_of(contexts()), Selection())
     by_config = {n: [r for r in runs if r.fleet.name == n] for n in names}
     assert {r.concurrency for r in by_config["if2-b16-x4"]} == {16, 64}  # 4 and 16 a board
-    assert len(by_config["serial-len"]) == 9 * 4
+    assert len(by_config["serial-len"]) == 10 * 4  # prompts 1 .. 40,900 x outputs
     assert {r.workload.name for r in by_config["if1-b4"]} == {"short", "mixed"}
     assert {r.workload.name for r in by_config["if2-b16"]} == {"short", "mixed", "long"}
     assert all(r.target == "gateway" for r in runs if r.workload.name != "short")
