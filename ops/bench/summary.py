@@ -2,7 +2,8 @@
 
 - Distributions (TTFT, TPOT, ITL, E2E) over the successful requests: mean and the 50th, 90th, 95th
   and 99th percentiles (seed 001 section 12.1 asks for P50, P95 and P99), numpy's linear
-  interpolation between closest ranks (`numpy.percentile`, its default method). ITL pools every request's values; TPOT leaves out requests of one token.
+  interpolation between closest ranks (`numpy.percentile`, its default method). ITL pools every
+  request's values; TPOT leaves out requests of one token.
 - The measured window runs from `window_start` (just before the first measured request is sent) to
   the last measured request's end (success or failure).
 - Request throughput = completed / window; output token throughput = output tokens of completed
