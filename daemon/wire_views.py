@@ -213,6 +213,8 @@ def _model_to_pb(m: ModelView) -> observe_pb2.ModelStatus:
         ready_at=_timestamp(m.ready_at) if m.ready_at is not None else None,
         prefix_cache=_prefix_cache_to_pb(m.prefix_cache) if m.prefix_cache is not None else None,
         prefill_chunk_tokens=m.prefill_chunk_tokens,
+        compiler=dict(m.compiler),
+        calbin_sha256=m.calbin_sha256,
     )
 
 

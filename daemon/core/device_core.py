@@ -39,13 +39,14 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
 from calculet.daemon.core.switch import SwitchSpec
-from calculet.daemon.core.views import health_view, load_view, status_view
+from calculet.daemon.core.views import PackageIdentity, health_view, load_view, status_view
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceLost
 from calculet.daemon.device.guard import GuardedDevice
 from calculet.daemon.device.registry import load_driver
 from calculet.daemon.device.types import DeviceCapabilities, DeviceInfo, JobCounters, MemoryUsage
 from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from calculet.daemon.package.identity import calbin_sha256, compiler_of
 from calculet.daemon.package.manifest import MANIFEST_NAME
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,8 @@ class DeviceCore:
         self._closed = False
         self._close_lock = threading.Lock()  # guards `_closed`
         self._hashes: dict[tuple[str, int], str] = {}  # (alias, generation) -> manifest SHA-256 (GIL-atomic)
+        # (alias, generation) -> (compiler identities, calbin SHA-256), as `_hashes`
+        self._calbins: dict[tuple[str, int], tuple[tuple[tuple[str, str], ...], str]] = {}
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -365,7 +368,7 @@ class DeviceCore:
     def load_report(self) -> LoadView:
         snap = self.engine.snapshot()
         health = health_view(snap, self.device.healthy())
-        return load_view(f"board{self.config.board}", snap, health, lambda g: self._describe(g)[1])
+        return load_view(f"board{self.config.board}", snap, health, lambda g: self._describe(g).package_hash)
 
     def _device_facts(self) -> tuple[DeviceInfo, MemoryUsage, JobCounters]:
         """Device identity and counters; after a device loss, the last known identity and zeros."""
@@ -382,13 +385,22 @@ class DeviceCore:
         self._last_info = facts[0]
         return facts
 
-    def _describe(self, g: GenerationView) -> tuple[str, str]:
-        """A generation's package path as operators name it, and its manifest hash ("" if unreadable)."""
+    def _describe(self, g: GenerationView) -> PackageIdentity:
+        """A generation's package: path as operators name it, manifest hash ("" if unreadable),
+        compiler identities and calbin hash (from its parsed manifest, once per generation)."""
+        path = self.models.relative(g.package_dir)
         try:
             digest = self._manifest_hash(g.alias, g.generation, g.package_dir)
         except OSError:
-            digest = ""  # Status still answers; GetModel reports the unreadable package
-        return self.models.relative(g.package_dir), digest
+            return PackageIdentity(path)  # Status still answers; GetModel reports the unreadable package
+        key = (g.alias, g.generation)
+        if key not in self._calbins:
+            rt = next((r for r in self.models.all() if (r.alias, r.generation) == key), None)
+            if rt is None:
+                return PackageIdentity(path, digest)
+            self._calbins[key] = (compiler_of(rt.manifest), calbin_sha256(rt.manifest))
+        compiler, calbin = self._calbins[key]
+        return PackageIdentity(path, digest, compiler, calbin)
 
     def _manifest_hash(self, alias: str, generation: int, package_dir: Path) -> str:
         """SHA-256 of a generation's manifest, read once per generation (Status and GetModel share it).

@@ -69,6 +69,8 @@ class ModelView:
     package_hash: str = ""  # SHA-256 of calculet-package.json
     prefix_cache: PrefixCacheView | None = None  # None before the generation is configured
     prefill_chunk_tokens: int = 0
+    compiler: tuple[tuple[str, str], ...] = ()  # the manifest's compiler identities
+    calbin_sha256: str = ""  # package/identity.py
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ knows (pure functions: no lock, no engine, no device call)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.status import (
@@ -69,7 +70,19 @@ def load_view(
     return LoadView(board, health.serving, health.draining, models)
 
 
-def model_view(g: GenerationView, package_path: str, package_hash: str) -> ModelView:
+@dataclass(frozen=True)
+class PackageIdentity:
+    """What Status says of a generation's package: its path as operators name it, its manifest
+    hash, its compiler identities and its calbin hash (`package/identity.py`); "" / () when the
+    package cannot be read."""
+
+    path: str
+    package_hash: str = ""
+    compiler: tuple[tuple[str, str], ...] = ()
+    calbin_sha256: str = ""
+
+
+def model_view(g: GenerationView, package: PackageIdentity) -> ModelView:
     return ModelView(
         g.alias,
         g.generation,
@@ -77,13 +90,15 @@ def model_view(g: GenerationView, package_path: str, package_hash: str) -> Model
         g.published,
         g.ready_at,
         g.package_name,
-        package_path,
+        package.path,
         g.lanes,
         g.queues,
         g.message,
-        package_hash,
+        package.package_hash,
         g.prefix_cache,
         g.prefill_chunk_tokens,
+        package.compiler,
+        package.calbin_sha256,
     )
 
 
@@ -93,14 +108,14 @@ def status_view(
     health: HealthView,
     identity: tuple[int, str, float, bool, str],
     device: tuple[DeviceInfo, MemoryUsage, JobCounters],
-    describe: Callable[[GenerationView], tuple[str, str]],
+    describe: Callable[[GenerationView], PackageIdentity],
 ) -> StatusView:
     """Status from a snapshot.
 
     Args:
         identity: (board, driver, started_at, fault_injection, policy).
         device: the device's identity, memory and counters.
-        describe: a generation's (package path as operators name it, package hash).
+        describe: a generation's package identity.
     """
     board, driver, started_at, fault_injection, policy = identity
     info, memory, counters = device
@@ -112,7 +127,7 @@ def status_view(
         fault_injection=fault_injection,
         device=info,
         memory=memory,
-        models=tuple(model_view(g, *describe(g)) for g in snap.generations),
+        models=tuple(model_view(g, describe(g)) for g in snap.generations),
         jobs=snap.jobs,
         device_counters=counters,
         accepted=c.submitted,

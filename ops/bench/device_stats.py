@@ -25,8 +25,49 @@ from calculet.daemon.errors import CalculetError
 
 
 @dataclass(frozen=True)
+class ModelVersion:
+    """One model a board serves, as its Status names it (seed 001 section 11: what ran)."""
+
+    alias: str
+    generation: int
+    package_name: str
+    package_hash: str
+    calbin_sha256: str
+    compiler: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class BoardVersions:
+    """The versions a board reports: Runtime, driver, firmware, and its models' packages."""
+
+    runtime: str
+    driver: str
+    firmware: str
+    models: tuple[ModelVersion, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "runtime": self.runtime,
+            "driver": self.driver,
+            "firmware": self.firmware,
+            "models": [
+                {
+                    "alias": m.alias,
+                    "generation": m.generation,
+                    "package": m.package_name,
+                    "package_hash": m.package_hash,
+                    "calbin_sha256": m.calbin_sha256,
+                    "compiler": dict(m.compiler),
+                }
+                for m in self.models
+            ],
+        }
+
+
+@dataclass(frozen=True)
 class UtilizationSample:
-    """Cumulative device figures at one moment (seconds; banks as (bank, busy seconds))."""
+    """Cumulative device figures at one moment (seconds; banks as (bank, busy seconds)), and the
+    versions the board reported with them."""
 
     device_s: float
     busy_s: float
@@ -36,6 +77,7 @@ class UtilizationSample:
     d2h_s: float
     sampling_s: float
     generated_tokens: int
+    versions: BoardVersions | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +105,7 @@ class BoardUtilization:
     d2h_s: float | None = None
     sampling_s: float | None = None
     generated_tokens: int | None = None
+    versions: BoardVersions | None = None  # as reported at the end of the run
 
 
 StatusOf = Callable[[str], Awaitable[UtilizationSample | None]]
@@ -109,6 +152,7 @@ def board_utilization(before: BoardSample, after: BoardSample) -> BoardUtilizati
         d2h_s=a.d2h_s - b.d2h_s,
         sampling_s=a.sampling_s - b.sampling_s,
         generated_tokens=a.generated_tokens - b.generated_tokens,
+        versions=a.versions,
     )
 
 

@@ -1,12 +1,13 @@
 """The machine-readable report of a run (`--json OUT`): a stable schema, documented in
-docs/benchmarking.md ("JSON schema"). Version `SCHEMA`; a change that renames or removes a key
-bumps it, adding keys does not.
+docs/benchmarking.md ("JSON schema"). Version `SCHEMA`; a change that renames or removes a key bumps
+it, adding keys does not.
 
 Top-level keys: `schema`, `config` (what was asked: target, model, schedule, workload, SLO),
 `counts`, `duration_s`, `throughput`, `goodput`, `latency_ms` (ttft, tpot, itl, e2e: count, mean,
-p50, p90, p99 in milliseconds, null without values), `device` (fleet busy ratio and each board's
-figures over the run) and `errors` (the first failures). Numbers are plain JSON numbers; a figure
-that cannot be computed is null, never 0.
+p50, p90, p95, p99 in milliseconds, null without values), `device` (fleet busy ratio and each
+board's figures over the run, with the versions it reported: Runtime, driver, firmware, and each
+model's package, package hash, calbin hash and compiler) and `errors` (the first failures). Numbers
+are plain JSON numbers; a figure that cannot be computed is null, never 0.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def board_json(board: BoardUtilization) -> dict[str, Any]:
         "busy_ratio": board.busy_ratio,
         "banks": [{"bank": bank, "busy_s": busy, "busy_ratio": ratio} for bank, busy, ratio in board.banks],
         "phases_s": {"h2d": board.h2d_s, "compute": board.compute_s, "d2h": board.d2h_s, "sampling": board.sampling_s},
+        "versions": board.versions.to_json() if board.versions is not None else None,
         "generated_tokens": board.generated_tokens,
     }
 

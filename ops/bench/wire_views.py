@@ -3,8 +3,10 @@
 `utilization_sample(status)` turns a daemon's `StatusResponse.utilization` (observe.proto,
 `DeviceUtilization`, field 14) into a `UtilizationSample`, or None when the field is absent (a
 daemon built before it). `status_reader(open_client)` makes the `status_of` callable that
-`device_stats.sample_boards` needs. `serving_of(status)` reads the board's policy and in-flight limit
-(fields 9 and 10) for the timing model (`limit.Serving`); `serving_reader` is its `status_of`.
+`device_stats.sample_boards` needs; each sample carries the board's versions (`versions_of`:
+Runtime, driver, firmware, and each model's package, calbin hash and compiler). `serving_of(status)`
+reads the board's policy and in-flight limit (fields 9 and 10) for the timing model
+(`limit.Serving`); `serving_reader` is its `status_of`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from calculet.client import AsyncDaemonClient
 from calculet.daemon.errors import FailedPrecondition
-from calculet.ops.bench.device_stats import StatusOf, UtilizationSample
+from calculet.ops.bench.device_stats import BoardVersions, ModelVersion, StatusOf, UtilizationSample
 from calculet.ops.bench.limit import Policy, Serving
 from calculet.v1 import observe_pb2
 
@@ -31,7 +33,20 @@ def utilization_sample(status: observe_pb2.StatusResponse) -> UtilizationSample 
         d2h_s=u.d2h_seconds,
         sampling_s=u.sampling_seconds,
         generated_tokens=u.generated_tokens,
+        versions=versions_of(status),
     )
+
+
+def versions_of(status: observe_pb2.StatusResponse) -> BoardVersions:
+    """The Runtime, driver and firmware versions and the models' packages a Status reports."""
+    d = status.device
+    models = tuple(
+        ModelVersion(
+            m.alias, m.generation, m.package_name, m.package_hash, m.calbin_sha256, tuple(sorted(m.compiler.items()))
+        )
+        for m in status.models
+    )
+    return BoardVersions(d.runtime_version, d.driver_version, d.firmware_version, models)
 
 
 def status_reader(open_client: Callable[[str], AsyncDaemonClient]) -> StatusOf:

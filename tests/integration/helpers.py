@@ -5,8 +5,16 @@ from __future__ import annotations
 import subprocess
 import time
 
+import psutil
+
 from calculet.client import DaemonClient
 
+# Thread pools and channels grow lazily up to their bounds (asyncio's default executor starts a
+# worker when concurrent blocking calls need one; a gateway opens its operate channel at its first
+# switch), so a busier run may keep one or two more threads or descriptors than its warm-up needed.
+# A leak grows with the work (one per request, fault or switch): the tests that use this run dozens
+# of those after their baseline, far past this slack.
+LAZY_GROWTH = 2
 LANE_FREE = 1
 LANE_PARKED = 5  # a finished job's KV kept warm: held by no job, free for admission
 
@@ -43,3 +51,25 @@ def one_clear_line(proc: subprocess.CompletedProcess[str], *words: str) -> str:
     for word in words:
         assert word in lines[0], lines[0]
     return lines[0]
+
+
+def process_usage(pid: int) -> tuple[int, int]:
+    """(open fds, threads) of a process."""
+    proc = psutil.Process(pid)
+    return proc.num_fds(), proc.num_threads()
+
+
+def usage_back_to(pid: int, baseline: tuple[int, int], timeout: float = 10.0) -> tuple[int, int]:
+    """(fds, threads) once both are within `LAZY_GROWTH` of `baseline`, or as they are at the
+    deadline (peers close their ends of finished connections asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = process_usage(pid)
+        if within(now, baseline) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def within(usage: tuple[int, int], baseline: tuple[int, int]) -> bool:
+    """No more fds and threads than `baseline` plus `LAZY_GROWTH` each."""
+    return all(now <= base + LAZY_GROWTH for now, base in zip(usage, baseline, strict=True))

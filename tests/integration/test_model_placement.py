@@ -5,8 +5,9 @@ their demand alternates, within its bounds, and two gateways never switch one bo
   qwen3-4b (single chip) wait in the gateway's queue while a board switches to it, and a burst of
   qwen requests beyond one board's lanes takes it back once qwen3-4b has gone idle. Ten switches:
   no request fails, every text equals an undisturbed board's, the board that never switches keeps
-  serving qwen (the same-model path), and after every return the switching board's chip memory,
-  file descriptors and threads are back at their baseline.
+  serving qwen (the same-model path), and after every return both boards are idle (no job, lane or
+  buffer held), their chip memory is back at its baseline, and their file descriptors and threads
+  are within the lazy growth of their pools (`helpers.LAZY_GROWTH`).
 - Thrash bound: A B A A C traffic over three models on two boards switches each board at most
   once per residency window (each switch in the boards' audit trails).
 - Compare-and-swap: two gateways, each with a request for a different model no board serves, and
@@ -24,13 +25,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 
 from calculet.client import DaemonClient
 from calculet.v1.common_pb2 import RESET_KIND_SWITCH
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess, Oracle
+from tests.integration.helpers import assert_idle_soon, process_usage, usage_back_to, within
 
 pytestmark = pytest.mark.integration
 StartDaemon = Callable[..., DaemonProcess]
@@ -78,12 +79,11 @@ def serving(daemon: DaemonProcess) -> list[str]:
         return [m.alias for m in client.status().models]
 
 
-def footprint(daemon: DaemonProcess) -> tuple[list[int], int, int]:
-    """Chip memory in use, open fds and threads of a board's daemon."""
+def chip_memory(daemon: DaemonProcess) -> list[int]:
+    """Chip memory in use on a board, once it is idle (no job, lane or buffer held)."""
     with DaemonClient(daemon.target) as client:
-        chips = [int(c.dram_used_bytes) for c in client.status().device.chips]
-    proc = psutil.Process(daemon.proc.pid)
-    return chips, proc.num_fds(), proc.num_threads()
+        assert_idle_soon(client)
+        return [int(c.dram_used_bytes) for c in client.status().device.chips]
 
 
 def switches(daemon: DaemonProcess) -> list[tuple[float, bool, str]]:
@@ -110,7 +110,7 @@ def test_alternating_demand_switches_a_board_ten_times_with_exact_texts_and_no_l
         placement_wait=120.0,
     )
     gateway = start_gateway("--config", str(config))
-    baseline: dict[str, tuple[list[int], int, int]] = {}
+    baseline: dict[str, tuple[list[int], tuple[int, int]]] = {}
     with concurrent.futures.ThreadPoolExecutor(QWEN_BURST) as pool:
         for cycle in range(5):
             dense = list(pool.map(lambda s: chat(gateway, "dense", s, DENSE_TOKENS), range(2)))
@@ -121,14 +121,15 @@ def test_alternating_demand_switches_a_board_ten_times_with_exact_texts_and_no_l
             qwen = list(pool.map(lambda s: chat(gateway, "qwen", s, QWEN_TOKENS), range(QWEN_BURST)))
             assert qwen == [qwen_expected[s] for s in range(QWEN_BURST)], f"cycle {cycle}: qwen texts"
             gateway.wait_until(lambda body: body["models"].get("qwen") == 2, "qwen back on both boards", 120)
-            now = {d.target: footprint(d) for d in (x, y)}
-            for target, (chips, fds, threads) in now.items():
-                if target not in baseline:
-                    baseline[target] = (chips, fds, threads)
+            for d in (x, y):
+                chips = chip_memory(d)
+                if d.target not in baseline:
+                    baseline[d.target] = (chips, process_usage(d.proc.pid))
                     continue
-                base_chips, base_fds, base_threads = baseline[target]
-                assert chips == base_chips, f"cycle {cycle}: chip memory back at its baseline on {target}"
-                assert fds <= base_fds and threads <= base_threads, f"cycle {cycle}: fds/threads on {target}"
+                base_chips, base_usage = baseline[d.target]
+                assert chips == base_chips, f"cycle {cycle}: chip memory back at its baseline on {d.target}"
+                usage = usage_back_to(d.proc.pid, base_usage)
+                assert within(usage, base_usage), f"cycle {cycle}: fds/threads {usage} over {base_usage} on {d.target}"
     made = switches(x) + switches(y)
     assert len(made) >= 10 and all(ok for _, ok, _ in made), made
     assert gateway.ready()["models"] == {"qwen": 2}

@@ -11,6 +11,8 @@ import pytest
 from calculet.daemon.errors import PermissionDenied
 from calculet.ops.bench.device_stats import (
     BoardSample,
+    BoardVersions,
+    ModelVersion,
     UtilizationSample,
     board_utilization,
     fleet_busy_ratio,
@@ -71,9 +73,19 @@ def test_status_protobuf_converts_and_a_daemon_without_the_field_gives_none() ->
             banks=[observe_pb2.BankUtilization(bank=0, busy_seconds=4.0), observe_pb2.BankUtilization(bank=1,
                                                                                                   busy_seconds=2.0)],
             h2d_seconds=0.5, compute_seconds=6.0, d2h_seconds=0.25, sampling_seconds=1.5, generated_tokens=42,
-        )
+        ),
+        device=observe_pb2.DeviceInfo(runtime_version="1.0.0", driver_version="1.0.2", firmware_version="fw-3"),
+        models=[observe_pb2.ModelStatus(alias="qwen", generation=2, package_name="qwen3", package_hash="ab",
+                                        calbin_sha256="cd", compiler={"calcc": "1.2", "tvm": "e4f"})],
     )  # fmt: skip
+    versions = BoardVersions(
+        "1.0.0", "1.0.2", "fw-3", (ModelVersion("qwen", 2, "qwen3", "ab", "cd", (("calcc", "1.2"), ("tvm", "e4f"))),)
+    )
     assert utilization_sample(pb) == UtilizationSample(
         device_s=8.0, busy_s=6.0, banks=((0, 4.0), (1, 2.0)), h2d_s=0.5, compute_s=6.0, d2h_s=0.25, sampling_s=1.5,
-        generated_tokens=42,
+        generated_tokens=42, versions=versions,
     )  # fmt: skip
+    assert versions.to_json()["models"][0] == {  # type: ignore[index]
+        "alias": "qwen", "generation": 2, "package": "qwen3", "package_hash": "ab", "calbin_sha256": "cd",
+        "compiler": {"calcc": "1.2", "tvm": "e4f"},
+    }  # fmt: skip
