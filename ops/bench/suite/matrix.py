@@ -36,6 +36,8 @@ SEED_PROMPTS = (1, 16, 128, 512, 2048, 4096, 8192, 16384, 32768, SEED_LONG_PROMP
 SEED_OUTPUTS = (1, 32, 128, 512)
 LONG_FRACTION_MIXED = 0.1
 MAX_WARMUP = 16
+SEED_RUNS = 20  # seed 001 section 12.1: at least 20 measured runs per cell ...
+SEED_WARMUPS = 3  # ... after 3 warm-ups
 LENGTH_GRID_SCALE_FLOOR = 0.05
 
 
@@ -82,6 +84,7 @@ class WorkloadSpec:
     min_requests: int = 16
     own_context: bool = False  # scaled to its fleet's package, not to the matrix's smallest context
     direct: bool = False  # also run against the daemons directly where the fleet has that target
+    min_warmup: int = 1  # warm-up requests at least (one a client otherwise)
 
     def __post_init__(self) -> None:
         lo, hi = self.short_prompt
@@ -142,10 +145,20 @@ def _short(
 def length_grid(
     prompts: Sequence[int] = SEED_PROMPTS, outputs: Sequence[int] = SEED_OUTPUTS
 ) -> tuple[WorkloadSpec, ...]:
-    """Seed 001 section 12.1: every prompt x output at concurrency 1, one request each, each prompt
-    clipped to its own fleet's context (the serial package holds the whole 40,960 tokens)."""
+    """Seed 001 section 12.1: every prompt x output at concurrency 1, `SEED_RUNS` measured requests
+    after `SEED_WARMUPS` warm-ups, each prompt clipped to its own fleet's context (the serial package
+    holds the whole 40,960 tokens)."""
     return tuple(
-        WorkloadSpec(f"len-{p}x{o}", (p, p), o, (1,), per_client=1, min_requests=1, own_context=True)
+        WorkloadSpec(
+            f"len-{p}x{o}",
+            (p, p),
+            o,
+            (1,),
+            per_client=1,
+            min_requests=SEED_RUNS,
+            own_context=True,
+            min_warmup=SEED_WARMUPS,
+        )
         for p in prompts
         for o in outputs
     )
@@ -180,13 +193,19 @@ def quick_matrix(batches: Sequence[int]) -> tuple[MatrixEntry, ...]:
 def full_matrix(batches: Sequence[int]) -> tuple[MatrixEntry, ...]:
     """Every configuration: short at concurrency 1..32, mixed at 4 and 16, long at 1 and 4 (serial and
     the largest batch in flight 2); multi-board fleets short at 4 and 16 per board; and the length
-    grid on a serial fleet of its own (`serial-len`), whose package holds the whole context. The
+    grid on a serial fleet of its own (`serial-len`), whose package holds the whole context. Short,
+    mixed and the length grid measure at least `SEED_RUNS` requests after at least `SEED_WARMUPS`
+    warm-ups (seed 001 section 12.1); `long` keeps 2 (each of its prompts is 40,900 tokens). The
     grid is prefill-bound at concurrency 1 (a 40,900-token prompt is about 1,800 modelled seconds),
     so its fleet may run down to time scale `LENGTH_GRID_SCALE_FLOOR`: its host work is a few
     milliseconds a request, far below the CPU limit, and the TPOT excess (ms) does not depend on it."""
     top = max(batches)
-    short = _short(128, (1, 2, 4, 8, 16, 32), (16, 128), per_client=4, least=16)
-    mixed = WorkloadSpec("mixed", (16, 128), 128, (4, 16), SEED_LONG_PROMPT, LONG_FRACTION_MIXED, 2, 20)
+    short = replace(
+        _short(128, (1, 2, 4, 8, 16, 32), (16, 128), per_client=4, least=SEED_RUNS), min_warmup=SEED_WARMUPS
+    )
+    mixed = WorkloadSpec(
+        "mixed", (16, 128), 128, (4, 16), SEED_LONG_PROMPT, LONG_FRACTION_MIXED, 2, SEED_RUNS, min_warmup=SEED_WARMUPS
+    )
     long = WorkloadSpec("long", (16, 128), 128, (1, 4), SEED_LONG_PROMPT, 1.0, per_client=1, min_requests=2)
     entries = []
     for fleet in _fleets(batches, [2, 4], [1, 2]):
@@ -203,9 +222,10 @@ def full_matrix(batches: Sequence[int]) -> tuple[MatrixEntry, ...]:
 
 def request_counts(workload: WorkloadSpec, concurrency: int, requests: int | None) -> tuple[int, int]:
     """(measured, warm-up) requests of a run: `requests` when given, else `per_client` per client
-    and at least `min_requests`; one warm-up request per client, at most `MAX_WARMUP`."""
+    and at least `min_requests`; one warm-up request per client, at most `MAX_WARMUP`, at least the
+    workload's `min_warmup`."""
     measured = requests if requests is not None else max(workload.min_requests, workload.per_client * concurrency)
-    return measured, min(concurrency, MAX_WARMUP)
+    return measured, max(workload.min_warmup, min(concurrency, MAX_WARMUP))
 
 
 @dataclass(frozen=True)
