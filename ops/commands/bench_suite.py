@@ -134,7 +134,7 @@ def suite_command(args: argparse.Namespace) -> str:
     words += ["--concurrency", ",".join(map(str, args.concurrency))] if args.concurrency else []
     words += ["--requests", str(args.requests)] if args.requests else []
     words += ["--time-scale", AUTO if args.time_scale is None else f"{args.time_scale:g}"]
-    words += _multiturn_words(args) if args.multiturn else []
+    words += _multiturn_words(args) if args.multiturn else ["--slo", args.slo] if args.slo else []
     return shlex.join([*words, "--seed", str(args.seed)])
 
 
@@ -273,7 +273,9 @@ def run(
         "time_scale_rule": _scale_rule(args),
     }
     doc = SuiteDocument(suite_dir, header)
-    ctx = SuiteContext(suite_dir, models_root, args.preset, args.seed, measure_fn, _say, float(args.startup_timeout))
+    ctx = SuiteContext(
+        suite_dir, models_root, args.preset, args.seed, measure_fn, _say, float(args.startup_timeout), args.slo
+    )
 
     on_record = doc.recorder(_say, _progress)
     for plan in plans:

@@ -37,7 +37,6 @@ MULTITURN_FLAGS = {
     "user_tokens": "--user-tokens",
     "answer_tokens": "--answer-tokens",
     "think_time": "--think-time",
-    "slo": "--slo",
     "daemon_arg": "--daemon-arg",
     "gateway_arg": "--gateway-arg",
 }

@@ -58,6 +58,7 @@ class SuiteContext:
     measure: Measure
     say: Callable[[str], None]
     startup_timeout_s: float = 120.0
+    slo: str | None = None  # `--slo` of every run (goodput: SLO-meeting tokens per second)
 
 
 def bench_argv(
@@ -79,6 +80,7 @@ def bench_argv(
         "--requests", str(run.requests), "--warmup", str(run.warmup), "--concurrency", str(run.concurrency),
         "--ignore-eos", "--seed", str(ctx.seed), "--timeout", f"{timeout:g}",
         "--timing-package", str(package.path), "--time-scale", f"{scale:g}", "--no-progress",
+        *(["--slo", ctx.slo] if ctx.slo else []),
     ]  # fmt: skip
 
 

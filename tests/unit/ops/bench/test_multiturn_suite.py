@@ -244,7 +244,7 @@ GOOD = ("bench", "suite", "--multiturn", "--preset", "tiny")
         ((*GOOD, "--concurrency", "4", "--requests", "3"), "--concurrency, --requests: not with --multiturn"),
         ((*GOOD, "--workloads", "short"), "--workloads: not with --multiturn"),
         (("bench", "suite", "--turns", "3"), "--turns: only with --multiturn"),
-        (("bench", "suite", "--boards", "1,2", "--slo", "ttft:5"), "--boards, --slo: only with --multiturn"),
+        (("bench", "suite", "--boards", "1,2", "--slo", "ttft:5"), "--boards: only with --multiturn"),
         ((*GOOD, "--boards", "0,4"), "argument --boards: '0,4': every board count must be in 1..16"),
         ((*GOOD, "--boards", "4,4"), "argument --boards: '4,4': a board count is given twice"),
         ((*GOOD, "--boards", "one"), "expected board counts separated by commas"),

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from calculet.ops.bench.suite.matrix import Selection, expand, quick_matrix
+from calculet.ops.bench.suite.runner import SuiteContext, bench_argv
 from calculet.ops.calctl import build_parser, main
 from calculet.ops.commands.bench_suite import suite_command
 from calculet.ops.sim_packages import build_sim_package
@@ -80,6 +82,18 @@ def test_the_canonical_command() -> None:
         "calctl bench suite --preset tiny --dir d --quick --decode-batches 1,4,8,16 --configs if2-b4,serial "
         "--requests 3 --time-scale auto --seed 0"
     )
+    slo = build_parser().parse_args(["bench", "suite", "--dir", "d", "--slo", "ttft:500,tpot:50"])
+    assert suite_command(slo).endswith("--time-scale auto --slo ttft:500,tpot:50 --seed 0")  # goodput in every run
+
+
+def test_every_matrix_run_carries_the_suites_slo(tmp_path: Path) -> None:
+    (run, *_) = expand(quick_matrix((4,)), lambda _f: 512, Selection())
+    fleet = type("F", (), {"base_url": "http://127.0.0.1:1", "targets": ()})()
+    package = type("P", (), {"path": tmp_path})()
+    for slo, expected in ((None, []), ("ttft:500", ["--slo", "ttft:500"])):
+        ctx = SuiteContext(tmp_path, tmp_path, "m", 0, lambda *_: None, print, 1.0, slo)  # type: ignore[arg-type]
+        argv = bench_argv(run, fleet, tmp_path / "p.txt", package, 0.5, ctx, 10.0)  # type: ignore[arg-type]
+        assert argv[-len(expected) :] == expected if expected else "--slo" not in argv
 
 
 @pytest.fixture
