@@ -71,7 +71,8 @@ def throughput_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
 LATENCY_HEADER = ("config", "target", "C", "scale", "ok / failed", "TTFT ms", "TPOT ms", "ITL ms", "E2E ms")
 THROUGHPUT_HEADER = (
     "config", "target", "C", "scale", "tok/s", "goodput tok/s", "limit tok/s", "tok/s / limit", "busy (device)",
-    "busy of wall", "TTFT / floor", "TPOT / step", "ITL / step", "E2E / floor", "TPOT excess ms", "CPU us/token", "host busy",
+    "busy of wall", "TTFT / floor", "TPOT / step", "ITL / step", "E2E / floor", "TPOT excess ms", "CPU us/token",
+    "host busy",
 )  # fmt: skip
 
 
