@@ -19,6 +19,9 @@ Why row by row rather than one [B, vocab] conversion followed by batched passes:
 [16, vocab] block (9.7 MB as FP32) is re-read from L3/DRAM by every batched pass, and the batched
 layout was never faster. Costs per row: `bench/sampler_bench.py`.
 
+`sample_topk` samples a top-k device output instead (`topk.py`): each row from its K largest
+logits when they decide, else from its full row, read on demand; the same tokens either way.
+
 Policy SERIAL reproduces today's production path for `--policy serial` comparisons: a fresh
 `astype(np.float32)` copy of the whole batch, then each row on its own with fresh scratch. It
 calls the same row functions on the same float32 values, so it draws the same tokens.
@@ -44,6 +47,7 @@ from calculet.daemon.sampling.penalties import apply_penalties
 from calculet.daemon.sampling.row import DEFAULT_GROUP, RowFinisher
 from calculet.daemon.sampling.rowmath import RowScratch
 from calculet.daemon.sampling.source import F32Row
+from calculet.daemon.sampling.topk import FullRowReader, NeedFullRow, TopkRow, TopkRows, TopkTally
 from calculet.daemon.sampling.types import ANOMALY, RowResult, RowSampling
 
 _ACCEPTED_DTYPES = (BF16, np.dtype(np.float32))
@@ -87,6 +91,7 @@ class Sampler:
         self._scratch = RowScratch(vocab_size)
         self._f32 = F32Row(vocab_size, stride, self._scratch.mask)
         self._bf16 = Bf16Row(vocab_size, stride, self._row, self._scratch.mask)
+        self._topk = TopkRow(vocab_size)
 
     @property
     def workspace(self) -> np.ndarray:
@@ -122,6 +127,46 @@ class Sampler:
             bits = logits_row.view(np.int16)
             return int(bits.max()) < POS_NONFINITE and int(logits_row.view(np.uint16).max()) < NEG_NONFINITE
         return bool(np.isfinite(logits_row).all())
+
+    def sample_topk(
+        self, top: TopkRows, rows: Sequence[RowSampling], read_full: FullRowReader
+    ) -> tuple[list[RowResult], TopkTally]:
+        """Draw one token per row from a top-k device output (`topk.py`): the same results as
+        `sample` on the full rows; a row's full logits are read (`read_full(r)`, bfloat16 or
+        float32 [vocab]) only when its top K cannot decide.
+
+        Raises:
+            InvalidArgument: as `sample`, for the shapes of `top` and the rows' parameters.
+        """
+        self._check_topk(top, rows)
+        tally = TopkTally()
+        results: list[RowResult] = []
+        with np.errstate(over="ignore"):
+            for r, row in enumerate(rows):
+                if not top.finite[r]:
+                    results.append(ANOMALY)
+                    continue
+                if not row.params.has_penalties:
+                    try:
+                        src = self._topk.load(top, r)
+                        results.append(self._finisher.finish(src, int(top.ids[r][0]), row, self._scratch))
+                        tally.from_topk += 1
+                        continue
+                    except NeedFullRow:
+                        pass
+                tally.full_reads += 1
+                results.append(self._sample_row(read_full(r), row))
+        return results, tally
+
+    def _check_topk(self, top: TopkRows, rows: Sequence[RowSampling]) -> None:
+        if top.vocab_size != self.vocab_size or top.ids.ndim != 2 or top.ids.shape[0] != len(rows):
+            raise InvalidArgument(
+                f"top-k output: {top.ids.shape} rows x k for vocab {top.vocab_size} does not match "
+                f"{len(rows)} rows x vocab {self.vocab_size}"
+            )
+        if not 1 <= top.k <= self.vocab_size:
+            raise InvalidArgument(f"top-k output: k {top.k} outside 1..{self.vocab_size}")
+        self._check_rows(rows)
 
     def _sample_row(self, logits_row: np.ndarray, row: RowSampling) -> RowResult:
         history = row.history if row.params.has_penalties else None
@@ -168,6 +213,9 @@ class Sampler:
             raise InvalidArgument(
                 f"logits: shape {logits.shape} does not match {len(rows)} rows x vocab {self.vocab_size}"
             )
+        self._check_rows(rows)
+
+    def _check_rows(self, rows: Sequence[RowSampling]) -> None:
         if len(rows) > self.max_rows:
             raise InvalidArgument(f"rows: {len(rows)} exceeds the sampler's max_rows {self.max_rows}")
         for i, row in enumerate(rows):
