@@ -6,6 +6,12 @@ fresh batch per call from a pool of `--pool` batches so the logits are not all c
 history of 1,000 prompt + 200 generated tokens for the penalties case.
 
     .venv/bin/python bench/sampler_bench.py [--iters 200] [--batches 1,4,16]
+    .venv/bin/python bench/sampler_bench.py --topk 256 [--iters 200] [--batches 1,16]
+
+With `--topk K`: the default policy on full rows against `sample_topk` on what a top-k device job
+would return (`device_topk`, computed before the clock starts, as the device would), per case: the
+host's us per row both ways and the share of rows whose full row had to be read (the bytes of that
+read are not timed here: it is the device's D2H).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import ml_dtypes
 import numpy as np
 
 from calculet.daemon.sampling import RowSampling, Sampler, SamplingParams, SamplingPolicy, TokenHistory
+from calculet.daemon.sampling.topk import TopkRows, device_topk
 
 VOCAB = 151_936
 
@@ -57,13 +64,56 @@ def measure(sampler: Sampler, pool: list[np.ndarray], params: SamplingParams, it
     return times
 
 
+def measure_topk(
+    sampler: Sampler, pool: list[tuple[np.ndarray, TopkRows]], params: SamplingParams, iters: int
+) -> tuple[list[float], list[float], float]:
+    """(full-row us per call, top-k us per call, share of rows read) over `iters` calls."""
+    b = pool[0][0].shape[0]
+    histories = [TokenHistory(VOCAB, np.arange(i, i + 3000, 3), np.arange(500 + i, 700 + i)) for i in range(b)]
+    full_t: list[float] = []
+    top_t: list[float] = []
+    reads = rows_done = 0
+    for it in range(iters + 3):
+        rows = [RowSampling(replace(params, seed=it * b + r), it, histories[r]) for r in range(b)]
+        x, top = pool[it % len(pool)]
+        t0 = time.perf_counter_ns()
+        expected = sampler.sample(x, rows)
+        t1 = time.perf_counter_ns()
+        got, tally = sampler.sample_topk(top, rows, lambda r, x=x: x[r])  # type: ignore[misc]
+        t2 = time.perf_counter_ns()
+        assert got == expected, "top-k sampling must give the full path's tokens"
+        if it >= 3:
+            full_t.append((t1 - t0) / 1000.0)
+            top_t.append((t2 - t1) / 1000.0)
+            reads += tally.full_reads
+            rows_done += b
+    return full_t, top_t, reads / rows_done
+
+
+def topk_table(args: argparse.Namespace, rng: np.random.Generator) -> None:
+    k = args.topk
+    print(f"vocab {VOCAB}; top-k output K = {k}; us per row, median over {args.iters} calls")
+    print(f"{'case':22s} {'B':>3s} {'full/row':>9s} {'top-k/row':>10s} {'ratio':>6s} {'rows read':>10s}")
+    for b in (int(v) for v in args.batches.split(",")):
+        pool = [(x, device_topk(x, k)) for x in (llm_like(b, rng) for _ in range(args.pool))]
+        sampler = Sampler(VOCAB, b)
+        for name, params in CASES.items():
+            full_t, top_t, read = measure_topk(sampler, pool, params, args.iters)
+            full, top = statistics.median(full_t) / b, statistics.median(top_t) / b
+            print(f"{name:22s} {b:3d} {full:9.1f} {top:10.1f} {full / top:6.2f} {read:10.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--pool", type=int, default=8, help="distinct logits batches cycled through")
     ap.add_argument("--batches", default="1,4,16")
+    ap.add_argument("--topk", type=int, default=0, metavar="K", help="compare with sampling a top-K device output")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
+    if args.topk:
+        topk_table(args, rng)
+        return
     print(f"vocab {VOCAB}; us per call and per row: median (p90); {args.iters} calls each")
     print(f"{'case':22s} {'B':>3s} {'default/call':>18s} {'/row':>8s} {'serial/call':>18s} {'/row':>8s} {'ratio':>6s}")
     for b in (int(s) for s in args.batches.split(",")):
