@@ -185,6 +185,7 @@ class ModelPlacer:
         moving = {**self.switching, **self._settled(now)}
         slots = board_slots(boards, now, self._ready_since, moving, self._looked)
         slots = [dataclasses.replace(s, held=True) if self._resting.get(s.target, 0.0) > now else s for s in slots]
+        self._forget(now, boards)
         demand = {
             alias: demand_of(alias, boards, self.waiters.count(alias), self._last_seen(alias), now)
             for alias in self.catalog
@@ -200,6 +201,22 @@ class ModelPlacer:
             target = plan.target
             slots = [dataclasses.replace(s, held=True) if s.target == target else s for s in slots]
         return None
+
+    def _forget(self, now: float, boards: Sequence[Board]) -> None:
+        """Drop what no longer describes the fleet, so a gateway that runs for months and switches
+        thousands of times keeps bounded state: readiness of generations its boards no longer
+        report, looks at board epochs past, rests and refusals that expired."""
+        present = {(b.target, m.alias, m.generation) for b in boards if b.report is not None for m in b.report.models}
+        self._ready_since = {key: t for key, t in self._ready_since.items() if key in present}
+        epochs = {(b.target, b.epoch) for b in boards}
+        self._looked &= epochs
+        self._resting = {target: until for target, until in self._resting.items() if until > now}
+        for alias in list(self._refused):
+            kept = {t: entry for t, entry in self._refused[alias].items() if now - entry[0] < REFUSAL_TTL_S}
+            if kept:
+                self._refused[alias] = kept
+            else:
+                del self._refused[alias]
 
     def _settled(self, now: float) -> dict[str, SwitchPlan]:
         """Switches done whose board has not reported the new model yet (at most `SETTLE_S`)."""

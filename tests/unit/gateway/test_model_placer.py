@@ -258,3 +258,14 @@ async def _an_unreachable_board_rests_but_is_not_counted_as_refusing_the_package
     await asyncio.gather(waiter, return_exceptions=True)
     seen = placer.observer
     assert isinstance(seen, Seen) and seen.switches == [("c", "failed")]
+
+
+def test_the_placer_forgets_generations_a_board_no_longer_serves() -> None:
+    """State stays bounded however many switches a long-lived gateway sees."""
+    clock = Clock()
+    fleet, _ = fleet_of(("a", 1))
+    placer = placer_of(fleet, clock)
+    for generation in range(2, 50):
+        serve(fleet.boards["board0"], ("a", generation))
+        placer.decide()
+    assert list(placer._ready_since) == [("board0", "a", 49)]  # only what the board reports now
