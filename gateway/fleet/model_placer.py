@@ -57,7 +57,8 @@ class PlacementObserver:
         """A switch to `model` ended: `result` ok, lost (another switch won), refused or failed."""
 
     def model_waited(self, model: str, seconds: float, outcome: str) -> None:
-        """A request waited `seconds` for `model`: `outcome` served, expired, refused or left."""
+        """A request waited `seconds` for `model`: `outcome` served, expired, refused, left (the
+        client went away) or full (the queue was, and it never waited)."""
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,10 @@ class ModelPlacer:
             ModelWaitExpired: no board served it within the wait bound.
         """
         self.note_request(alias)
-        started, outcome = self._clock(), "left"
+        started, outcome = self._clock(), "full"
         try:
             with self.waiters.enter(alias):
+                outcome = "left"  # until it ends otherwise: the client went away
                 deadline = started + self.settings.bounds.wait_s
                 while not has_board():
                     if (reason := self.refusal(alias)) is not None:

@@ -180,6 +180,8 @@ async def _a_full_queue_answers_429_and_an_expired_wait_503() -> None:
         await asyncio.wait_for(first, 5)
     assert expired.value.retry_after_s == 0.2
     assert placer.waiters.counts() == {}
+    seen = placer.observer
+    assert isinstance(seen, Seen) and seen.waits == [("c", "full"), ("c", "expired")]
 
 
 def test_a_waiter_that_leaves_takes_its_demand_with_it() -> None:
