@@ -17,6 +17,7 @@ import numpy as np
 from calculet.daemon.calsim.kernel import DecodeRow, Kernel
 from calculet.daemon.device.types import RowSpec, TaskType
 from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.daemon.sampling.topk import device_topk
 
 
 class ComputeFailed(CalculetError):
@@ -63,3 +64,16 @@ def compute_logits(
     except ValueError as exc:
         raise ComputeFailed(f"kernel refused the job: {exc}") from exc
     return np.asarray(out, dtype=np.float32).astype(ml_dtypes.bfloat16)
+
+
+def topk_outputs(logits: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """What a top-k decode job copies back for its bf16 `logits` rows (`package/logits_output.py`):
+    each row's top K ids (int32) and values (bf16), the tail's maximum (bf16) and a finite flag
+    (uint8), as `sampling.topk.device_topk` defines them."""
+    top = device_topk(logits, k)
+    return {
+        "topk_ids": top.ids.astype(np.int32),
+        "topk_values": top.values.astype(ml_dtypes.bfloat16),
+        "tail_max": top.tail_max.astype(ml_dtypes.bfloat16),
+        "finite": top.finite.astype(np.uint8),
+    }

@@ -256,7 +256,7 @@ class CalsimDevice(VirtualDevice):
                 m.manifest.timing, sub.task_type, sub.batch, resolved.rows, resolved.input_bytes, resolved.output_bytes
             )
             accepted = self._engine.accept(index, m, m.kernel, m.kv, job, resolved, bank, fault, durations)
-            return CalsimSubmission(self._engine, accepted)
+            return CalsimSubmission(self._engine, accepted, m.manifest.timing.d2h_gbps)
 
     def counters(self) -> JobCounters:
         with self._cond:
@@ -289,6 +289,11 @@ class CalsimDevice(VirtualDevice):
         with self._cond:
             self._engine.ensure_alive()
             self._plan.clear()
+
+    def full_row_reads(self) -> int:
+        """Rows of top-k jobs whose full logits were read on demand since open (calsim only)."""
+        with self._cond:
+            return self._engine.row_reads
 
     def next_job_index(self) -> int:
         """The index the next submit attempt gets (counts refused attempts too, unlike

@@ -37,15 +37,15 @@ import threading
 import numpy as np
 
 from calculet.daemon.calsim.clock import DeviceClock, Pacer
-from calculet.daemon.calsim.compute import ComputeFailed, compute_logits
+from calculet.daemon.calsim.compute import ComputeFailed, compute_logits, topk_outputs
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.calsim.job import Job, Step
 from calculet.daemon.calsim.job_check import ResolvedJob
 from calculet.daemon.calsim.kernel import Kernel
 from calculet.daemon.calsim.lane_kv import LaneKV
-from calculet.daemon.calsim.timing import JobDurations
+from calculet.daemon.calsim.timing import JobDurations, copy_s
 from calculet.daemon.device.api import ConfiguredModel
-from calculet.daemon.device.errors import BufferInUse, DeviceLost, EngineBusy, LaneBusy
+from calculet.daemon.device.errors import BufferInUse, DeviceLost, EngineBusy, InvalidJob, LaneBusy
 from calculet.daemon.device.types import EngineSlot, JobCounters, JobSpec, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -80,6 +80,8 @@ class ComputeEngine:
         self.checks = checks
         self._banks: dict[EngineSlot, list[Job]] = {b: [] for b in BANKS}  # more than one only without checks
         self._claims: dict[int, Job] = {}  # output buffer id -> the job whose outputs it awaits
+        self._kept: dict[int, Job] = {}  # output buffer id -> the top-k job whose full rows it keeps
+        self.row_reads = 0  # full rows read on demand (`read_logits_row`)
         self._submitted = 0
         self._finished = 0
         self._kernel_user: Job | None = None
@@ -206,6 +208,9 @@ class ComputeEngine:
         for buf in resolved.outputs.values():
             poison_rows(buf.array, len(resolved.rows))
             self._claims[buf.buffer_id] = job
+            earlier = self._kept.pop(buf.buffer_id, None)
+            if earlier is not None:  # its output buffer is reused: its full rows are gone
+                earlier.kept_logits = None
         self._submitted += 1
         self._cond.notify_all()
         return job
@@ -224,6 +229,8 @@ class ComputeEngine:
             if self._claims.get(buf.buffer_id) is job:
                 del self._claims[buf.buffer_id]
                 buf.array[: len(rows)] = rows
+                if job.kept_logits is not None:
+                    self._kept[buf.buffer_id] = job
 
     # ------------------------------------------------------------------ resets, loss, close
 
@@ -373,8 +380,38 @@ class ComputeEngine:
         logits = job.logits
         if job.has_fault(FaultKind.NAN_LOGITS):
             logits = np.full_like(logits, np.nan)
-        job.outputs = {"logits": logits}  # reaches the host buffer when `wait` returns DONE
+        ids = job.resolved.outputs.get("topk_ids")
+        if ids is None:
+            job.outputs = {"logits": logits}  # reaches the host buffer when `wait` returns DONE
+        else:
+            job.outputs = topk_outputs(logits, ids.array.shape[1])
+            job.kept_logits = logits
         self._end(job, JobStatus.DONE)
+
+    def read_logits_row(self, job: Job, row: int, out: np.ndarray, d2h_gbps: float) -> float:
+        """Copy row `row` of a finished top-k job's full logits into `out`: a D2H of its bytes on
+        the modelled clock, from when the host asks. Under the device lock.
+
+        Returns:
+            Wall seconds the caller sleeps (outside the lock) so the copy takes its modelled time.
+        Raises:
+            InvalidJob: not a finished top-k job, the row is not one of its active rows, or its
+                output buffer was reused since (the full rows are gone).
+        """
+        kept = job.kept_logits
+        if kept is None:
+            raise InvalidJob(
+                f"job {job.job_id}: no full logits on the device (not top-k, or its output buffer was reused)"
+            )
+        if not 0 <= row < kept.shape[0] or out.shape != kept.shape[1:] or out.dtype != kept.dtype:
+            raise InvalidJob(
+                f"job {job.job_id}: row {row} into {out.dtype} {out.shape} does not fit {kept.dtype} {kept.shape}"
+            )
+        out[...] = kept[row]
+        end = self.clock.host_now + copy_s(out.nbytes, d2h_gbps)
+        self.clock.observe(end)
+        self.row_reads += 1
+        return self.pacer.delay(end)
 
     def _corrupt(self, job: Job) -> None:
         """What a CCU exception mid-write leaves: garbage in every lane the job named."""

@@ -11,10 +11,13 @@ DONE): `status` reporting DONE is not enough, as with CalRT's OutputBuf status a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
+
+import numpy as np
 
 from calculet.daemon.calsim.engine import ComputeEngine
 from calculet.daemon.calsim.faults import Fault
@@ -86,12 +89,13 @@ class CalsimSubmission(Submission):
     """Handle of one accepted calsim job. `history()` and `fault` (calsim only) show the statuses
     it went through and the fault it carries, for tests and traces."""
 
-    def __init__(self, engine: ComputeEngine, job: Job) -> None:
+    def __init__(self, engine: ComputeEngine, job: Job, d2h_gbps: float) -> None:
         self._engine = engine
         self._job = job
         self.job_id = job.job_id
         self.engine_slot = job.bank
         self.spec = job.spec
+        self._d2h_gbps = d2h_gbps  # the package's declared D2H rate: what a row read takes
 
     @property
     def fault(self) -> Fault | None:
@@ -124,6 +128,16 @@ class CalsimSubmission(Submission):
         with self._engine.cond:
             self._engine.ensure_alive()
             return self._job.schedule.frozen() if self._job.finished else None
+
+    def read_logits_row(self, row: int, out: np.ndarray) -> None:
+        """See `Submission.read_logits_row`: paced like every modelled step (outside the lock)."""
+        with self._engine.cond:
+            self._engine.ensure_alive()
+            if not self._job.finished:
+                raise InvalidJob(f"job {self.job_id} is not finished: its logits are not readable yet")
+            wait = self._engine.read_logits_row(self._job, row, out, self._d2h_gbps)
+        if wait > 0:
+            time.sleep(wait)
 
     def history(self) -> tuple[JobStatus, ...]:
         with self._engine.cond:

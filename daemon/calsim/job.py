@@ -136,6 +136,9 @@ class Job:
         self.staged: dict[str, np.ndarray] = {}  # input rows read at H2D
         self.logits: np.ndarray | None = None  # bf16 [rows, vocab] produced at COMPUTE
         self.outputs: dict[str, np.ndarray] = {}  # output name -> rows copied at D2H, delivered at wait
+        # A top-k job's full bf16 rows, kept "on the device" for `read_logits_row` until another job
+        # claims one of its output buffers (the engine drops them then).
+        self.kept_logits: np.ndarray | None = None
         self.failure: str | None = None  # why the job will end as CCU_EXCEPTION
         self.done = threading.Event()  # set once finished (or when the device is lost/closed)
 

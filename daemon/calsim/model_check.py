@@ -2,8 +2,10 @@
 
 Data flow: `CalsimDevice.configure` -> `build_submodels(manifest)` + `check_timing(manifest)`
 before any memory is reserved or any kernel built. calsim feeds exactly the I/O the contract
-names: inputs `tokens` and `positions` (int32 `[batch, max_tokens]`), output `logits` (bf16
-`[batch, vocab]`); a package declaring anything else cannot run here (ConfigurationError).
+names: inputs `tokens` and `positions` (int32 `[batch, max_tokens]`), outputs those of the
+package's logits output mode (`package/logits_output.py`: `logits` bf16 `[batch, vocab]`, or a
+topk package's decode outputs); a package declaring anything else cannot run here
+(ConfigurationError).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from calculet.daemon.device.errors import ConfigurationError
 from calculet.daemon.device.types import SubmodelInfo, TaskType, TensorSpec
+from calculet.daemon.package.logits_output import LogitsOutput, output_tensors
 from calculet.daemon.package.manifest import PackageManifest, SubmodelDecl
 from calculet.daemon.package.rules_model import decode_curve_problems
 
@@ -29,17 +32,19 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 }
 
 INPUT_NAMES = ("tokens", "positions")
-OUTPUT_NAME = "logits"
 
 
-def _expected_io(decl: SubmodelDecl, vocab: int) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
+def _expected_io(
+    decl: SubmodelDecl, vocab: int, logits: LogitsOutput
+) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
     rows = (decl.batch, decl.max_tokens)
     inputs = {n: TensorSpec(n, rows, "int32") for n in INPUT_NAMES}
-    outputs = {OUTPUT_NAME: TensorSpec(OUTPUT_NAME, (decl.batch, vocab), "bf16")}
+    wanted = output_tensors(decl.role, decl.batch, vocab, logits)
+    outputs = {n: TensorSpec(n, shape, dtype) for n, (shape, dtype) in wanted.items()}
     return inputs, outputs
 
 
-def _submodel(decl: SubmodelDecl, vocab: int, pkg: str) -> SubmodelInfo:
+def _submodel(decl: SubmodelDecl, vocab: int, pkg: str, logits: LogitsOutput) -> SubmodelInfo:
     where = f"package {pkg!r} submodel {decl.name!r}"
     try:
         task = TaskType(decl.role)
@@ -49,7 +54,7 @@ def _submodel(decl: SubmodelDecl, vocab: int, pkg: str) -> SubmodelInfo:
         raise ConfigurationError(f"{where}: batch and max_tokens must be >= 1")
     if task is TaskType.DECODE and decl.max_tokens != 1:
         raise ConfigurationError(f"{where}: a decode submodel feeds 1 token per row, not {decl.max_tokens}")
-    want_in, want_out = _expected_io(decl, vocab)
+    want_in, want_out = _expected_io(decl, vocab, logits)
     for kind, declared, wanted in (
         ("inputs", decl.inputs, want_in),
         ("outputs", decl.outputs, want_out),
@@ -66,7 +71,7 @@ def _submodel(decl: SubmodelDecl, vocab: int, pkg: str) -> SubmodelInfo:
         batch=decl.batch,
         max_tokens=decl.max_tokens,
         inputs=tuple(want_in[n] for n in INPUT_NAMES),
-        outputs=(want_out[OUTPUT_NAME],),
+        outputs=tuple(want_out.values()),
     )
 
 
@@ -86,7 +91,7 @@ def build_submodels(manifest: PackageManifest) -> dict[str, SubmodelInfo]:
     for decl in manifest.submodels:
         if decl.name in out:
             raise ConfigurationError(f"package {manifest.name!r}: two submodels named {decl.name!r}")
-        out[decl.name] = _submodel(decl, vocab, manifest.name)
+        out[decl.name] = _submodel(decl, vocab, manifest.name, manifest.logits_output)
     if not out:
         raise ConfigurationError(f"package {manifest.name!r}: no submodels")
     return out

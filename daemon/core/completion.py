@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum, auto
 
+import ml_dtypes
 import numpy as np
 
 from calculet.daemon.core.events import FinishReason, TokenLogprob
@@ -38,6 +39,8 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import JobStatus, TaskType
 from calculet.daemon.errors import ErrorKind
+from calculet.daemon.sampling.sampler import Sampler
+from calculet.daemon.sampling.topk import TopkRows
 from calculet.daemon.sampling.types import RowResult, RowSampling
 
 
@@ -154,6 +157,8 @@ def sample(job: DeviceJob) -> Sampled:
     rt = job.plan.runtime
     assert rt.sampler is not None
     seqs = job.plan.seqs
+    if "topk_ids" in job.ctx.outputs:
+        return _sample_topk(job, rt.sampler)
     logits = job.ctx.logits[: len(seqs)]
     chunks = [is_chunk(job, i) for i in range(len(seqs))]
     if any(chunks):  # a prefill job has one row: a chunk is checked, never sampled
@@ -163,6 +168,39 @@ def sample(job: DeviceJob) -> Sampled:
     results: list[RowResult | None] = list(rt.sampler.sample(logits, rows))
     captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
     return Sampled(results, captured, [True] * len(seqs))
+
+
+def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
+    """A top-k decode job (`package/logits_output.py`): each row from its top K, its full row read
+    from the device only when the top K cannot decide (`Sampler.sample_topk`); a row captured for a
+    probe is read whole.
+
+    Raises:
+        DeviceLost: the device stopped answering a row read (the job is lost, as in `wait`).
+    """
+    seqs = job.plan.seqs
+    n = len(seqs)
+    out = job.ctx.outputs
+    top = TopkRows(
+        ids=out["topk_ids"].array[:n],
+        values=out["topk_values"].array[:n].astype(np.float32),
+        tail_max=out["tail_max"].array[:n].astype(np.float32),
+        finite=out["finite"].array[:n].astype(bool),
+        vocab_size=sampler.vocab_size,
+    )
+    submission = job.submission
+    assert submission is not None
+
+    def read_full(r: int) -> np.ndarray:
+        row = np.empty(sampler.vocab_size, dtype=ml_dtypes.bfloat16)
+        submission.read_logits_row(r, row)
+        return row
+
+    rows = [RowSampling(s.request.sampling, s.step, s.history) for s in seqs]
+    results, tally = sampler.sample_topk(top, rows, read_full)
+    job.full_row_reads = tally.full_reads
+    captured = [read_full(i).astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
+    return Sampled(list(results), captured, [True] * n)
 
 
 def is_chunk(job: DeviceJob, row: int) -> bool:

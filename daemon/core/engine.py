@@ -683,7 +683,11 @@ class Engine(EngineGenerations):
         sampling_s = 0.0
         if status is JobStatus.DONE and not fenced and not job.quarantine and not job.kv_lost:
             began = time.perf_counter()
-            sampled = completion.sample(job)
+            try:
+                sampled = completion.sample(job)
+            except DeviceLost as exc:  # a top-k job's full-row read found the device gone
+                self._resets.job_lost(job, f"device lost: {exc}")
+                return
             sampling_s = time.perf_counter() - began
             device_left = self._device_left()
         stamps = _timestamps(job)  # a device query: outside the lock

@@ -63,6 +63,7 @@ class DeviceJob:
         kv_lost: a configuration reset cleared its lanes, even if it reports DONE.
         reset_hit: a reset ended (or may have ended) it: its CCU exception is the reset's doing, not a
             device anomaly.
+        full_row_reads: rows of a top-k job whose full logits sampling read from the device.
     """
 
     device_job_id: DeviceJobId
@@ -79,6 +80,7 @@ class DeviceJob:
     quarantine: bool = False
     kv_lost: bool = False
     reset_hit: bool = False
+    full_row_reads: int = 0
 
     @property
     def submitted(self) -> bool:

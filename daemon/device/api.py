@@ -88,6 +88,21 @@ class Submission(ABC):
     def timestamps(self) -> JobTimestamps | None:
         """Modelled device timestamps, or None while the job is not finished."""
 
+    @abstractmethod
+    def read_logits_row(self, row: int, out: np.ndarray) -> None:
+        """Copy one row of a finished top-k decode job's full logits (bf16 `[vocab]`) into `out`: a
+        device-to-host copy of its own, taking its time (`package/logits_output.py`). The rows stay
+        on the device until another job reuses the job's output buffers.
+
+        Args:
+            row: an active row of the job.
+            out: bf16 [vocab] host array.
+
+        Raises:
+            InvalidJob: not a finished top-k job, a bad row or array, or its rows are gone.
+            DeviceLost: the device stopped answering.
+        """
+
 
 class ConfiguredModel(ABC):
     """A package configured on the device (CalRT Calbin after configure()).

@@ -134,6 +134,9 @@ class GuardedSubmission(Submission):
     def timestamps(self) -> JobTimestamps | None:
         return self.inner.timestamps()
 
+    def read_logits_row(self, row: int, out: np.ndarray) -> None:
+        self.inner.read_logits_row(row, out)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "inner":
             raise AttributeError(name)

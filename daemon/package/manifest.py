@@ -19,6 +19,7 @@ from typing import Any
 
 from calculet.daemon.errors import FailedPrecondition
 from calculet.daemon.package.fs import FileTooLarge, NotRegularFile, read_regular
+from calculet.daemon.package.logits_output import LogitsOutput
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "calculet-package.json"
@@ -259,6 +260,7 @@ class PackageManifest:
     golden: GoldenDecl
     timing: TimingDecl
     synthetic_seed: int = 0
+    logits_output: LogitsOutput = field(default_factory=LogitsOutput)
 
     def submodel(self, name: str) -> SubmodelDecl:
         return next(s for s in self.submodels if s.name == name)
@@ -593,4 +595,13 @@ def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
         golden=_golden(r.sub("golden")),
         timing=_timing(r.sub("timing")),
         synthetic_seed=r.int_("synthetic_seed", 0),
+        logits_output=_logits_output(r),
     )
+
+
+def _logits_output(r: _Reader) -> LogitsOutput:
+    """`logits_output` (absent: full logits)."""
+    if "logits_output" not in r.raw:
+        return LogitsOutput()
+    o = r.sub("logits_output")
+    return LogitsOutput(o.str_("mode"), o.int_("k", 0))

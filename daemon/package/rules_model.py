@@ -24,6 +24,7 @@ import jinja2.sandbox
 from calculet.daemon.package.capacity import KV_DTYPE_BYTES, KV_SPLITS, kv_bytes_per_token
 from calculet.daemon.package.files import resolve_inside
 from calculet.daemon.package.fs import FileRefused, FileTooLarge, read_regular
+from calculet.daemon.package.logits_output import MODES, output_tensors
 from calculet.daemon.package.manifest import (
     DTYPES,
     MAX_DECODE_CURVE_POINTS,
@@ -66,6 +67,7 @@ class ModelRules:
         if not self.m.kernel:
             self.f.add("kernel.unknown", "manifest.kernel", "the package names no kernel kind")
         self.submodel_roles()
+        self.logits_output()
         for i, s in enumerate(self.m.submodels):
             self.tensors(i, s)
         self.contexts()
@@ -189,8 +191,27 @@ class ModelRules:
                     f"{n} {role} submodels with batch {batch} and {tokens} tokens: {names}",
                 )
 
+    def logits_output(self) -> None:
+        """`logits_output`: mode full (k 0) or topk with 1 <= k <= vocab (`package/logits_output.py`)."""
+        out, vocab = self.m.logits_output, self.m.architecture.vocab_size
+        if out.mode not in MODES:
+            self.f.add(
+                "logits.output", "manifest.logits_output.mode", f"must be one of {', '.join(MODES)}, got {out.mode!r}"
+            )
+        elif out.topk and not 1 <= out.k <= max(1, vocab):
+            self.f.add("logits.output", "manifest.logits_output.k", f"topk needs 1 <= k <= vocab {vocab}, got {out.k}")
+        elif not out.topk and out.k != 0:
+            self.f.add("logits.output", "manifest.logits_output.k", f"full mode takes no k, got {out.k}")
+
+    def _logits_output_valid(self) -> bool:
+        out = self.m.logits_output
+        if out.topk:
+            return 1 <= out.k <= max(1, self.m.architecture.vocab_size)
+        return out.mode in MODES and out.k == 0
+
     def tensors(self, i: int, s: SubmodelDecl) -> None:
-        """tokens/positions int32 [batch, max_tokens] (decode: max_tokens 1); logits bf16 [batch, vocab]."""
+        """tokens/positions int32 [batch, max_tokens] (decode: max_tokens 1); the outputs of the
+        package's logits output mode (`logits_output.output_tensors`: logits bf16 [batch, vocab])."""
         where = f"manifest.submodels[{i}]"
         if s.role == "decode" and s.max_tokens != 1:
             self.f.add(
@@ -204,8 +225,13 @@ class ModelRules:
                 "tokens": ([s.batch, s.max_tokens], "int32"),
                 "positions": ([s.batch, s.max_tokens], "int32"),
             },
-            "outputs": {"logits": ([s.batch, vocab], "bf16")},
+            "outputs": {
+                name: (list(shape), dtype)
+                for name, (shape, dtype) in output_tensors(s.role, s.batch, vocab, self.m.logits_output).items()
+            },
         }
+        if not self._logits_output_valid():
+            del want["outputs"]  # `logits.output` says what is wrong; the outputs cannot be judged
         for side, expected in want.items():
             decls = s.inputs if side == "inputs" else s.outputs
             names = Counter(t.name for t in decls)

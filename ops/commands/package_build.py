@@ -68,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chip", type=int, default=None, metavar="N", help="the chip a single-chip preset runs on (qwen3-4b: 0 or 1)"
     )
+    parser.add_argument(
+        "--logits-topk",
+        type=positive_int,
+        default=0,
+        metavar="K",
+        help="decode jobs return each row's top K logits (logits_output mode topk), not the full row (default: full)",
+    )
     parser.add_argument("--force", action="store_true", help="replace OUT if it is not empty")
     parser.add_argument("out", metavar="OUT", help="package directory to write")
 
@@ -75,7 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         path = build_sim_package(
-            args.preset, args.out, args.decode_batch, args.lanes, args.lane_context, force=args.force, chip=args.chip
+            args.preset,
+            args.out,
+            args.decode_batch,
+            args.lanes,
+            args.lane_context,
+            force=args.force,
+            chip=args.chip,
+            logits_topk=args.logits_topk,
         )
     except InvalidArgument as exc:
         # Option combinations argparse cannot see (lanes vs batch, context vs calbin) are usage errors.

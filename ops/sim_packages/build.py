@@ -18,6 +18,7 @@ from pathlib import Path
 
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.package.capacity import MemoryModel, kv_bytes_per_token
+from calculet.daemon.package.logits_output import TOPK, LogitsOutput
 from calculet.daemon.package.manifest import (
     SCHEMA_VERSION,
     Architecture,
@@ -236,6 +237,7 @@ def build_sim_package(
     *,
     force: bool = False,
     chip: int | None = None,
+    logits_topk: int = 0,
 ) -> Path:
     """Write a complete calsim package directory.
 
@@ -248,6 +250,8 @@ def build_sim_package(
             context, whose KV fits each chip's DRAM beside params and workspace).
         force: replace a non-empty `out_dir`.
         chip: the chip a single-chip preset (qwen3-4b) runs on (default: the preset's, chip 0).
+        logits_topk: 0 for full logits, else K: the decode submodels return each row's top K
+            (`logits_output` mode topk; `daemon/package/logits_output.py`).
 
     Returns:
         The absolute package directory.
@@ -263,12 +267,17 @@ def build_sim_package(
         writer = PackageWriter(root)
         plan.params.write(writer)
         context = plan.preset.context
-        submodels = all_submodels(plan.preset.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches)
+        logits = LogitsOutput(TOPK, logits_topk) if logits_topk else LogitsOutput()
+        submodels = all_submodels(
+            plan.preset.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches, logits
+        )
         for sub in submodels:
             write_submodel_folder(writer, sub, plan.topology)
         tok_decl = write_tokenizer_folder(writer, plan.tokenizer, plan.preset.model_max_length, plan.chat_template)
         memory = capacity.memory_decl(plan.memory, plan.lanes, plan.lane_context)
-        manifest = assemble_manifest(plan, submodels, memory, writer, tok_decl)
+        manifest = dataclasses.replace(
+            assemble_manifest(plan, submodels, memory, writer, tok_decl), logits_output=logits
+        )
         golden = compute_golden(manifest, root, plan.golden_prompt)
         write_manifest(root, dataclasses.replace(manifest, golden=golden))
     return target.out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from calculet.daemon.package.logits_output import LogitsOutput, output_tensors
 from calculet.daemon.package.manifest import SubmodelDecl, TensorDecl
 
 CSR_CUR_SEQ_LEN = 0x1104  # seed 003 section 5
@@ -49,9 +50,13 @@ def prefill_submodel(bucket: int, context: int, vocab_size: int) -> SubmodelDecl
     )
 
 
-def decode_submodel(batch: int, context: int, vocab_size: int) -> SubmodelDecl:
-    """A decode submodel: one token for each of `batch` rows (distinct lanes) per job."""
+def decode_submodel(
+    batch: int, context: int, vocab_size: int, logits_output: LogitsOutput | None = None
+) -> SubmodelDecl:
+    """A decode submodel: one token for each of `batch` rows (distinct lanes) per job; its outputs
+    those of the package's logits output mode (full logits by default)."""
     name = decode_name(batch)
+    outputs = output_tensors("decode", batch, vocab_size, logits_output or LogitsOutput())
     return SubmodelDecl(
         name=name,
         role="decode",
@@ -61,14 +66,18 @@ def decode_submodel(batch: int, context: int, vocab_size: int) -> SubmodelDecl:
         context=context,
         folder=name,
         inputs=(TensorDecl("tokens", (batch, 1), "int32"), TensorDecl("positions", (batch, 1), "int32")),
-        outputs=(TensorDecl("logits", (batch, vocab_size), "bf16"),),
+        outputs=tuple(TensorDecl(n, shape, dtype) for n, (shape, dtype) in outputs.items()),
         csr=_csr(batch),
     )
 
 
 def all_submodels(
-    bucket: int, context: int, vocab_size: int, decode_batches: Sequence[int]
+    bucket: int,
+    context: int,
+    vocab_size: int,
+    decode_batches: Sequence[int],
+    logits_output: LogitsOutput | None = None,
 ) -> tuple[SubmodelDecl, ...]:
     """Prefill first, then decode submodels by ascending batch."""
-    decodes = tuple(decode_submodel(b, context, vocab_size) for b in sorted(decode_batches))
+    decodes = tuple(decode_submodel(b, context, vocab_size, logits_output) for b in sorted(decode_batches))
     return (prefill_submodel(bucket, context, vocab_size), *decodes)

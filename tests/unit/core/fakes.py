@@ -98,6 +98,9 @@ class FakeSubmission(Submission):
     def timestamps(self) -> JobTimestamps | None:
         return JobTimestamps(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0) if self._done.is_set() else None
 
+    def read_logits_row(self, row: int, out: np.ndarray) -> None:
+        raise InvalidJob(f"fake job {self.job_id}: the fake device has no top-k packages")
+
     def _finish(self, status: JobStatus) -> None:
         self._status = status
         self._done.set()

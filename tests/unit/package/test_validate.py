@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from calculet.daemon.errors import ErrorKind, InvalidArgument, NotFound
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits, chip_dram_need
+from calculet.daemon.package.logits_output import LogitsOutput
 from calculet.daemon.package.manifest import (
     MANIFEST_NAME,
     MAX_DECODE_CURVE_POINTS,
@@ -317,6 +318,15 @@ DEFECTS: dict[str, Defect] = {
         "arch.invalid", manifest_defect(lambda: _section("architecture", experts_per_token=0)), None, "must be positive"
     ),
     "kernel-unknown": Defect("kernel.unknown", manifest_defect(lambda: _m(kernel="cuda")), None, "cuda"),
+    "logits-output-mode": Defect(
+        "logits.output", manifest_defect(lambda: _m(logits_output=LogitsOutput("sparse"))), None, "sparse"
+    ),
+    "logits-output-k": Defect(
+        "logits.output", manifest_defect(lambda: _m(logits_output=LogitsOutput("topk", VOCAB + 1))), None, "topk needs"
+    ),
+    "logits-output-topk-without-its-tensors": Defect(
+        "submodel.io", manifest_defect(lambda: _m(logits_output=LogitsOutput("topk", 8))), None, "topk_ids"
+    ),
     # submodels
     "submodel-duplicate-name": Defect(
         "submodel.duplicate_name", manifest_defect(lambda: _extra_submodel(submodel("prefill_128", "decode", 2, 1)))
