@@ -293,6 +293,9 @@ def utilization_to_pb(u: UtilizationView) -> observe_pb2.DeviceUtilization:
         tokens_per_second=u.tokens_per_second,
         recent_busy_ratio=u.recent_busy_ratio,
         recent_window_seconds=u.recent_window_seconds,
+        d2h_bytes=u.d2h_bytes,
+        sampled_rows=u.sampled_rows,
+        full_row_reads=u.full_row_reads,
     )
 
 

@@ -37,6 +37,7 @@ from calculet.daemon.core.events import FinishReason, TokenLogprob
 from calculet.daemon.core.executor import DeviceJob
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
+from calculet.daemon.core.utilization import JobCopies
 from calculet.daemon.device.types import JobStatus, TaskType
 from calculet.daemon.errors import ErrorKind
 from calculet.daemon.sampling.sampler import Sampler
@@ -201,6 +202,17 @@ def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
     job.full_row_reads = tally.full_reads
     captured = [read_full(i).astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
     return Sampled(list(results), captured, [True] * n)
+
+
+def copies(job: DeviceJob, sampled: Sampled) -> JobCopies:
+    """What a sampled job copied back: its outputs' active rows (every output buffer's rows are
+    `[batch, ...]`), plus the full bf16 rows its sampling read from the device; and the rows it
+    sampled (a prefill chunk's row is checked, not sampled)."""
+    active = len(job.plan.seqs)
+    row_bytes = sum(b.array.nbytes // b.array.shape[0] for b in job.ctx.outputs.values())
+    vocab = job.plan.runtime.manifest.architecture.vocab_size
+    rows = sum(1 for r in sampled.results if r is not None)
+    return JobCopies(active * row_bytes + job.full_row_reads * vocab * 2, rows, job.full_row_reads)
 
 
 def is_chunk(job: DeviceJob, row: int) -> bool:

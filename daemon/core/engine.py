@@ -701,7 +701,8 @@ class Engine(EngineGenerations):
             )
             settlement = completion.settle(job, status, sampled, facts)
             tokens = sum(1 for r in settlement.rows if r.token is not None and not r.seq.internal)
-            self._utilization.record(job.engine_slot, stamps, tokens, sampling_s, time.monotonic())
+            copies = completion.copies(job, sampled) if sampled is not None else None
+            self._utilization.record(job.engine_slot, stamps, tokens, sampling_s, time.monotonic(), copies)
             if self._observers.wants(DeviceJobDone):  # before the rows' Finals: their last token comes first
                 post_s = time.perf_counter() - waited - sampling_s
                 self._observers.emit(observer_records.job_done(job, status, settlement, stamps, (sampling_s, post_s)))

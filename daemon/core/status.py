@@ -123,7 +123,8 @@ class UtilizationView:
             of compute intervals in it, and their ratio.
         banks: the same per engine bank, in bank order.
         h2d_seconds / compute_seconds / d2h_seconds: device-clock phase seconds summed over jobs.
-        sampling_seconds: host seconds spent sampling.
+        sampling_seconds: host seconds spent sampling; sampled_rows: rows sampled; d2h_bytes: bytes
+            copied back for them; full_row_reads: of those rows, top-k rows read in full.
         generated_tokens: tokens generated for client jobs.
         tokens_per_second / recent_busy_ratio: over the last `recent_window_seconds` of wall clock.
     """
@@ -137,6 +138,9 @@ class UtilizationView:
     d2h_seconds: float = 0.0
     sampling_seconds: float = 0.0
     generated_tokens: int = 0
+    d2h_bytes: int = 0
+    sampled_rows: int = 0
+    full_row_reads: int = 0
     tokens_per_second: float = 0.0
     recent_busy_ratio: float = 0.0
     recent_window_seconds: float = 0.0

@@ -17,7 +17,9 @@ once, with its `JobTimestamps`):
   total (ping/pong overlap hides copies, it never runs two computes at once).
 - h2d / compute / d2h seconds: each job's phase durations, summed (the banks' copies overlap the other
   bank's compute, so these may add up to more than device_seconds).
-- sampling_seconds: HOST seconds (perf_counter) the completion thread spent sampling logits.
+- sampling_seconds: HOST seconds (perf_counter) the completion thread spent sampling logits;
+  sampled_rows: the rows it sampled; d2h_bytes: what the device copied back for them (their outputs'
+  active rows, plus the full rows read on demand from top-k jobs, `full_row_reads`).
 - generated_tokens: tokens streamed to client jobs (warm-up probes excluded).
 - recent: the last RECENT_WINDOW_S seconds of WALL clock, in one-second buckets (the window covers
   between RECENT_WINDOW_S and RECENT_WINDOW_S + 1 seconds, less right after start):
@@ -52,6 +54,20 @@ class _Bucket:
     tokens: int = 0
 
 
+@dataclass(frozen=True)
+class JobCopies:
+    """What one sampled job copied: D2H bytes, rows sampled, full rows read on demand."""
+
+    d2h_bytes: int = 0
+    rows: int = 0
+    full_row_reads: int = 0
+
+    def plus(self, other: JobCopies) -> JobCopies:
+        return JobCopies(
+            self.d2h_bytes + other.d2h_bytes, self.rows + other.rows, self.full_row_reads + other.full_row_reads
+        )
+
+
 class UtilizationTracker:
     """Accumulates finished device jobs' timestamps into the figures of the module docstring.
 
@@ -72,10 +88,17 @@ class UtilizationTracker:
         self._h2d = self._compute = self._d2h = 0.0
         self._sampling = 0.0
         self._tokens = 0
+        self._copies = JobCopies()
         self._recent: deque[_Bucket] = deque()
 
     def record(
-        self, bank: EngineSlot, stamps: JobTimestamps | None, tokens: int, sampling_s: float, now: float
+        self,
+        bank: EngineSlot,
+        stamps: JobTimestamps | None,
+        tokens: int,
+        sampling_s: float,
+        now: float,
+        copies: JobCopies | None = None,
     ) -> None:
         """Add one finished device job.
 
@@ -85,8 +108,11 @@ class UtilizationTracker:
             tokens: tokens it streamed to client jobs.
             sampling_s: host seconds spent sampling it.
             now: monotonic wall time.
+            copies: what its sampling copied and read (None: not sampled).
         """
         bucket = self._bucket(now)
+        if copies is not None:
+            self._copies = self._copies.plus(copies)
         self._sampling += sampling_s
         self._tokens += tokens
         bucket.tokens += tokens
@@ -123,6 +149,9 @@ class UtilizationTracker:
             compute_seconds=self._compute,
             d2h_seconds=self._d2h,
             sampling_seconds=self._sampling,
+            d2h_bytes=self._copies.d2h_bytes,
+            sampled_rows=self._copies.rows,
+            full_row_reads=self._copies.full_row_reads,
             generated_tokens=self._tokens,
             tokens_per_second=sum(b.tokens for b in recent) / window if window > 0 else 0.0,
             recent_busy_ratio=_ratio(busy_recent, device_recent),

@@ -78,6 +78,9 @@ class UtilizationSample:
     sampling_s: float
     generated_tokens: int
     versions: BoardVersions | None = None
+    d2h_bytes: int = 0  # copied back for sampled jobs (outputs' active rows + full rows read)
+    sampled_rows: int = 0
+    full_row_reads: int = 0  # top-k rows read in full
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ class BoardUtilization:
     sampling_s: float | None = None
     generated_tokens: int | None = None
     versions: BoardVersions | None = None  # as reported at the end of the run
+    d2h_bytes: int | None = None
+    sampled_rows: int | None = None
+    full_row_reads: int | None = None
 
 
 StatusOf = Callable[[str], Awaitable[UtilizationSample | None]]
@@ -153,6 +159,9 @@ def board_utilization(before: BoardSample, after: BoardSample) -> BoardUtilizati
         sampling_s=a.sampling_s - b.sampling_s,
         generated_tokens=a.generated_tokens - b.generated_tokens,
         versions=a.versions,
+        d2h_bytes=a.d2h_bytes - b.d2h_bytes,
+        sampled_rows=a.sampled_rows - b.sampled_rows,
+        full_row_reads=a.full_row_reads - b.full_row_reads,
     )
 
 

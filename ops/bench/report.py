@@ -47,6 +47,24 @@ def board_json(board: BoardUtilization) -> dict[str, Any]:
         "phases_s": {"h2d": board.h2d_s, "compute": board.compute_s, "d2h": board.d2h_s, "sampling": board.sampling_s},
         "versions": board.versions.to_json() if board.versions is not None else None,
         "generated_tokens": board.generated_tokens,
+        "copies": copies_json(board),
+    }
+
+
+def copies_json(board: BoardUtilization) -> dict[str, Any] | None:
+    """What sampling copied over the run (issue 22): D2H bytes and their share per sampled row,
+    rows read in full and their share, host sampling microseconds per row; null when unread."""
+    rows = board.sampled_rows
+    if board.error is not None or rows is None or board.d2h_bytes is None:
+        return None
+    per_row = (lambda v: v / rows) if rows else (lambda _v: None)
+    return {
+        "d2h_bytes": board.d2h_bytes,
+        "sampled_rows": rows,
+        "full_row_reads": board.full_row_reads,
+        "d2h_bytes_per_row": per_row(board.d2h_bytes),
+        "full_row_read_share": per_row(board.full_row_reads or 0),
+        "sampling_us_per_row": per_row((board.sampling_s or 0.0) * 1e6),
     }
 
 

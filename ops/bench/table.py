@@ -70,16 +70,25 @@ def latency_table(report: dict[str, Any]) -> Table:
 def device_table(report: dict[str, Any]) -> Table:
     device = report["device"]
     table = Table(title=f"device over the run: busy {_pct(device['busy_ratio'])}", title_justify="left")
-    for name in ("board", "busy", "device s", "h2d s", "compute s", "d2h s", "sampling s", "tokens"):
+    names = ("board", "busy", "device s", "h2d s", "compute s", "d2h s", "sampling s", "tokens", "D2H B/row",
+             "rows read", "sampling us/row")  # fmt: skip
+    for name in names:
         table.add_column(name, justify="left" if name == "board" else "right")
     for board in device["boards"]:
         if board["error"] is not None:
-            table.add_row(board["target"], Text(f"n/a: {board['error']}", style="yellow"), *[""] * 6)
+            table.add_row(board["target"], Text(f"n/a: {board['error']}", style="yellow"), *[""] * (len(names) - 2))
             continue
         phases = board["phases_s"]
         cells = [_num(phases[k], ".3f") for k in ("h2d", "compute", "d2h", "sampling")]
         tokens = board["generated_tokens"]
-        table.add_row(board["target"], _pct(board["busy_ratio"]), _num(board["device_s"], ".3f"), *cells, str(tokens))
+        copies = board.get("copies") or {}
+        copied = [
+            _num(copies.get("d2h_bytes_per_row"), ".0f"),
+            _pct(copies.get("full_row_read_share")),
+            _num(copies.get("sampling_us_per_row"), ".1f"),
+        ]
+        busy, device_s = _pct(board["busy_ratio"]), _num(board["device_s"], ".3f")
+        table.add_row(board["target"], busy, device_s, *cells, str(tokens), *copied)
     return table
 
 

@@ -34,6 +34,9 @@ def utilization_sample(status: observe_pb2.StatusResponse) -> UtilizationSample 
         sampling_s=u.sampling_seconds,
         generated_tokens=u.generated_tokens,
         versions=versions_of(status),
+        d2h_bytes=u.d2h_bytes,
+        sampled_rows=u.sampled_rows,
+        full_row_reads=u.full_row_reads,
     )
 
 

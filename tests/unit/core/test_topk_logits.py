@@ -129,3 +129,22 @@ def test_a_decode_step_with_nan_logits_is_an_anomaly_recovered_exactly(full: Dev
     assert [s[0] for s in got[0]] == [s[0] for s in expected[0]]
     assert topk.status().recoveries >= 1
     assert_clean(topk)
+
+
+def test_status_counts_the_bytes_rows_and_full_reads(full: DeviceCore, topk: DeviceCore) -> None:
+    """Utilization says what sampling copied: full rows of 512 bf16 logits a row, against top-k
+    outputs of K x 6 + 3 bytes a row plus the rows read in full."""
+    vocab = 512
+    for core, model, kind, row_bytes, reads in (
+        (full, "tiny", "logprobs", vocab * 2, 0),
+        (topk, "tinytopk", "greedy", K * 6 + 3, 0),
+        (topk, "tinytopk", "logprobs", K * 6 + 3, TOKENS - 1),
+    ):
+        before = core.status().utilization
+        run(core, requests(model, [kind]))
+        after = core.status().utilization
+        rows = after.sampled_rows - before.sampled_rows
+        assert rows == TOKENS  # the prefill's row, then one a decode step
+        decode_bytes = (TOKENS - 1) * row_bytes + reads * vocab * 2
+        assert after.d2h_bytes - before.d2h_bytes == vocab * 2 + decode_bytes, (model, kind)  # prefill: full
+        assert after.full_row_reads - before.full_row_reads == reads, (model, kind)

@@ -3,6 +3,7 @@ built from it, and the plot (matplotlib optional: a clear error without it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from rich.console import Console
 from calculet.daemon.errors import FailedPrecondition
 from calculet.ops.bench import plot
 from calculet.ops.bench.device_stats import BoardSample, board_utilization, fleet_busy_ratio
-from calculet.ops.bench.report import SCHEMA, report_json
+from calculet.ops.bench.report import SCHEMA, board_json, report_json
 from calculet.ops.bench.runner import BenchResult
 from calculet.ops.bench.slo import Slo
 from calculet.ops.bench.summary import summarize
@@ -138,3 +139,21 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     out = tmp_path / "bench.png"
     plot.write_plot(out, report_json(_result(), CONFIG), _result().records, 0.0)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_board_reports_what_sampling_copied_per_row() -> None:
+    before = BoardSample("b0", dataclasses.replace(sample(1.0, 0.5), d2h_bytes=1000, sampled_rows=10))
+    after = BoardSample(
+        "b0", dataclasses.replace(sample(3.0, 2.0), d2h_bytes=1000 + 40 * 1542, sampled_rows=50, full_row_reads=4)
+    )
+    copies = board_json(board_utilization(before, after))["copies"]
+    assert copies == {
+        "d2h_bytes": 40 * 1542,
+        "sampled_rows": 40,
+        "full_row_reads": 4,
+        "d2h_bytes_per_row": 1542.0,
+        "full_row_read_share": 0.1,
+        "sampling_us_per_row": pytest.approx((2.0 / 4 - 0.5 / 4) * 1e6 / 40),
+    }
+    gone = board_json(board_utilization(BoardSample("b1", None, "unavailable: down"), after))
+    assert gone["copies"] is None
