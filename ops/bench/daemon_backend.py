@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from calculet.client import AsyncDaemonClient
 from calculet.daemon.errors import CalculetError, InvalidArgument
-from calculet.ops.bench.backend import BenchBackend
+from calculet.ops.bench.backend import BenchBackend, BenchSampling
 from calculet.ops.bench.records import RequestRecord
 from calculet.ops.bench.workload import BenchRequest
 
@@ -33,11 +33,20 @@ class DaemonBackend(BenchBackend):
         seed: request i samples with seed `seed + i`.
     """
 
-    def __init__(self, clients: Sequence[AsyncDaemonClient], model: str, *, ignore_eos: bool, seed: int) -> None:
+    def __init__(
+        self,
+        clients: Sequence[AsyncDaemonClient],
+        model: str,
+        *,
+        ignore_eos: bool,
+        seed: int,
+        sampling: BenchSampling | None = None,
+    ) -> None:
         if not clients:
             raise InvalidArgument("the daemon backend needs at least one daemon")
         self._clients, self._model = list(clients), model
         self._ignore_eos, self._seed = ignore_eos, seed
+        self._sampling = (sampling or BenchSampling()).fields()
 
     async def prepare(self, requests: Sequence[BenchRequest]) -> list[BenchRequest]:
         if all(r.prompt_tokens is not None for r in requests):
@@ -67,6 +76,7 @@ class DaemonBackend(BenchBackend):
                 max_tokens=request.max_tokens,
                 seed=self._seed + request.index,
                 ignore_eos=self._ignore_eos,
+                **self._sampling,
             )
             async with generation:
                 async for chunk in generation.chunks():

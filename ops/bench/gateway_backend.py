@@ -24,7 +24,7 @@ import httpx
 import orjson
 
 from calculet.daemon.errors import InvalidArgument
-from calculet.ops.bench.backend import BenchBackend
+from calculet.ops.bench.backend import BenchBackend, BenchSampling
 from calculet.ops.bench.records import RequestRecord
 from calculet.ops.bench.sse import SseEvent, SseFormatError, SseKind, error_message, parse_sse_line
 from calculet.ops.bench.workload import BenchRequest
@@ -79,10 +79,18 @@ class GatewayBackend(BenchBackend):
     """
 
     def __init__(
-        self, http: httpx.AsyncClient, address: GatewayAddress, model: str, *, ignore_eos: bool, seed: int
+        self,
+        http: httpx.AsyncClient,
+        address: GatewayAddress,
+        model: str,
+        *,
+        ignore_eos: bool,
+        seed: int,
+        sampling: BenchSampling | None = None,
     ) -> None:
         self._http, self._address, self._model = http, address, model
         self._ignore_eos, self._seed = ignore_eos, seed
+        self._sampling = (sampling or BenchSampling()).fields()
 
     async def prepare(self, requests: Sequence[BenchRequest]) -> list[BenchRequest]:
         return list(requests)  # the gateway takes token ids and text alike
@@ -96,6 +104,7 @@ class GatewayBackend(BenchBackend):
             "seed": self._seed + request.index,
             "stream": True,
             "stream_options": {"include_usage": True},
+            **self._sampling,
         }
         if self._ignore_eos:
             body["ignore_eos"] = True

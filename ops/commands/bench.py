@@ -36,7 +36,7 @@ from calculet.client import AsyncDaemonClient
 from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.gateway.api.auth import read_secret_lines
 from calculet.ops.bench.arg_types import count_arg, non_negative_arg, positive_arg, typed_arg
-from calculet.ops.bench.backend import BenchBackend
+from calculet.ops.bench.backend import BenchBackend, BenchSampling
 from calculet.ops.bench.daemon_backend import DaemonBackend
 from calculet.ops.bench.device_model import DeviceModel
 from calculet.ops.bench.discovery import first_answer, gateway_boards, model_vocab
@@ -109,6 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     vocab_help = "random prompt token ids are < N (default: the model's vocabulary, from GetModel)"
     work.add_argument("--vocab", type=count_arg(1), metavar="N", help=vocab_help)
     work.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens tokens")
+    work.add_argument("--temperature", type=float, default=None, metavar="T", help="every request's (server default)")
+    work.add_argument("--top-k", type=int, default=None, metavar="K", help="every request's top-k (server default)")
+    work.add_argument("--top-p", type=float, default=None, metavar="P", help="every request's top-p (server default)")
     work.add_argument("--seed", type=count_arg(0), default=0, help="seed of workload, arrivals and sampling (0)")
     multiturn_flags.add_arguments(parser)
     out = parser.add_argument_group("report")
@@ -187,15 +190,24 @@ def _open_client(settings: _Settings, *, observe: bool = False) -> Callable[[str
     return lambda target: AsyncDaemonClient(target, timeout=timeout, token=access.token, tls=access.tls)
 
 
+def _sampling(args: argparse.Namespace) -> BenchSampling:
+    return BenchSampling(args.temperature, args.top_k, args.top_p)
+
+
 async def _backend(settings: _Settings) -> tuple[BenchBackend, list[str]]:
     """The backend and the daemons whose device figures are read (deduplicated, in order)."""
     args = settings.args
     if settings.gateway is None:
         targets = list(dict.fromkeys(daemon_targets(args)))
         clients = [_open_client(settings)(t) for t in targets]
-        return DaemonBackend(clients, args.model, ignore_eos=args.ignore_eos, seed=args.seed), targets
+        sampling = _sampling(args)
+        return DaemonBackend(
+            clients, args.model, ignore_eos=args.ignore_eos, seed=args.seed, sampling=sampling
+        ), targets
     http = open_http(settings.gateway, timeout_s=args.timeout, api_key=settings.api_key)
-    backend = GatewayBackend(http, settings.gateway, args.model, ignore_eos=args.ignore_eos, seed=args.seed)
+    backend = GatewayBackend(
+        http, settings.gateway, args.model, ignore_eos=args.ignore_eos, seed=args.seed, sampling=_sampling(args)
+    )
     try:
         targets = list(dict.fromkeys(args.daemon or await gateway_boards(http, settings.gateway.text)))
     except CalculetError:
@@ -242,6 +254,7 @@ def _config(
         "schedule": settings.schedule.describe(),
         "workload": workload,
         "ignore_eos": args.ignore_eos,
+        "sampling": _sampling(args).fields(),
         "seed": args.seed,
         "slo_ms": settings.slo.as_ms(),
         "timeout_s": args.timeout,

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from calculet.daemon.errors import InvalidArgument, Unavailable
+from calculet.ops.bench.backend import BenchSampling
 from calculet.ops.bench.discovery import gateway_boards, model_vocab
 from calculet.ops.bench.gateway_backend import GatewayAddress, GatewayBackend
 from calculet.ops.bench.records import RequestRecord
@@ -181,3 +182,19 @@ def test_model_vocab_asks_daemons_in_turn_and_says_what_to_do_when_none_answers(
         asyncio.run(model_vocab(["unix:down.sock"], vocab_of))
     with pytest.raises(Unavailable, match="no daemon to ask"):
         asyncio.run(model_vocab([], vocab_of))
+
+
+def test_the_sampling_flags_go_into_every_body_and_unset_ones_stay_out() -> None:
+    bodies: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return sse(chunk("x"), usage(2, 1), DONE)(request)
+
+    sampling = BenchSampling(temperature=0.8, top_k=40)
+    rec = send_through(
+        handler,
+        lambda http: GatewayBackend(http, ADDRESS, "qwen", ignore_eos=False, seed=0, sampling=sampling),
+        BenchRequest(0, 1, prompt_tokens=(5,)),
+    )
+    assert rec.ok and bodies[0]["temperature"] == 0.8 and bodies[0]["top_k"] == 40 and "top_p" not in bodies[0]
