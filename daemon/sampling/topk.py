@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calculet.daemon.sampling.bf16 import BF16
+from calculet.daemon.sampling.bf16 import BF16, Bf16Row
+from calculet.daemon.sampling.row import DEFAULT_GROUP
 from calculet.daemon.sampling.select import exactly_k
 from calculet.daemon.sampling.source import RowSource
 
@@ -64,6 +65,11 @@ class TopkRows:
 def device_topk(logits: np.ndarray, k: int) -> TopkRows:
     """What a `topk` device job returns for `logits` (bfloat16 or float32 [B, V]): the reference.
 
+    A bfloat16 row is read in place as the sampler reads it (`bf16.Bf16Row`: group maxima of the
+    raw bits find the K + 1 highest-ranked candidates, so no full sort or full conversion): the top
+    K, and the (K + 1)-th's value as the tail maximum. A float32 row takes the plain path. Both
+    rank by (value descending, id ascending), so they agree (a test checks it).
+
     Raises:
         ValueError: not a 2-D array, or k outside 1..V.
     """
@@ -74,20 +80,39 @@ def device_topk(logits: np.ndarray, k: int) -> TopkRows:
     values = np.zeros((rows, k), dtype=np.float32)
     tail_max = np.full(rows, -np.inf, dtype=np.float32)
     finite = np.zeros(rows, dtype=bool)
-    every = np.arange(vocab)
+    reader = _bf16_reader(vocab) if logits.dtype == BF16 else None
     for r in range(rows):
-        x = logits[r].astype(np.float32) if logits.dtype == BF16 else np.asarray(logits[r], dtype=np.float32)
-        finite[r] = bool(np.isfinite(x).all())
-        if not finite[r]:
+        found = _row_topk(logits[r], k, reader)
+        if found is None:
             continue
-        top_ids, top_vals = exactly_k(every, x, k)
-        order = np.lexsort((top_ids, -top_vals))
-        ids[r], values[r] = top_ids[order], top_vals[order]
+        finite[r] = True
+        top_ids, top_vals = found
+        ids[r], values[r] = top_ids[:k], top_vals[:k]
         if k < vocab:
-            rest = np.ones(vocab, dtype=bool)
-            rest[top_ids] = False
-            tail_max[r] = x[rest].max()
+            tail_max[r] = top_vals[k]
     return TopkRows(ids, values, tail_max, finite, vocab)
+
+
+def _bf16_reader(vocab: int) -> Bf16Row:
+    return Bf16Row(vocab, DEFAULT_GROUP, np.empty(vocab, dtype=np.float32), np.empty(vocab, dtype=bool))
+
+
+def _row_topk(row: np.ndarray, k: int, reader: Bf16Row | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The K + 1 (or V) highest-ranked (ids, values) of one row in rank order, or None when the row
+    holds a NaN or an infinity."""
+    want = min(k + 1, row.shape[0])
+    if reader is not None:
+        src = reader.load(np.ascontiguousarray(row))
+        if src.finite_argmax() is None:
+            return None
+        top_ids, top_vals = src.top_k(want)
+    else:
+        x = np.asarray(row, dtype=np.float32)
+        if not np.isfinite(x).all():
+            return None
+        top_ids, top_vals = exactly_k(np.arange(x.shape[0]), x, want)
+    order = np.lexsort((top_ids, -top_vals))
+    return top_ids[order], top_vals[order]
 
 
 class TopkRow(RowSource):

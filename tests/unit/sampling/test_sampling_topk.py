@@ -138,3 +138,14 @@ def test_a_top_k_output_that_does_not_match_the_rows_is_refused() -> None:
     x = llm_like_logits(2, VOCAB, 1)
     with pytest.raises(InvalidArgument, match="top-k output"):
         Sampler(VOCAB, 4).sample_topk(device_topk(x, K), [row()], lambda r: x[r])
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_the_bf16_reading_of_device_topk_equals_the_plain_one(ties: bool) -> None:
+    x = logits(6, VOCAB, 21, ties=ties)
+    x[5, 3] = np.inf  # a non-finite row
+    fast, plain = device_topk(x, 40), device_topk(x.astype(np.float32), 40)
+    assert fast.finite.tolist() == plain.finite.tolist() == [True] * 5 + [False]
+    assert fast.ids[:5].tolist() == plain.ids[:5].tolist()
+    assert fast.values[:5].tolist() == plain.values[:5].tolist()
+    assert fast.tail_max[:5].tolist() == plain.tail_max[:5].tolist()
