@@ -222,6 +222,7 @@ class CalsimDevice(VirtualDevice):
             if holder is not None:
                 raise BufferInUse(f"buffer {buffer.buffer_id} is held by in-flight job {holder.job_id}")
             del self._buffers[buffer.buffer_id]
+            self._engine.forget_buffer(buffer.buffer_id)
 
     # ------------------------------------------------------------------ jobs
 

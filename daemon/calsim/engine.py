@@ -388,6 +388,19 @@ class ComputeEngine:
             job.kept_logits = logits
         self._end(job, JobStatus.DONE)
 
+    def forget_buffer(self, buffer_id: int) -> None:
+        """The buffer was unregistered: the full rows a top-k job kept for it go too (the device's
+        memory of that output is released). Under the device lock."""
+        earlier = self._kept.pop(buffer_id, None)
+        if earlier is not None:
+            earlier.kept_logits = None
+            for other in [b for b, j in self._kept.items() if j is earlier]:
+                del self._kept[other]
+
+    def kept_rows(self) -> int:
+        """Top-k jobs whose full rows the device keeps now (bounded by the registered buffers)."""
+        return len({id(j) for j in self._kept.values()})
+
     def read_logits_row(self, job: Job, row: int, out: np.ndarray, d2h_gbps: float) -> float:
         """Copy row `row` of a finished top-k job's full logits into `out`: a D2H of its bytes on
         the modelled clock, from when the host asks. Under the device lock.

@@ -148,3 +148,16 @@ def test_status_counts_the_bytes_rows_and_full_reads(full: DeviceCore, topk: Dev
         decode_bytes = (TOKENS - 1) * row_bytes + reads * vocab * 2
         assert after.d2h_bytes - before.d2h_bytes == vocab * 2 + decode_bytes, (model, kind)  # prefill: full
         assert after.full_row_reads - before.full_row_reads == reads, (model, kind)
+
+
+def test_the_device_keeps_full_rows_only_for_registered_buffers(models: Path) -> None:
+    """Kept rows are bounded by the job contexts; unregistering their buffers (a rebuild, an unload)
+    lets the rows go, so resets and reloads never pile them up."""
+    with running_core(models, model="tinytopk") as core:
+        for _ in range(3):
+            run(core, requests("tinytopk", ["greedy"] * 4))
+        engine = core.device.wrapped._engine  # type: ignore[attr-defined]
+        pool = core.status().pool
+        assert 1 <= engine.kept_rows() <= pool.free + pool.in_use
+        core.unload("tinytopk", timeout_s=10.0)
+        assert engine.kept_rows() == 0
