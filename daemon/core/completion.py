@@ -191,11 +191,13 @@ def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
     )
     submission = job.submission
     assert submission is not None
+    row_buffer: list[np.ndarray] = []  # one bf16 row for the job's reads, made at the first
 
     def read_full(r: int) -> np.ndarray:
-        row = np.empty(sampler.vocab_size, dtype=ml_dtypes.bfloat16)
-        submission.read_logits_row(r, row)
-        return row
+        if not row_buffer:
+            row_buffer.append(np.empty(sampler.vocab_size, dtype=ml_dtypes.bfloat16))
+        submission.read_logits_row(r, row_buffer[0])
+        return row_buffer[0]
 
     rows = [RowSampling(s.request.sampling, s.step, s.history) for s in seqs]
     results, tally = sampler.sample_topk(top, rows, read_full)

@@ -69,7 +69,7 @@ class Fleet:
         targets = await self.discovery.targets()
         for target in targets:
             if target not in self.boards:
-                board = Board(self._connect(target), self._notify)
+                board = Board(self._connect(target), self.notify)
                 self.boards[target] = board
                 board.start()
                 log.info("board %s: added", target)
@@ -79,7 +79,7 @@ class Fleet:
             board.life.move(BoardState.REMOVED)
             self._retiring[target] = board
             await self._stop_if_idle(board)
-        self._notify()
+        self.notify()
 
     def released(self, board: Board) -> None:
         """A placement on `board` was released; stop the board (in a task of its own) if it was
@@ -104,13 +104,11 @@ class Fleet:
 
     # ---- change notification ---------------------------------------------------------
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
+        """Wake everyone in `wait_changed`: a board's state or report changed, or (placement) a
+        waiter came or left, a switch ended."""
         self._changed.set()
         self._changed = asyncio.Event()
-
-    def notify(self) -> None:
-        """Wake everyone in `wait_changed` (placement: a waiter came or left, a switch ended)."""
-        self._notify()
 
     async def wait_changed(self, timeout: float) -> None:
         """Wait until some board's state or report changes, at most `timeout` seconds."""

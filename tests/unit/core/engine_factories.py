@@ -70,13 +70,18 @@ def assert_clean(core: DeviceCore, *, quarantine_ok: bool = True) -> None:
         assert idle, m.lanes
 
 
-def finish(core: DeviceCore, job_id: str, timeout: float = 30.0) -> tuple[list[int], FinalEvent]:
+def finished_events(core: DeviceCore, job_id: str, timeout: float = 30.0) -> list[Any]:
+    """Every event of a job once it finished, its Final last."""
     log = core.event_log(job_id, for_wait=False)
     assert wait_finished(log, timeout), f"job {job_id} did not finish"
     events = log.read(0)
-    final = events[-1]
-    assert isinstance(final, FinalEvent)
-    return [t for e in events[:-1] for t in getattr(e, "tokens", ())], final
+    assert isinstance(events[-1], FinalEvent)
+    return events
+
+
+def finish(core: DeviceCore, job_id: str, timeout: float = 30.0) -> tuple[list[int], FinalEvent]:
+    events = finished_events(core, job_id, timeout)
+    return [t for e in events[:-1] for t in getattr(e, "tokens", ())], events[-1]
 
 
 def generate_all(core: DeviceCore, reqs: list[GenerationRequest]) -> list[list[int]]:

@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.core.events import FinalEvent, FinishReason, wait_finished
+from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest
 from calculet.ops.sim_packages.build import build_sim_package
 
-from .engine_factories import assert_clean, request, running_core
+from .engine_factories import assert_clean, finished_events, request, running_core
 
 VOCAB = 512  # the tiny package's vocabulary
 REQUESTS = 5  # one more than the tiny package's 4 lanes: one request always waits for a lane
@@ -64,11 +64,9 @@ def sampled_requests(seed: int = SEED) -> list[GenerationRequest]:
 
 
 def collect(core: DeviceCore, job_id: str) -> list[Step]:
-    log = core.event_log(job_id, for_wait=False)
-    assert wait_finished(log, 120.0), f"job {job_id} did not finish"
-    events = log.read(0)
+    events = finished_events(core, job_id, 120.0)
     final = events[-1]
-    assert isinstance(final, FinalEvent) and final.reason is FinishReason.LENGTH, final
+    assert final.reason is FinishReason.LENGTH, final
     tokens = [t for e in events[:-1] for t in getattr(e, "tokens", ())]
     steps = [(lp.token, lp.logprob, lp.top) for e in events[:-1] for lp in getattr(e, "logprobs", ())]
     assert [s[0] for s in steps] == tokens

@@ -12,12 +12,12 @@ import pytest
 
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.core.events import FinalEvent, FinishReason, wait_finished
+from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages.build import build_sim_package
 
-from .engine_factories import assert_clean, request, running_core
+from .engine_factories import assert_clean, finished_events, request, running_core
 
 K = 32  # of the tiny package's 512-token vocabulary
 PROMPT = (5, 17, 200, 33, 9, 401, 77)
@@ -64,11 +64,9 @@ def run(core: DeviceCore, reqs: list[GenerationRequest]) -> list[list[Step]]:
     ids = [core.submit(r).job_id for r in reqs]
     out = []
     for job_id in ids:
-        log = core.event_log(job_id, for_wait=False)
-        assert wait_finished(log, 60.0), f"job {job_id} did not finish"
-        events = log.read(0)
+        events = finished_events(core, job_id, 60.0)
         final = events[-1]
-        assert isinstance(final, FinalEvent) and final.reason is FinishReason.LENGTH, final
+        assert final.reason is FinishReason.LENGTH, final
         tokens = [t for e in events[:-1] for t in getattr(e, "tokens", ())]
         logprobs = [(lp.logprob, lp.top) for e in events[:-1] for lp in getattr(e, "logprobs", ())]
         out.append([(t, *(logprobs[i] if logprobs else (None, ()))) for i, t in enumerate(tokens)])
