@@ -29,6 +29,7 @@ from calculet.client.convert import (
     serving_status_from_health,
 )
 from calculet.client.errors import error_from_rpc
+from calculet.client.follow_mux import FollowMux
 from calculet.client.generation import DEFAULT_MAX_REATTACH, AsyncGeneration, WaitCursor
 from calculet.client.messages import (
     SubmitResult,
@@ -52,7 +53,12 @@ T = TypeVar("T")
 
 
 class AsyncDaemonClient:
-    """asyncio client of one daemon. Args and Raises as `DaemonClient`."""
+    """asyncio client of one daemon. Args and Raises as `DaemonClient`, and:
+
+    Args:
+        follow: `generate`'s streams share one Follow call (`client.follow_mux`: one message per
+            decode step instead of one per job); False: one Wait stream per job.
+    """
 
     def __init__(
         self,
@@ -62,12 +68,17 @@ class AsyncDaemonClient:
         token: str | None = None,
         max_reattach: int = DEFAULT_MAX_REATTACH,
         tls: TlsConfig | None = None,
+        follow: bool = True,
     ) -> None:
         self._settings = ClientSettings.build(target, timeout=timeout, token=token, max_reattach=max_reattach, tls=tls)
         self._life = ClientLife(f"AsyncDaemonClient({target})")
         self._channel = open_aio_channel(self._settings.target, self._settings.tls)
         self._stub: Any = daemon_pb2_grpc.DaemonStub(self._channel)
         self._health_stub: Any = health_pb2_grpc.HealthStub(self._channel)
+        # generate()'s streams share one Follow call (one message per decode step, not per job).
+        self._follow = (
+            FollowMux(lambda: self._stub.Follow(metadata=self._settings.metadata), self._open_wait) if follow else None
+        )
 
     @property
     def target(self) -> Target:
@@ -80,6 +91,8 @@ class AsyncDaemonClient:
     async def close(self) -> None:
         """Close the channel; open calls are cancelled. Idempotent."""
         if self._life.close():
+            if self._follow is not None:
+                self._follow.close()
             await self._channel.close(grace=None)
 
     async def __aenter__(self) -> AsyncDaemonClient:
@@ -162,9 +175,15 @@ class AsyncDaemonClient:
         cursor = WaitCursor(submitted, len(pb.resume_tokens), self._settings.max_reattach)
 
         def open_stream(from_index: int) -> AsyncIterator[inference_pb2.WaitEvent]:
-            return self._stream("Wait", wait_request(submitted.job_id, from_index))
+            if self._follow is not None:
+                self._life.check_open()
+                return self._follow.open(submitted.job_id, from_index)
+            return self._open_wait(submitted.job_id, from_index)
 
         return AsyncGeneration(cursor, open_stream, self._wait_ready, self.cancel)
+
+    def _open_wait(self, job_id: str, from_index: int) -> AsyncIterator[inference_pb2.WaitEvent]:
+        return self._stream("Wait", wait_request(job_id, from_index))
 
     # ---- observation plane -------------------------------------------------------------
 

@@ -18,7 +18,8 @@ no domain module imports `*_pb2`. The error-kind <-> gRPC code table is `calcule
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from calculet.daemon.core.events import (
     Event,
@@ -41,6 +42,10 @@ from calculet.daemon.error_codes import kind_from_pb, kind_to_pb
 from calculet.daemon.errors import ErrorKind, InvalidArgument
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.v1 import common_pb2, inference_pb2
+
+if TYPE_CHECKING:
+    from calculet.daemon.core.events import EventLog
+    from calculet.daemon.server.follow import FollowUpdate
 
 # ---- errors --------------------------------------------------------------------------------
 
@@ -268,6 +273,34 @@ def event_to_pb(
     if stop_token_id is not None:
         final.stop_token_id = stop_token_id
     return inference_pb2.WaitEvent(index=event.index, final=final)
+
+
+# (generation, recoveries, stop token) of a finished job, for its Final (`event_to_pb`).
+FinalExtras = Callable[[str, "EventLog", FinalEvent], tuple[int, int, int | None]]
+
+
+def follow_reply_to_pb(updates: list[FollowUpdate], final_extras: FinalExtras) -> inference_pb2.FollowReply:
+    """One Follow reply. Token chunks without logprobs (a decode step's usual event) are filled in
+    place, without building a WaitEvent to copy; everything else goes through `event_to_pb`."""
+    reply = inference_pb2.FollowReply()
+    for update in updates:
+        item = reply.updates.add(follow_id=update.follow_id)
+        if update.error is not None:
+            err = update.error
+            item.error.CopyFrom(error_status(err.kind, str(err), getattr(err, "retry_after_s", None)))
+            continue
+        for event in update.events:
+            if isinstance(event, TokenChunk) and not event.logprobs:
+                pb = item.events.add(index=event.index)
+                pb.tokens.first_index = event.first_index
+                pb.tokens.tokens.extend(event.tokens)
+            elif isinstance(event, FinalEvent):
+                assert update.log is not None  # only refusals have no log, and they have no events
+                generation, recoveries, stop = final_extras(update.job_id, update.log, event)
+                item.events.append(event_to_pb(event, generation, recoveries, stop))
+            else:
+                item.events.append(event_to_pb(event))
+    return reply
 
 
 def event_from_pb(pb: inference_pb2.WaitEvent) -> Event:

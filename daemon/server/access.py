@@ -35,7 +35,7 @@ class Plane(Enum):
 
 _SERVICE = "/calculet.v1.Daemon/"
 METHOD_PLANE: dict[str, Plane] = {
-    **{m: Plane.INFERENCE for m in ("Submit", "Wait", "Cancel", "GetModel")},
+    **{m: Plane.INFERENCE for m in ("Submit", "Wait", "Follow", "Cancel", "GetModel")},
     **{m: Plane.OBSERVE for m in ("Health", "Status", "WatchLoad")},
     **{m: Plane.OPERATE for m in ("Load", "Unload", "Drain", "Resume", "Reset", "InjectFault")},
 }

@@ -32,7 +32,7 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 
 from calculet.daemon.core.device_core import DeviceCore, SubmitReceipt
-from calculet.daemon.core.events import FinalEvent, FinishReason
+from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, RequestTrace, prevalidate
@@ -49,12 +49,14 @@ from calculet.daemon.server.checks import (
     watch_interval_s,
 )
 from calculet.daemon.server.errors import map_errors
+from calculet.daemon.server.follow import FollowSession
 from calculet.daemon.server.liveness import LIVENESS_SERVICE, EngineBeats, LivenessPolicy, needs_restart
 from calculet.daemon.server.load_notices import LoadNotices
 from calculet.daemon.server.wakeups import LoopWakeups
 from calculet.daemon.wire import (
     check_submit_sizes,
     event_to_pb,
+    follow_reply_to_pb,
     request_from_pb,
     switch_from_pb,
     trace_from_metadata,
@@ -260,6 +262,36 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
             unsubscribe()
 
     @map_errors
+    async def Follow(
+        self, requests: AsyncIterator[inference_pb2.FollowRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        changed = asyncio.Event()
+        session = FollowSession(
+            lambda job: self.core.event_log(job_id(job), for_wait=True), lambda: self._wakeups.wake(changed)
+        )
+        reader = asyncio.ensure_future(_apply_follow_requests(requests, session, changed))
+        try:
+            while True:
+                changed.clear()
+                updates = session.collect()
+                if updates:
+                    yield follow_reply_to_pb(updates, self._final_extras)
+                    continue
+                if reader.done():
+                    reader.result()  # a bad request fails the stream; the client's half-close ends it
+                    if not session.attached:
+                        return
+                await changed.wait()
+        finally:
+            reader.cancel()
+            session.close()
+
+    def _final_extras(self, job: str, log_: EventLog, final: FinalEvent) -> tuple[int, int, int | None]:
+        """What a Final carries beyond the event: model generation, recoveries, stop token."""
+        generation, recoveries = self.core.job_generation(job)
+        return generation, recoveries, stop_token(log_) if final.reason is FinishReason.STOP else None
+
+    @map_errors
     async def Cancel(self, request: inference_pb2.CancelRequest, context: grpc.aio.ServicerContext) -> Any:
         return inference_pb2.CancelResponse(already_finished=not self.core.cancel(job_id(request.job_id)))
 
@@ -425,3 +457,20 @@ def _checked_request(
 
 
 __all__ = ["LIVENESS_SERVICE", "SERVICE_NAME", "CalculetError", "DaemonServicer"]
+
+
+async def _apply_follow_requests(
+    requests: AsyncIterator[inference_pb2.FollowRequest], session: FollowSession, changed: asyncio.Event
+) -> None:
+    """Feed a Follow stream's attach / detach requests to its session (until the client half-closes)."""
+    try:
+        async for request in requests:
+            if request.HasField("attach"):
+                wait = request.attach.wait
+                session.attach(request.attach.follow_id, wait.job_id, int(wait.from_event_index))
+            elif request.HasField("detach"):
+                session.detach(request.detach)
+            else:
+                raise InvalidArgument("FollowRequest: set attach or detach")
+    finally:
+        changed.set()  # the stream loop sees the reader's end (or error)

@@ -39,11 +39,12 @@ MODULES = (common_pb2, daemon_pb2, inference_pb2, observe_pb2, operate_pb2, opti
 
 INF, OBS, OPS = options_pb2.PLANE_INFERENCE, options_pb2.PLANE_OBSERVE, options_pb2.PLANE_OPERATE
 EXPECTED_PLANES = {
-    "Submit": INF, "Wait": INF, "Cancel": INF,
+    "Submit": INF, "Wait": INF, "Follow": INF, "Cancel": INF,
     "Health": OBS, "Status": OBS, "WatchLoad": OBS, "GetModel": OBS,
     "Load": OPS, "Unload": OPS, "Drain": OPS, "Resume": OPS, "Reset": OPS, "InjectFault": OPS,
 }  # fmt: skip
-SERVER_STREAMING = {"Wait", "WatchLoad", "Load", "GetModel"}
+SERVER_STREAMING = {"Wait", "WatchLoad", "Load", "GetModel", "Follow"}
+CLIENT_STREAMING = {"Follow"}
 
 UINT32 = st.integers(min_value=0, max_value=2**32 - 1)
 FLOAT32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
@@ -97,7 +98,7 @@ def test_generated_package_imports_from_outside_the_repo(tmp_path: Path) -> None
 def test_service_has_exactly_the_planned_rpcs_and_streaming_shapes() -> None:
     assert {m.name for m in SERVICE.methods} == set(EXPECTED_PLANES)
     for method in SERVICE.methods:
-        assert not method.client_streaming, method.name
+        assert method.client_streaming == (method.name in CLIENT_STREAMING), method.name
         assert method.server_streaming == (method.name in SERVER_STREAMING), method.name
     servicer_methods = {n for n in vars(daemon_pb2_grpc.DaemonServicer) if not n.startswith("_")}
     assert servicer_methods == set(EXPECTED_PLANES)

@@ -47,6 +47,11 @@ class DaemonStub:
                 request_serializer=calculet_dot_v1_dot_inference__pb2.WaitRequest.SerializeToString,
                 response_deserializer=calculet_dot_v1_dot_inference__pb2.WaitEvent.FromString,
                 _registered_method=True)
+        self.Follow = channel.stream_stream(
+                '/calculet.v1.Daemon/Follow',
+                request_serializer=calculet_dot_v1_dot_inference__pb2.FollowRequest.SerializeToString,
+                response_deserializer=calculet_dot_v1_dot_inference__pb2.FollowReply.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/calculet.v1.Daemon/Cancel',
                 request_serializer=calculet_dot_v1_dot_inference__pb2.CancelRequest.SerializeToString,
@@ -126,6 +131,20 @@ class DaemonServicer:
         Final; re-attachable. Errors: NOT_FOUND (job), INVALID_ARGUMENT (index beyond the events
         produced), CANCELLED (the job was cancelled before this Wait attached; a Wait already
         streaming gets the Final with FINISH_REASON_CANCELLED instead).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Follow(self, request_iterator, context):
+        """Inference plane. Many Waits on one stream: the client attaches and detaches jobs
+        (FollowRequest); each reply carries the new events of every attached job that has some, so
+        a decode step of N sequences costs one message instead of N. Each attachment behaves as a
+        Wait from its index (same events, same re-attach rule, counts as an attached Wait against
+        the orphan timeout) and ends after its Final; an attach Wait would refuse (NOT_FOUND,
+        INVALID_ARGUMENT, CANCELLED) is answered in-band with that attachment's error. The stream
+        itself fails only as a whole (UNAVAILABLE when the daemon stops, INVALID_ARGUMENT for a
+        request that does not parse or reuses a live follow_id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -236,6 +255,11 @@ def add_DaemonServicer_to_server(servicer, server):
                     servicer.Wait,
                     request_deserializer=calculet_dot_v1_dot_inference__pb2.WaitRequest.FromString,
                     response_serializer=calculet_dot_v1_dot_inference__pb2.WaitEvent.SerializeToString,
+            ),
+            'Follow': grpc.stream_stream_rpc_method_handler(
+                    servicer.Follow,
+                    request_deserializer=calculet_dot_v1_dot_inference__pb2.FollowRequest.FromString,
+                    response_serializer=calculet_dot_v1_dot_inference__pb2.FollowReply.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -348,6 +372,33 @@ class Daemon:
             '/calculet.v1.Daemon/Wait',
             calculet_dot_v1_dot_inference__pb2.WaitRequest.SerializeToString,
             calculet_dot_v1_dot_inference__pb2.WaitEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Follow(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/calculet.v1.Daemon/Follow',
+            calculet_dot_v1_dot_inference__pb2.FollowRequest.SerializeToString,
+            calculet_dot_v1_dot_inference__pb2.FollowReply.FromString,
             options,
             channel_credentials,
             insecure,

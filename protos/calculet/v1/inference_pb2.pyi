@@ -181,6 +181,38 @@ class Final(_message.Message):
     recoveries: int
     def __init__(self, finish_reason: _Optional[_Union[FinishReason, str]] = ..., stop_token_id: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., generation: _Optional[int] = ..., recoveries: _Optional[int] = ...) -> None: ...
 
+class FollowRequest(_message.Message):
+    __slots__ = ("attach", "detach")
+    ATTACH_FIELD_NUMBER: _ClassVar[int]
+    DETACH_FIELD_NUMBER: _ClassVar[int]
+    attach: FollowAttach
+    detach: int
+    def __init__(self, attach: _Optional[_Union[FollowAttach, _Mapping]] = ..., detach: _Optional[int] = ...) -> None: ...
+
+class FollowAttach(_message.Message):
+    __slots__ = ("follow_id", "wait")
+    FOLLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    follow_id: int
+    wait: WaitRequest
+    def __init__(self, follow_id: _Optional[int] = ..., wait: _Optional[_Union[WaitRequest, _Mapping]] = ...) -> None: ...
+
+class FollowReply(_message.Message):
+    __slots__ = ("updates",)
+    UPDATES_FIELD_NUMBER: _ClassVar[int]
+    updates: _containers.RepeatedCompositeFieldContainer[FollowedEvents]
+    def __init__(self, updates: _Optional[_Iterable[_Union[FollowedEvents, _Mapping]]] = ...) -> None: ...
+
+class FollowedEvents(_message.Message):
+    __slots__ = ("follow_id", "events", "error")
+    FOLLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    follow_id: int
+    events: _containers.RepeatedCompositeFieldContainer[WaitEvent]
+    error: _common_pb2.ErrorStatus
+    def __init__(self, follow_id: _Optional[int] = ..., events: _Optional[_Iterable[_Union[WaitEvent, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ...) -> None: ...
+
 class CancelRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -14,6 +14,8 @@ Ownership: gRPC's server threads run the handlers; every mutable field is guarde
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -252,6 +254,45 @@ class FakeDaemon(daemon_pb2_grpc.DaemonServicer):
                 _abort(context, grpc.StatusCode.INTERNAL, f"fake: gate before event {i} never opened")
             yield job.events[i]
 
+    def Follow(self, requests: Iterator[inference_pb2.FollowRequest], context: grpc.ServicerContext) -> Iterator[Any]:
+        """Each attachment runs `Wait` (recorded as a Wait call, with its gates, breaks and
+        failures) on a thread of its own; a refusal Wait answers with NOT_FOUND or
+        INVALID_ARGUMENT goes in-band, any other abort (a break: UNAVAILABLE) ends the stream."""
+        out: queue.Queue[tuple[str, int, Any]] = queue.Queue()
+
+        def attachment(follow_id: int, wait: inference_pb2.WaitRequest) -> None:
+            try:
+                for event in self.Wait(wait, _AttachmentContext(context)):
+                    out.put(("event", follow_id, event))
+                    if event.HasField("final"):
+                        return
+                out.put(("ended", follow_id, None))
+            except _Aborted as aborted:
+                out.put(("refused" if aborted.code in IN_BAND_CODES else "abort", follow_id, aborted))
+
+        def read_requests() -> None:
+            with contextlib.suppress(grpc.RpcError, ValueError):
+                for request in requests:
+                    if request.HasField("attach"):
+                        args = (request.attach.follow_id, request.attach.wait)
+                        threading.Thread(target=attachment, args=args, daemon=True).start()
+
+        threading.Thread(target=read_requests, daemon=True).start()
+        context.add_callback(lambda: out.put(("closed", 0, None)))  # the call ended (the client cancelled)
+        while True:
+            kind, follow_id, value = out.get()
+            if kind == "closed":
+                return
+            reply = inference_pb2.FollowReply()
+            update = reply.updates.add(follow_id=follow_id)
+            if kind == "event":
+                update.events.append(value)
+            elif kind == "refused":
+                update.error.CopyFrom(common_pb2.ErrorStatus(kind=IN_BAND_CODES[value.code], message=value.details))
+            elif kind == "abort":
+                _abort(context, value.code, value.details, value.trailing)
+            yield reply
+
     def Cancel(self, request: inference_pb2.CancelRequest, context: grpc.ServicerContext) -> Any:
         self._enter("Cancel", request, context)
         job = self._job(request.job_id, context)
@@ -468,3 +509,33 @@ def _abort(
         context.set_trailing_metadata(trailing)
     context.abort(code, details)
     raise AssertionError("unreachable: context.abort raises")
+
+
+# The refusals a Follow attachment gets in-band (daemon.proto Follow), as the ErrorKind they carry.
+IN_BAND_CODES = {
+    grpc.StatusCode.NOT_FOUND: common_pb2.ERROR_KIND_NOT_FOUND,
+    grpc.StatusCode.INVALID_ARGUMENT: common_pb2.ERROR_KIND_INVALID_ARGUMENT,
+}
+
+
+class _Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(details)
+        self.code, self.details, self.trailing = code, details, trailing
+
+
+class _AttachmentContext:
+    """The Follow call's context as one attachment's Wait sees it: aborting ends the attachment."""
+
+    def __init__(self, call: grpc.ServicerContext) -> None:
+        self._call = call
+        self._trailing: tuple[tuple[str, str], ...] = ()
+
+    def invocation_metadata(self) -> Any:
+        return self._call.invocation_metadata()
+
+    def set_trailing_metadata(self, trailing: tuple[tuple[str, str], ...]) -> None:
+        self._trailing = trailing
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise _Aborted(code, details, self._trailing)

@@ -44,8 +44,19 @@ from .fake_daemon import DAEMON_SEED, Failure, FakeDaemon, completion_tokens, fi
 T = TypeVar("T")
 
 
+# Every test runs twice: generations on the shared Follow call (the default), and on one Wait
+# stream per job; the fake daemon serves both with the same events, gates and breaks.
+FOLLOW = {"follow": True}
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["follow", "wait"])
+def _stream_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(FOLLOW, "follow", request.param)
+
+
 def with_client(target: str, body: Callable[[AsyncDaemonClient], Awaitable[T]], **kw: object) -> T:
     async def main() -> T:
+        kw.setdefault("follow", FOLLOW["follow"])
         async with AsyncDaemonClient(target, timeout=10.0, token="tok-2", **kw) as client:  # type: ignore[arg-type]
             return await body(client)
 
