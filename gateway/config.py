@@ -16,6 +16,7 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     daemon-server-name = "calculet-daemon"              # the name in the daemons' certificates
     routing = "prefix"                 # or "load": the load-only rule, for comparison (docs/gateway.md)
     answer-memory-tokens = 4000000     # chat answers' token ids kept for the next turn; 0 = off (the default)
+    workers = 2                        # processes serving the one listen socket (1, the default: one process)
 
     placement = "demand"               # or "off" (the default): only operators load models
     placement-queue = 64               # requests per model waiting for a board (429 beyond)
@@ -56,11 +57,12 @@ KEYS = frozenset(
         "listen", "daemons", "dns", "dns-interval", "dns-hosts-file", "load-interval-ms", "max-attempts",
         "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
         "daemon-server-name", "log-format", "routing", "answer-memory-tokens", "models", "placement",
-        "placement-queue", "placement-wait", "min-residency", "idle-ttl", "daemon-operate-token-file",
+        "placement-queue", "placement-wait", "min-residency", "idle-ttl", "daemon-operate-token-file", "workers",
     }
 )  # fmt: skip
 TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
 MAX_ANSWER_MEMORY_TOKENS = 2**31  # 8 GiB of ids: past any sane gateway's memory
+MAX_WORKERS = 64  # worker processes: past the cores of any host a gateway runs on
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ class GatewayConfig:
     placement_policy: the minimum residency and the idle TTL.
     daemon_operate_token_file / daemon_operate_token: the operate-plane token placement's switches
         send ("" / None: the inference token).
+    workers: processes serving `listen` (`gateway.workers`, docs/gateway.md "Workers"); 1 = this
+        process serves it alone.
     """
 
     listen: str = "127.0.0.1:8000"
@@ -116,6 +120,7 @@ class GatewayConfig:
     placement_policy: PlacementPolicy = field(default_factory=PlacementPolicy)
     daemon_operate_token_file: str = ""
     daemon_operate_token: str | None = field(default=None, repr=False)
+    workers: int = 1
 
 
 PLACEMENT_MODES = ("off", "demand")
@@ -188,6 +193,7 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
             _number(settings, "idle-ttl", PlacementPolicy.idle_ttl_s, 0, 86400 * 7),
         ),
         daemon_operate_token_file=_optional_text(settings, "daemon-operate-token-file"),
+        workers=_integer(settings, "workers", GatewayConfig.workers, 1, MAX_WORKERS),
     )
     if cfg.placement not in PLACEMENT_MODES:
         raise InvalidArgument(f"placement: one of {', '.join(PLACEMENT_MODES)}, got {cfg.placement!r}")

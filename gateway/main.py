@@ -8,6 +8,10 @@ setting ends the process with one line on stderr and exit status 2. Under system
 
     calculet-gateway --listen 127.0.0.1:8000 --daemon unix:run/board0.sock --daemon unix:run/board1.sock
 
+Workers: with `--workers N` (N > 1) this process is a supervisor (`workers/serve.py`): it binds the
+listening socket and runs N worker processes, each this same program with hidden `--worker-*`
+flags, serving that socket with its own fleet, router and answer memory (docs/gateway.md, "Workers").
+
 Access: `--api-key-file` makes every /v1/* request present `Authorization: Bearer <key>` (401
 otherwise); `--daemon-token-file` is the inference-plane token sent to every daemon;
 `--daemon-ca`, `--daemon-cert`/`--daemon-key` and `--daemon-server-name` give TLS (mutual TLS) to
@@ -45,6 +49,9 @@ from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.serving.choice import RetryPolicy
 from calculet.gateway.serving.service import GatewayService
 from calculet.gateway.text.answer_memory import AnswerMemory
+from calculet.gateway.workers.identity import WorkerIdentity
+from calculet.gateway.workers.logs import tag_worker_logs
+from calculet.gateway.workers.serve import serve_with_workers
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -99,7 +106,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--daemon-operate-token-file", metavar="FILE", help="operate-plane token sent with placement's switches"
     )
     p.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="event loop (auto)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes serving the listen address, each with its own view of the boards (1: this process)",
+    )
+    # Set by the supervisor on the workers it starts (workers/launcher.py), not by people.
+    p.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--worker-fds", type=_fd_pair, help=argparse.SUPPRESS)
+    p.add_argument("--worker-dir", type=Path, help=argparse.SUPPRESS)
     return p
+
+
+def _fd_pair(text: str) -> tuple[int, int]:
+    """`LISTEN,PRIVATE`: the worker's inherited socket descriptors."""
+    listen, _, private = text.partition(",")
+    if not listen.isdigit() or not private.isdigit():
+        raise argparse.ArgumentTypeError(f"expected two descriptors LISTEN,PRIVATE, got {text!r}")
+    return int(listen), int(private)
 
 
 def settings_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,6 +153,7 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "idle-ttl",
         "daemon-operate-token-file",
         "answer-memory-tokens",
+        "workers",
     ):
         value = getattr(args, key.replace("-", "_"))
         if value is not None:
@@ -196,10 +222,29 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
 KEEP_ALIVE_S = 75
 
 
+def worker_from(args: argparse.Namespace, cfg: GatewayConfig) -> WorkerIdentity | None:
+    """This process's place among the workers, from the supervisor's hidden flags (None: not a worker).
+
+    Raises:
+        InvalidArgument: the worker flags are incomplete or the index is not below `workers`.
+    """
+    if args.worker_index is None and args.worker_fds is None and args.worker_dir is None:
+        return None
+    if args.worker_index is None or args.worker_fds is None or args.worker_dir is None:
+        raise InvalidArgument("--worker-index, --worker-fds and --worker-dir go together (set by the supervisor)")
+    if not 0 <= args.worker_index < cfg.workers:
+        raise InvalidArgument(f"--worker-index: must be in [0, {cfg.workers - 1}], got {args.worker_index}")
+    return WorkerIdentity(args.worker_index, cfg.workers, args.worker_dir)
+
+
 def uvicorn_config(
-    cfg: GatewayConfig, loop: str = "auto", tracer_provider: TracerProvider | None = None
+    cfg: GatewayConfig,
+    loop: str = "auto",
+    tracer_provider: TracerProvider | None = None,
+    worker: WorkerIdentity | None = None,
 ) -> uvicorn.Config:
-    app = create_app(service_factory(cfg), api_keys=cfg.api_keys, tracer_provider=tracer_provider)
+    """uvicorn's settings for one serving process (`worker`: this process is that worker)."""
+    app = create_app(service_factory(cfg), api_keys=cfg.api_keys, tracer_provider=tracer_provider, worker=worker)
     where: dict[str, Any]
     if cfg.listen.startswith("unix:"):
         where = {"uds": cfg.listen.removeprefix("unix:")}
@@ -243,22 +288,45 @@ def _has(module: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    die_with_parent()  # started by `calctl up`: stop with it
-    args = build_parser().parse_args(argv)
+    die_with_parent()  # started by `calctl up` (or, as a worker, by the supervisor): stop with it
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(arguments)
     try:
         cfg = config_from(settings_from(args))
+        worker = worker_from(args, cfg)
+        supervising = cfg.workers > 1 and worker is None
         # Spans only when OTEL_TRACES_EXPORTER asks for them (tracing.py); request ids regardless.
-        tracer_provider = tracer_provider_from_env("calculet-gateway")
-        config = uvicorn_config(cfg, args.loop, tracer_provider)
+        tracer_provider = None if supervising else tracer_provider_from_env("calculet-gateway")
+        config = None if supervising else uvicorn_config(cfg, args.loop, tracer_provider, worker)
     except InvalidArgument as err:
         print(f"calculet-gateway: {err}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level, cfg.log_format)
+    if worker is not None:
+        tag_worker_logs(worker.index)
+        log.info("worker %d of %d serving (pid %d)", worker.index, worker.count, os.getpid())
+    else:
+        log_settings(cfg)
+    if config is None:
+        return serve_with_workers(cfg, arguments)
+    notifier = Notifier.from_environ()
+    sockets = [socket.socket(fileno=fd) for fd in args.worker_fds] if worker is not None else None
+    try:
+        NotifyingServer(config, notifier).run(sockets=sockets)
+    finally:
+        notifier.close()
+        if tracer_provider is not None:
+            tracer_provider.shutdown()  # exports the spans still batched
+    return 0
+
+
+def log_settings(cfg: GatewayConfig) -> None:
+    """The settings that matter, at start."""
     log.info(
-        "gateway on %s; daemons %s; dns %s; routing %s; answer memory %s; catalog %s; placement %s",
+        "gateway on %s; daemons %s; dns %s; routing %s; answer memory %s; catalog %s; placement %s; workers %d",
         cfg.listen, list(cfg.daemons), list(cfg.dns), cfg.routing.value,
         f"{cfg.answer_memory_tokens} tokens" if cfg.answer_memory_tokens else "off",
-        [m.alias for m in cfg.catalog], cfg.placement,
+        [m.alias for m in cfg.catalog], cfg.placement, cfg.workers,
     )  # fmt: skip
     log.info(
         "access: API keys %s; daemon token %s; daemon TLS %s",
@@ -266,14 +334,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"from {cfg.daemon_token_file}" if cfg.daemon_token else "none",
         "mutual" if cfg.daemon_tls and cfg.daemon_tls.cert_file else "on" if cfg.daemon_tls else "off",
     )
-    notifier = Notifier.from_environ()
-    try:
-        NotifyingServer(config, notifier).run()
-    finally:
-        notifier.close()
-        if tracer_provider is not None:
-            tracer_provider.shutdown()  # exports the spans still batched
-    return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ are read raw and validated by `schemas.parse_body` (strict types, unknown fields
 `CalculetError` becomes its HTTP status through `errors.error_response`, the only place that
 decides statuses; any other exception is logged and answered 500 without details.
 
+Workers (`--workers N`, `worker` given): every response carries `x-calculet-worker: I`
+(`worker_header.py`), `/health` also names the worker and its pid, and `/metrics` answers for the
+whole gateway, every sample labelled by worker (`telemetry.worker_scrape`; `?scope=worker`: this
+worker's own, unlabelled). With one process all three are as they were.
+
 Ownership: the lifespan creates the fleet inside the server's event loop (gRPC aio channels bind
 to it) and closes it on shutdown.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -33,12 +39,15 @@ from calculet.daemon.errors import CalculetError, ErrorKind
 from calculet.gateway.api import formats, streaming
 from calculet.gateway.api.auth import ApiKeyAuth
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
+from calculet.gateway.api.worker_header import WorkerHeader
 from calculet.gateway.errors import error_response, internal_error_response
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.serving.service import GatewayService, Prepared
 from calculet.gateway.telemetry.metrics import GatewayMetrics
 from calculet.gateway.telemetry.middleware import MetricsMiddleware
 from calculet.gateway.telemetry.request_context import RequestContextMiddleware
+from calculet.gateway.telemetry.worker_scrape import SCOPE_PARAM, WORKER_SCOPE, WorkerScrape
+from calculet.gateway.workers.identity import WorkerIdentity
 
 log = logging.getLogger("calculet.gateway.http")
 
@@ -113,12 +122,15 @@ def create_app(
     *,
     api_keys: Sequence[bytes] = (),
     tracer_provider: TracerProvider | None = None,
+    worker: WorkerIdentity | None = None,
 ) -> FastAPI:
     """The app. `make_service` is an async context (generator) yielding the running service;
     `api_keys`: the keys /v1/* requests must present (none: the API is open); `tracer_provider`:
-    where request spans go (None: tracing off; request ids and log lines all the same)."""
+    where request spans go (None: tracing off; request ids and log lines all the same); `worker`:
+    this process is that worker of a `--workers N` gateway (None: the gateway's only process)."""
 
     metrics = GatewayMetrics()
+    siblings = WorkerScrape(worker) if worker is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -138,7 +150,9 @@ def create_app(
     if api_keys:
         app.add_middleware(ApiKeyAuth, keys=tuple(api_keys))
     app.add_middleware(RequestContextMiddleware, provider=tracer_provider)  # ids, spans, log lines
-    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: a 401 is counted too
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # a 401 is counted too
+    if worker is not None:
+        app.add_middleware(WorkerHeader, index=worker.index)  # outermost: on every response
 
     @app.exception_handler(CalculetError)
     async def calculet_error(_: Request, err: CalculetError) -> Response:
@@ -198,7 +212,9 @@ def create_app(
 
     @app.get("/health")
     async def health() -> Response:
-        return json_response({"status": "ok"})
+        if worker is None:
+            return json_response({"status": "ok"})
+        return json_response({"status": "ok", "worker": worker.index, "workers": worker.count, "pid": os.getpid()})
 
     @app.get("/ready")
     async def ready(request: Request) -> Response:
@@ -214,8 +230,10 @@ def create_app(
         return json_response(body, 200 if ok else 503)
 
     @app.get("/metrics")
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
         body, content_type = metrics.render()
+        if siblings is not None and request.query_params.get(SCOPE_PARAM) != WORKER_SCOPE:
+            body = await siblings.merged(body)
         return Response(body, media_type=content_type)
 
     return app
