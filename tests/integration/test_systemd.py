@@ -10,7 +10,10 @@
   with a STATUS=, WATCHDOG=1 (several, none before READY=1), RELOADING=1 ... READY=1 around SIGHUP
   (a model new in the config file is loaded; a bad file changes nothing), and STOPPING=1 after
   SIGTERM, then exits 0.
-- The gateway sends READY=1 once it listens and STOPPING=1 on SIGTERM.
+- The gateway sends READY=1 once it listens and STOPPING=1 on SIGTERM; with `--workers 2` only its
+  main process (the supervisor) sends them, READY=1 once both workers serve HTTP. The gateway unit
+  stops the supervisor alone (KillMode=mixed) within TimeoutStopSec, and its example config runs
+  two workers.
 
 Every wait is for a message or an exit, with a deadline only a defect reaches; nothing sleeps.
 """
@@ -18,6 +21,7 @@ Every wait is for a message or an exit, with a deadline only a defect reaches; n
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,9 +34,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY
+from calculet.gateway.config import config_from as gateway_config_from
+from calculet.gateway.config import read_config as gateway_read_config
+from calculet.gateway.workers.supervisor import STOP_GRACE_S
 from calculet.ops.calctl import main as calctl
 from calculet.ops.commands.install_units import (
     COMMANDS,
@@ -100,6 +108,18 @@ def test_the_daemon_unit_maps_the_issue() -> None:
     assert directives["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert directives["RuntimeDirectory"] == "calculet" and directives["DevicePolicy"] == "closed"
     assert directives["PartOf"] == "calculet.target"
+
+
+def test_the_gateway_unit_stops_its_workers_through_the_supervisor() -> None:
+    text = (UNITS_SOURCE / "calculet-gateway.service").read_text()
+    directives = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    assert directives["Type"] == "notify" and directives["NotifyAccess"] == "main"
+    # SIGTERM to the supervisor only (a worker signalled twice would still stop gracefully, but the
+    # supervisor decides); SIGKILL to every process left after TimeoutStopSec.
+    assert directives["KillMode"] == "mixed"
+    assert float(directives["TimeoutStopSec"].removesuffix("s")) > STOP_GRACE_S
+    assert directives["RestartPreventExitStatus"] == "2"
+    assert gateway_config_from(gateway_read_config(UNITS_SOURCE / "gateway.toml")).workers == 2
 
 
 # ---- calctl install-units -----------------------------------------------------------------------
@@ -282,3 +302,25 @@ def test_the_gateway_notifies_ready_and_stopping(tmp_path: Path, listener: Notif
         gateway.stop()
     assert listener.fields.index("READY=1") < listener.fields.index("STOPPING=1")
     assert listener.senders == {gateway.proc.pid}
+
+
+def test_the_gateway_with_workers_notifies_ready_once_every_worker_serves(
+    tmp_path: Path, listener: NotifyListener
+) -> None:
+    workdir = tmp_path / "gw"
+    workdir.mkdir()
+    gateway = GatewayProcess(workdir, ["--daemon", f"unix:{workdir / 'no-board.sock'}", "--workers", "2"])
+    try:
+        listener.until(lambda f: "READY=1" in f, gateway.proc, "READY=1")
+        assert "STATUS=serving: 2 workers" in listener.fields
+        run_dir = Path(re.findall(r"run directory (\S+)\)", gateway.log())[0])
+        for index in range(2):  # both serve HTTP already: READY=1 came after theirs
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(run_dir / f"worker-{index}.sock"))) as client:
+                assert client.get("http://worker/health").json()["worker"] == index
+        gateway.proc.send_signal(signal.SIGTERM)
+        listener.until(lambda f: "STOPPING=1" in f, gateway.proc, "STOPPING=1")
+        assert gateway.proc.wait(DEADLINE_S) == 0, gateway.log()
+    finally:
+        gateway.stop()
+    assert listener.senders == {gateway.proc.pid}, "every message from the main process (NotifyAccess=main)"
+    assert listener.fields.count("READY=1") == 1

@@ -4,10 +4,10 @@ manifests support, and the pieces hold together: each daemon container's flags p
 daemon's own parser and config reader, its probes are gRPC on its own health port (startup and
 readiness on the board's service "", liveness on `calculet.liveness`), it mounts its runtime
 directory (board locks, and calsim's device locks by default), device, models and TLS files; the
-gateway's `--dns` names are the headless Service's name and ports; pods outlast their preStop sleep
-plus the drain; the PDB selects the gateway. Last, the gateway's discovery turns one headless name
-given once per board port into one board per pod address and port, as it would in a cluster (a
-hosts file stands in for DNS).
+gateway's `--dns` names are the headless Service's name and ports, its workers have the CPU they
+need; pods outlast their preStop sleep plus the drain; the PDB selects the gateway. Last, the
+gateway's discovery turns one headless name given once per board port into one board per pod
+address and port, as it would in a cluster (a hosts file stands in for DNS).
 
 No kustomize binary here: `manifests()` reads the kustomization's resources and builds its
 ConfigMap generator's output itself (namespace set, no hash suffix).
@@ -33,6 +33,7 @@ from calculet.daemon.server.liveness import LIVENESS_SERVICE
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import config_from as gateway_config_from
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver, split_host_port
+from calculet.gateway.workers.supervisor import STOP_GRACE_S
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes"
 # 1.30: the oldest release whose preStop `sleep` action is on by default; 1.37: the newest schema.
@@ -268,6 +269,8 @@ def test_drain_fits_in_the_termination_grace_period() -> None:
     graceful = gateway_main.uvicorn_config(cfg).timeout_graceful_shutdown
     sleep = gateway_container()["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert gateway_spec["terminationGracePeriodSeconds"] > sleep + graceful
+    if cfg.workers > 1:  # the supervisor's wait for its workers, before it kills them
+        assert gateway_spec["terminationGracePeriodSeconds"] > sleep + STOP_GRACE_S > sleep + graceful
 
 
 # ---------------------------------------------------------------------------------------- discovery
@@ -339,6 +342,22 @@ def test_gateway_service_serves_the_openai_api_on_8000() -> None:
     assert port["port"] == 8000 and http["containerPort"] == port_of(cfg.listen) == 8000
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def cores(quantity: str | int | float) -> float:
+    """A Kubernetes CPU quantity in cores ("500m", "1", 2)."""
+    text = str(quantity)
+    return int(text.removesuffix("m")) / 1000 if text.endswith("m") else float(text)
+
+
+def test_gateway_workers_match_the_cpu_given() -> None:
+    """Several workers (one process per core), a CPU request of at least half a core each and a limit
+    of a core each, so the workers are not throttled onto one core's time."""
+    cfg = gateway_config_from(gateway_main.settings_from(gateway_args()))
+    resources = gateway_container()["resources"]
+    assert cfg.workers >= 2
+    assert cores(resources["requests"]["cpu"]) >= cfg.workers * 0.5
+    assert cores(resources["limits"]["cpu"]) >= cfg.workers
 
 
 def test_every_pod_is_locked_down() -> None:
