@@ -134,11 +134,15 @@ class WorkerSupervisor:
         slot.ready_at = self._clock()
         log.info("worker %d (pid %d) ready", slot.index, pid)
         ready = sum(self.ready())
-        if ready == self.count and not self._announced and not self._stopping.is_set():
+        if self._stopping.is_set():
+            return
+        if self._announced:
+            self._notifier.status(f"serving: {ready} of {self.count} workers ready")
+        elif ready == self.count:
             self._announced = True
             self._notifier.ready(f"serving: {ready} workers")
-        elif self._announced:
-            self._notifier.status(f"serving: {ready} of {self.count} workers ready")
+        else:
+            self._notifier.status(f"starting: {ready} of {self.count} workers ready")
 
     async def _keep(self, slot: _Slot) -> None:
         """Fill `slot` with a process until stopping (or giving up); a defect here stops the gateway."""

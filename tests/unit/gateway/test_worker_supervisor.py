@@ -117,12 +117,12 @@ def test_ready_once_every_worker_is_ready_then_stopping_and_every_worker_stopped
         first, second = launcher.started
         supervisor.worker_message(first.pid, ["READY=1", "STATUS=serving"])
         supervisor.worker_message(4242, ["READY=1"])  # not a worker: ignored
-        assert notifier.sent == [] and supervisor.ready() == [True, False]
+        assert notifier.sent == [("STATUS=starting: 1 of 2 workers ready",)] and supervisor.ready() == [True, False]
         supervisor.worker_message(second.pid, ["READY=1", "STATUS=serving"])
-        assert notifier.sent == [("READY=1", "STATUS=serving: 2 workers")]
+        assert notifier.sent[1:] == [("READY=1", "STATUS=serving: 2 workers")]
         supervisor.stop()
         assert await running == 0
-        assert notifier.kinds() == ["READY", "STOPPING"]
+        assert notifier.kinds() == ["STATUS", "READY", "STOPPING"]
         assert first.signals == second.signals == [signal.SIGTERM]
         assert supervisor.pids() == [None, None] and supervisor.started == 2
 
@@ -144,7 +144,7 @@ def test_a_worker_that_exits_is_started_again_and_the_others_keep_running() -> N
         assert again.index == 0 and supervisor.pids() == [again.pid, second.pid]
         assert supervisor.ready() == [False, True] and not second.signals
         supervisor.worker_message(again.pid, ["READY=1"])
-        assert notifier.kinds() == ["READY", "STATUS", "STATUS"]  # READY=1 once; then how many are ready
+        assert notifier.kinds() == ["STATUS", "READY", "STATUS", "STATUS"]  # READY=1 once; else how many are ready
         assert notifier.sent[-1] == ("STATUS=serving: 2 of 2 workers ready",)
         supervisor.stop()
         assert await running == 0
