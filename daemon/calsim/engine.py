@@ -6,13 +6,13 @@ buffers and lanes. `accept` poisons the job's output rows (every byte 0xFF: NaN 
 -1 for integers) and claims its output buffers. The worker thread performs each job's steps in
 device-time order, waiting on the condition until each step is due under `time_scale`: at H2D it
 copies the active input rows out of the host buffers (a refill before H2D changes the result, as
-on hardware), at COMPUTE it runs the kernel, at FINISH (D2H end) it keeps the bf16 logits rows as
-the job's `outputs`, ends the job DONE or CCU_EXCEPTION, frees bank, buffers and lanes, and sets
-the job's event. The outputs reach the host buffers only in `deliver`, which
-`CalsimSubmission.wait` calls when it returns DONE, and only into buffers the job still claims
-(a later job that named the buffer took it over). So a caller that reads outputs before `wait`
-returned DONE (after polling `status`, or for a CCU_EXCEPTION job) reads poison, not plausible
-logits.
+on hardware), at COMPUTE it runs the kernel (and a top-k job's top-k, within the compute), at
+FINISH (D2H end) it keeps the bf16 logits rows (or the top-k outputs) as the job's `outputs`, ends
+the job DONE or CCU_EXCEPTION, frees bank, buffers and lanes, and sets the job's event. The
+outputs reach the host buffers only in `deliver`, which `CalsimSubmission.wait` calls when it
+returns DONE, and only into buffers the job still claims (a later job that named the buffer took it
+over). So a caller that reads outputs before `wait` returned DONE (after polling `status`, or for a
+CCU_EXCEPTION job) reads poison, not plausible logits.
 
 Checks (`checks`, the `checks` driver option): with them on, `pick_bank` refuses a busy bank
 (EngineBusy), `check_free` a buffer or lane held by an in-flight job (BufferInUse, LaneBusy) and
@@ -314,9 +314,9 @@ class ComputeEngine:
                     return
                 needs_kernel = self._perform(job)
             if needs_kernel:
-                logits, failure = self._compute(job)
+                logits, topk, failure = self._compute(job)
                 with self._cond:
-                    self._kernel_done(job, logits, failure)
+                    self._kernel_done(job, logits, topk, failure)
 
     def _next_due(self) -> Job | None:
         """Block until some job's next step is due; None when the worker must exit."""
@@ -355,19 +355,24 @@ class ComputeEngine:
         self._finish(job)
         return False
 
-    def _compute(self, job: Job) -> tuple[np.ndarray | None, str | None]:
-        """Outside the lock, holding the kernel token."""
+    def _compute(self, job: Job) -> tuple[np.ndarray | None, dict[str, np.ndarray] | None, str | None]:
+        """Outside the lock, holding the kernel token: the logits, and a top-k job's outputs."""
         try:
             sub = job.resolved.submodel
-            return compute_logits(job.kernel, sub.task_type, job.resolved.rows, job.staged), None
+            logits = compute_logits(job.kernel, sub.task_type, job.resolved.rows, job.staged)
         except ComputeFailed as exc:
-            return None, str(exc)
+            return None, None, str(exc)
+        ids = job.resolved.outputs.get("topk_ids")
+        return logits, None if ids is None else topk_outputs(logits, ids.array.shape[1]), None
 
-    def _kernel_done(self, job: Job, logits: np.ndarray | None, failure: str | None) -> None:
+    def _kernel_done(
+        self, job: Job, logits: np.ndarray | None, topk: dict[str, np.ndarray] | None, failure: str | None
+    ) -> None:
         self._kernel_user = None
         self._cond.notify_all()
         if not job.finished:
             job.logits = logits
+            job.topk = topk
             job.failure = failure
             if failure is None:
                 job.lane_kv.written(job.resolved.rows)  # the kernel wrote the rows' KV
@@ -384,7 +389,8 @@ class ComputeEngine:
         if ids is None:
             job.outputs = {"logits": logits}  # reaches the host buffer when `wait` returns DONE
         else:
-            job.outputs = topk_outputs(logits, ids.array.shape[1])
+            poisoned = logits is not job.logits or job.topk is None  # a NaN fault replaced the logits
+            job.outputs = topk_outputs(logits, ids.array.shape[1]) if poisoned else job.topk
             job.kept_logits = logits
         self._end(job, JobStatus.DONE)
 

@@ -135,6 +135,9 @@ class Job:
         self.step: Lifecycle[Step] = Lifecycle(f"calsim job {job_id} step", Step.H2D, STEP_EDGES)
         self.staged: dict[str, np.ndarray] = {}  # input rows read at H2D
         self.logits: np.ndarray | None = None  # bf16 [rows, vocab] produced at COMPUTE
+        # The outputs a top-k job's D2H will move, computed with the logits at COMPUTE (on the device
+        # the top-k runs within the compute, so it must not delay the D2H end here either).
+        self.topk: dict[str, np.ndarray] | None = None
         self.outputs: dict[str, np.ndarray] = {}  # output name -> rows copied at D2H, delivered at wait
         # A top-k job's full bf16 rows, kept "on the device" for `read_logits_row` until another job
         # claims one of its output buffers (the engine drops them then).
