@@ -12,6 +12,10 @@ the median and the spread (min..max) over the repeats of:
 - the daemon's CPU without calsim's kernel: the kernel (the emulated device's compute, which a real
   board does on the device) is timed here in-process on the same package, rows and batch sizes
   (`time.thread_time`, bf16 conversion included) and subtracted per token;
+- the daemon's CPU by thread (their OS names, `daemon/os_threads.py`): the gRPC loop (main
+  thread), the engine, the completion thread, calsim's worker (the whole emulated device: its
+  clock, copies, kernel and top-k, which a real board does on the board) and the rest; and the
+  daemon without calsim's worker;
 - TTFT and TPOT p50 (client clocks), throughput, and the device figures from the daemon's Status
   over the run: `step` is the modelled device time per decoded token (H2D + compute + D2H seconds
   on the device clock x time scale, less the prefills' (one request's prefill is measured alone
@@ -63,6 +67,29 @@ class Run:
     ttft: list[float]
     tpot: list[float]
     device: dict[str, float]  # Status differences (device clock seconds) and generated tokens
+    threads: dict[str, float]  # the daemon's CPU seconds by thread group (`thread_cpu`)
+
+
+# The daemon's threads by OS name (daemon/os_threads.py); the main thread runs the gRPC event loop.
+THREAD_GROUPS = {"calsim-worker": "calsim", "calculet-engine": "engine", "calculet-comple": "completion"}
+
+
+def thread_cpu(proc: psutil.Process) -> dict[str, float]:
+    """CPU seconds so far of each of the daemon's thread groups: the gRPC loop (main thread), the
+    engine, the completion thread, calsim's worker (the emulated device) and the rest (gRPC's core
+    threads, observers, ...)."""
+    out: dict[str, float] = {}
+    for t in proc.threads():
+        if t.id == proc.pid:
+            group = "loop"
+        else:
+            try:
+                comm = Path(f"/proc/{proc.pid}/task/{t.id}/comm").read_text().strip()
+            except OSError:
+                continue
+            group = THREAD_GROUPS.get(comm, "other")
+        out[group] = out.get(group, 0.0) + t.user_time + t.system_time
+    return out
 
 
 def kernel_cpu_per_token(package: Path, batches: tuple[int, ...], rounds: int = 30) -> dict[int, float]:
@@ -140,15 +167,17 @@ async def measure(
 
     before_dev = device_figures(await status.status())
     before = {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}
+    threads_before = thread_cpu(procs["daemon"])
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
     cpu = {name: sum(p.cpu_times()[:2]) - before[name] for name, p in procs.items()}
+    threads = {k: v - threads_before.get(k, 0.0) for k, v in thread_cpu(procs["daemon"]).items()}
     after_dev = device_figures(await status.status())
     device = {k: after_dev[k] - before_dev[k] for k in after_dev}
     tokens = sum(r[2] for r in rows)
     tpot = [(e2e - ttft) / (n - 1) for ttft, e2e, n in rows if n > 1]
-    return Run(tokens, len(rows), wall, cpu, [r[0] for r in rows], tpot, device)
+    return Run(tokens, len(rows), wall, cpu, [r[0] for r in rows], tpot, device, threads)
 
 
 def spread(values: list[float], fmt: str = "{:.0f}") -> str:
@@ -184,7 +213,12 @@ def report(label: str, runs: list[Run], scale: float, kernel_s: float, prefill_s
         minus = [t - s for t, s in zip(tpot, step, strict=True)]
         line += f"  device step/token ms {spread(step, '{:.2f}')}  TPOT-step ms {spread(minus, '{:.2f}')}"
         line += f"  busy {spread(busy, '{:.3f}')}"
-    print(line, flush=True)
+    print(line)
+    groups = ("loop", "engine", "completion", "calsim", "other")
+    by_thread = {g: [r.threads.get(g, 0.0) * 1e6 / r.tokens for r in runs] for g in groups}
+    no_calsim = [d - c for d, c in zip(per_tok["daemon"], by_thread["calsim"], strict=True)]
+    print("  daemon CPU us/token by thread  " + "  ".join(f"{g} {spread(by_thread[g])}" for g in groups)
+          + f"  daemon w/o calsim's worker {spread(no_calsim)}", flush=True)  # fmt: skip
 
 
 async def run_scale(work: Path, scale: str, args: argparse.Namespace, kernel: dict[int, float]) -> None:

@@ -47,6 +47,7 @@ from calculet.daemon.calsim.timing import JobDurations, copy_s
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.errors import BufferInUse, DeviceLost, EngineBusy, InvalidJob, LaneBusy
 from calculet.daemon.device.types import EngineSlot, JobCounters, JobSpec, JobStatus
+from calculet.daemon.os_threads import named
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class ComputeEngine:
         self._kernel_user: Job | None = None
         self._stopping = False
         self.gone: str | None = None  # why every call now raises DeviceLost (lost or closed)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=named("calsim-worker", self._run), name=name, daemon=True)
 
     # ------------------------------------------------------------------ worker thread control
 

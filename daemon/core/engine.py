@@ -93,6 +93,7 @@ from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 from calculet.daemon.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
+from calculet.daemon.os_threads import named
 from calculet.daemon.sampling.history import TokenHistory
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ class Engine(EngineGenerations):
         if not self._config.synchronous:
             names.append(("calculet-completion", self._completion_loop))
         for name, target in names:
-            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread = threading.Thread(target=named(name, target), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
