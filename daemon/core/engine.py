@@ -360,13 +360,15 @@ class Engine(EngineGenerations):
                 self._book.rejected(req.model, exc.kind.value)
                 raise
         # O(prompt) work outside the lock, on a sequence nobody else can see yet: validation (the
-        # transport has usually done it already) and the penalties' token history.
+        # transport has usually done it already) and the penalties' token history (only the sampler's
+        # penalties read it: without them it would cost a set and three arrays of appends per token).
         limits = rt.limits
         validate_request(req, limits)
         seq = Sequence(new_sequence_id(), req, rt.generation, rt.eos_ids)
         seq.capture_logits = capture_logits
         seq.internal = runtime is not None
-        seq.history = TokenHistory(limits.vocab_size, req.prompt_tokens, seq.generated)
+        if req.sampling.has_penalties:
+            seq.history = TokenHistory(limits.vocab_size, req.prompt_tokens, seq.generated)
         if self._config.policy.prefix_reuse and runtime is None:
             seq.prefill_array()  # O(prompt), outside the lock: matched against parked lanes under it
         with self._cond:
