@@ -322,6 +322,10 @@ def test_submit_builds_the_sequence_outside_the_engine_lock(models: Path, monkey
 
         monkeypatch.setattr(engine_module, "validate_request", validate)
         monkeypatch.setattr(engine_module, "TokenHistory", history)
-        job = core.submit(request((1, 2, 3), 4, seed=1)).job_id
+        job = core.submit(request((1, 2, 3), 4, seed=1, temperature=0.8, repetition_penalty=1.1)).job_id
         finish(core, job)
-    assert held == {"validate": False, "history": False}
+        assert held == {"validate": False, "history": False}
+        held.clear()
+        plain = core.submit(request((1, 2, 3), 4, seed=2)).job_id  # no penalties: no history at all
+        finish(core, plain)
+    assert held == {"validate": False}
