@@ -81,21 +81,21 @@ async def respond(
     Raises:
         CalculetError: before any byte is sent (the exception handlers answer it).
     """
+    metrics: GatewayMetrics = request.app.state.metrics
+    if stream:
+        # One watch of the connection for the submit and the first event (each watch is a task and a
+        # wait on the time-to-first-token path).
+        head = streaming.prepared_head(prepare, metrics, started)
+        prepared, events, first = await streaming.unless_disconnected(request, head, streaming.close_head)
+        sse = streaming.sse_chat if chat else streaming.sse_completion
+        body = sse(prepared, first, events, logprobs=logprobs, include_usage=include_usage)
+        return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)  # the body closes it
     prepared = await streaming.unless_disconnected(request, prepare, Prepared.close)
-    handed_off = False  # the SSE body closes `prepared` once it runs
     try:
-        metrics: GatewayMetrics = request.app.state.metrics
         events = metrics.watch(prepared.events(), prepared.model, prepared.prompt_token_count, started)
-        if stream:
-            first = await streaming.first_event(request, events)
-            sse = streaming.sse_chat if chat else streaming.sse_completion
-            body = sse(prepared, first, events, logprobs=logprobs, include_usage=include_usage)
-            handed_off = True
-            return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
         states = await streaming.unless_disconnected(request, streaming.collect(prepared, events, chat=chat))
     finally:
-        if not handed_off:
-            prepared.close()  # every placement released, even of choices whose events never ran
+        prepared.close()  # every placement released, even of choices whose events never ran
     answer = formats.chat_response if chat else formats.completion_response
     used = streaming.usage_of(prepared, states)
     return json_response(answer(prepared.request_id, prepared.created, prepared.model, states, used, logprobs))

@@ -1,6 +1,7 @@
 """Running a prepared request for HTTP: SSE streams, whole answers, and the client's disconnect.
 
-`first_event` waits for a request's first event while watching the connection, so errors that
+`prepared_head` submits a streamed request and waits for its first event while
+`unless_disconnected` watches the connection, so errors that
 happen before any output (every board overloaded or draining) still become a proper HTTP status,
 and a client that leaves during the prefill cancels its jobs at once. `sse_chat` / `sse_completion`
 turn choice events into `data: {...}` lines (tokens that arrived together become one event) and
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -33,6 +34,12 @@ log = logging.getLogger("calculet.gateway.http")
 T = TypeVar("T")
 Events = AsyncIterator[tuple[int, ChoiceEvent]]
 DONE = b"data: [DONE]\n\n"
+
+
+class ChoiceWatcher(Protocol):
+    """What records a request's choice events as they pass (`GatewayMetrics.watch`)."""
+
+    def watch(self, events: Events, model: str, prompt_tokens: int, started: float) -> Events: ...
 
 
 def sse(obj: Any) -> bytes:
@@ -87,13 +94,30 @@ def _drop(task: asyncio.Future[T], abandon: Callable[[T], None] | None) -> None:
     task.add_done_callback(done)
 
 
-async def first_event(request: Request, events: Events) -> tuple[int, ChoiceEvent] | None:
-    """The first event of `events` (None if there is none), watching for a disconnect."""
+Head = tuple[Prepared, Events, "tuple[int, ChoiceEvent] | None"]
 
-    async def head() -> tuple[int, ChoiceEvent] | None:
-        return await anext(events, None)
 
-    return await unless_disconnected(request, head())
+async def prepared_head(prepare: Awaitable[Prepared], metrics: ChoiceWatcher, started: float) -> Head:
+    """A request prepared (submitted), its events (watched by the metrics) and the first of them
+    (None if there is none): what a streamed answer needs before its first byte. Run it under
+    `unless_disconnected` with `close_head`; the SSE body then owns the `Prepared`.
+
+    Raises:
+        CalculetError: preparing failed, or the choices failed before any event; the `Prepared`, if
+            any, is closed.
+    """
+    prepared = await prepare
+    try:
+        events = metrics.watch(prepared.events(), prepared.model, prepared.prompt_token_count, started)
+        return prepared, events, await anext(events, None)
+    except BaseException:
+        prepared.close()
+        raise
+
+
+def close_head(head: Head) -> None:
+    """Release a head nobody will stream (the client left as it became ready)."""
+    head[0].close()
 
 
 async def _chain(first: tuple[int, ChoiceEvent] | None, events: Events) -> Events:

@@ -169,7 +169,7 @@ def test_the_connection_sends_the_token_on_every_call(recorded: tuple[str, FakeD
     target, _, recorder = recorded
     tokens = _use(lambda: ClientConnection(target, load_interval_ms=100, token=TOKEN))
     assert tokens == completion_tokens([4, 5], 0, 4)
-    assert set(recorder.methods()) == {"WatchLoad", "Watch", "GetModel", "Submit", "Wait"}
+    assert set(recorder.methods()) == {"WatchLoad", "Watch", "GetModel", "Submit", "Follow"}  # waits share Follow
     assert {auth for _, auth in recorder.calls} == {f"Bearer {TOKEN}"}
 
 
