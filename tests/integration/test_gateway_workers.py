@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -265,9 +266,11 @@ def test_workers_die_with_a_killed_supervisor(start_daemon: StartDaemon, start_g
     board = start_daemon("--model", "tiny=tiny")
     gateway = start_gateway("--workers", str(WORKERS), "--daemon", board.target)
     pids = wait_workers_ready(gateway, {"tiny": 1})
+    directory = run_dir(gateway)
     gateway.proc.kill()
     gateway.proc.wait(WAIT_S)
     poll(lambda: all(gone(pid) for pid in pids), "the workers gone with their supervisor")
+    shutil.rmtree(directory)  # a killed supervisor cannot remove it: it was still there
 
 
 def test_zero_workers_is_refused_with_one_line(tmp_path: Path) -> None:
