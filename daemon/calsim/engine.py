@@ -390,8 +390,9 @@ class ComputeEngine:
         if ids is None:
             job.outputs = {"logits": logits}  # reaches the host buffer when `wait` returns DONE
         else:
-            poisoned = logits is not job.logits or job.topk is None  # a NaN fault replaced the logits
-            job.outputs = topk_outputs(logits, ids.array.shape[1]) if poisoned else job.topk
+            # Computed at COMPUTE, unless a NaN fault replaced the logits since.
+            ready = job.topk if logits is job.logits else None
+            job.outputs = ready if ready is not None else topk_outputs(logits, ids.array.shape[1])
             job.kept_logits = logits
         self._end(job, JobStatus.DONE)
 
