@@ -7,17 +7,20 @@ step costs one message carrying every attachment's new events.
 
 Data flow: the servicer's request reader calls `attach` / `detach` (on the event loop); each
 attachment subscribes to its job's `EventLog`, whose listener (called on an engine thread after
-every append) only calls `wake`; the servicer's stream loop then calls `collect`, converts the
-`FollowUpdate`s to one reply (`wire.follow_reply_to_pb`) and sends it.
+every append) marks the attachment changed and calls `wake`; the servicer's stream loop then calls
+`collect`, which reads the changed attachments only; the servicer converts the `FollowUpdate`s to
+one reply (`wire.follow_reply_to_pb`) and sends it.
 
 Ownership: the session owns its attachments and their log subscriptions; `close` (the stream is
 over) unsubscribes them all. An attachment is dropped after the update that carries its Final,
 its error, or its empty end. The session never cancels a job (as closing a Wait stream does not).
-Not thread-safe apart from `wake`: everything else runs on the event loop.
+Not thread-safe apart from the log listeners (which take the session's small lock) and `wake`:
+everything else runs on the event loop.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -68,6 +71,10 @@ class _LiveAttachment:
 class FollowSession:
     """The live attachments of one Follow stream.
 
+    `collect` reads only the attachments whose logs changed since it last looked (their listeners
+    mark them, on the engine thread, under a small lock), so a stream holding many queued jobs
+    costs each decode step the jobs that step advanced, as their own Wait streams would.
+
     Args:
         open_log: the job's event log for a Wait (`DeviceCore.event_log`); raises the typed error a
             Wait would fail with (NotFound, Cancelled, ...).
@@ -79,7 +86,8 @@ class FollowSession:
         self._wake = wake
         self._live: dict[int, _LiveAttachment] = {}
         self._refused: list[FollowUpdate] = []  # attach refusals and empty ends, sent next
-        self._closed = False
+        self._dirty_lock = threading.Lock()
+        self._dirty: dict[int, None] = {}  # follow ids whose logs may hold unsent events, in order
 
     @property
     def attached(self) -> int:
@@ -107,8 +115,8 @@ class FollowSession:
             self._refused.append(FollowUpdate(follow_id, job_id, None, error=err))
             self._wake()
             return
-        self._live[follow_id] = _LiveAttachment(job_id, log, from_index, log.subscribe(self._wake))
-        self._wake()
+        self._live[follow_id] = _LiveAttachment(job_id, log, from_index, log.subscribe(self._marker(follow_id)))
+        self._mark(follow_id)  # it may hold events already
 
     def detach(self, follow_id: int) -> None:
         """Stop following (unknown ids are ignored: a detach may race the attachment's end)."""
@@ -117,11 +125,17 @@ class FollowSession:
             attachment.unsubscribe()
 
     def collect(self, budget: int = REPLY_BUDGET) -> list[FollowUpdate]:
-        """Every attachment's new events (within `budget`), dropping the attachments that ended."""
+        """The changed attachments' new events (within `budget`), dropping the attachments that ended."""
         updates, self._refused = self._refused, []
-        for follow_id, attachment in list(self._live.items()):
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, {}
+        pending = iter(dirty)
+        for follow_id in pending:
+            attachment = self._live.get(follow_id)
+            if attachment is None:
+                continue  # detached meanwhile
             if budget <= 0:
-                self._wake()  # the rest goes in the next reply
+                self._mark(follow_id, *pending)  # the rest goes in the next reply
                 break
             events = attachment.log.read(attachment.index)
             if not events:
@@ -140,7 +154,19 @@ class FollowSession:
             updates.append(update)
             if update.ends:
                 self.detach(follow_id)
+            elif len(taken) < len(events):
+                self._mark(follow_id)  # the budget cut its events: the rest next
         return updates
+
+    def _marker(self, follow_id: int) -> Callable[[], None]:
+        return lambda: self._mark(follow_id)
+
+    def _mark(self, *follow_ids: int) -> None:
+        """These attachments may have news (any thread); wake the stream."""
+        with self._dirty_lock:
+            for follow_id in follow_ids:
+                self._dirty[follow_id] = None
+        self._wake()
 
     def close(self) -> None:
         """Unsubscribe every attachment (idempotent)."""

@@ -4,6 +4,8 @@ refusal or its empty end; detaching or closing unsubscribes (the orphan clock ru
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -187,3 +189,27 @@ def test_the_reply_converts_like_wait_events() -> None:
     expected = [event_to_pb(e) for e in log.read(0)[:2]] + [event_to_pb(log.read(0)[2], 7, 1, 7)]
     assert list(item.events) == expected
     assert [event_from_pb(pb) for pb in item.events][:2] == [event_from_pb(pb) for pb in expected][:2]
+
+
+def test_collect_reads_only_the_attachments_whose_logs_changed() -> None:
+    """A stream holding many queued jobs costs a step the jobs that step advanced, not all of them."""
+    logs = Logs(*(f"j{i}" for i in range(200)))
+    session = logs.session()
+    for i in range(200):
+        session.attach(i, f"j{i}", 0)
+    assert session.collect() == []
+    reads: list[str] = []
+    for log in logs.logs.values():
+        original = log.read
+
+        def counting(from_index: int, log: EventLog = log, original: Any = original) -> list[Any]:
+            reads.append(log.job_id)
+            return original(from_index)
+
+        log.read = counting  # type: ignore[method-assign]
+    logs.logs["j7"].append_tokens((1,))
+    logs.logs["j150"].append_tokens((2,))
+    updates = session.collect()
+    assert sorted(u.follow_id for u in updates) == [7, 150]
+    assert sorted(reads) == ["j150", "j7"]
+    assert session.collect() == [] and sorted(reads) == ["j150", "j7"]  # nothing changed: nothing read
