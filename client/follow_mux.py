@@ -181,8 +181,8 @@ class FollowMux:
             # A reader that stops early detaches; an attachment that ended is already gone on the daemon.
             if call.attachments.pop(follow_id, None) is not None and not attachment.ended:
                 call.send(inference_pb2.FollowRequest(detach=follow_id))
-        if attachment.error is None:
-            return
+        if attachment.ended or attachment.error is None:
+            return  # its Final (or empty end) came before any failure of the stream
         if isinstance(attachment.error, _FellBack):
             async for event in self._open_wait(job_id, next_index):
                 yield event

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from calculet.client import AsyncDaemonClient
+from calculet.client.follow_mux import FollowMux
 from calculet.daemon.errors import NotFound
 from calculet.v1 import inference_pb2
 
@@ -106,3 +107,44 @@ def test_a_daemon_without_follow_is_waited_on_stream_by_stream(tmp_path: Path) -
         server.stop(grace=None).wait(5)
     methods = recorder.methods()
     assert methods.count("Follow") == 1 and methods.count("Wait") == 2  # tried once, then Wait for good
+
+
+class BrokenAfterFinal:
+    """A Follow call (the aio call's surface the mux uses) whose one reply carries a job's token and
+    Final, and which then breaks with UNAVAILABLE before the reader has taken them."""
+
+    def __init__(self) -> None:
+        self.attach = asyncio.Event()
+        self.written: list[inference_pb2.FollowRequest] = []
+
+    async def write(self, request: inference_pb2.FollowRequest) -> None:
+        self.written.append(request)
+        self.attach.set()
+
+    def cancel(self) -> bool:
+        return True
+
+    async def __aiter__(self) -> Any:
+        await self.attach.wait()  # the mux's writer task sends the attach first
+        follow_id = self.written[0].attach.follow_id
+        token = inference_pb2.WaitEvent(index=0, tokens=inference_pb2.TokenChunk(first_index=0, tokens=[9]))
+        length = inference_pb2.Final(finish_reason=inference_pb2.FINISH_REASON_LENGTH)
+        update = inference_pb2.FollowedEvents(
+            follow_id=follow_id, events=[token, inference_pb2.WaitEvent(index=1, final=length)]
+        )
+        yield inference_pb2.FollowReply(updates=[update])
+        empty = grpc.aio.Metadata()
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, empty, empty, "Socket closed")
+
+
+def test_a_stream_that_breaks_after_a_final_still_ends_that_job_cleanly() -> None:
+    async def main() -> list[inference_pb2.WaitEvent]:
+        async def no_wait(job_id: str, index: int) -> Any:
+            raise AssertionError("no fallback expected")
+            yield  # pragma: no cover
+
+        mux = FollowMux(BrokenAfterFinal, no_wait)
+        return [event async for event in mux.open("job-1", 0)]
+
+    events = asyncio.run(main())
+    assert [e.HasField("final") for e in events] == [False, True]
