@@ -92,7 +92,7 @@ class AsyncDaemonClient:
         """Close the channel; open calls are cancelled. Idempotent."""
         if self._life.close():
             if self._follow is not None:
-                self._follow.close()
+                await self._follow.aclose()
             await self._channel.close(grace=None)
 
     async def __aenter__(self) -> AsyncDaemonClient:

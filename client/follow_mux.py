@@ -14,7 +14,9 @@ streams for good, including for the attachments open at that moment (from their 
 
 Ownership: the mux owns its calls; each attachment belongs to the iterator `open` returned, and
 closing that iterator detaches it (never cancelling the job). A call that fails fails all its
-attachments and is dropped; the next `open` starts a new one. Single event loop, no locks.
+attachments and is dropped; the next `open` starts a new one. `aclose` (the client's close) cancels
+the live call and waits for its tasks, so nothing of it is left for gRPC to run once the event loop
+is closed. Single event loop, no locks.
 """
 
 from __future__ import annotations
@@ -113,8 +115,12 @@ class _FollowCall:
                 attachment.ended = True
             attachment.wake()
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
+        """Cancel the call and wait for its tasks, so nothing of it runs after the loop is gone."""
         self._reader.cancel()
+        self._writer.cancel()
+        self.call.cancel()
+        await asyncio.gather(self._reader, self._writer, return_exceptions=True)
 
 
 class FollowMux:
@@ -138,11 +144,11 @@ class FollowMux:
             return self._open_wait(job_id, from_index)
         return self._follow(job_id, from_index)
 
-    def close(self) -> None:
-        """Stop the live call (its attachments fail with Unavailable)."""
+    async def aclose(self) -> None:
+        """Stop the live call (its attachments fail with Unavailable) and wait until it is gone."""
         call, self._call = self._call, None
         if call is not None:
-            call.close()
+            await call.aclose()
 
     def _live_call(self) -> _FollowCall:
         if self._call is None:
