@@ -14,9 +14,9 @@ streams for good, including for the attachments open at that moment (from their 
 
 Ownership: the mux owns its calls; each attachment belongs to the iterator `open` returned, and
 closing that iterator detaches it (never cancelling the job). A call that fails fails all its
-attachments and is dropped; the next `open` starts a new one. `aclose` (the client's close) cancels
-the live call and waits for its tasks, so nothing of it is left for gRPC to run once the event loop
-is closed. Single event loop, no locks.
+attachments and is dropped; the next `open` starts a new one. `aclose` (the client's close) half-closes
+the live call and waits for the daemon to end it (cancelling it only if attachments keep it open),
+so nothing of it is left for gRPC to run once the event loop is closed. Single event loop, no locks.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from calculet.v1 import inference_pb2
 log = logging.getLogger(__name__)
 
 OpenWait = Callable[[str, int], AsyncIterator[inference_pb2.WaitEvent]]
+CLOSE_WAIT_S = 2.0  # how long a closing client waits for the daemon to end its Follow stream
 
 
 class _FellBack(Exception):
@@ -116,11 +117,22 @@ class _FollowCall:
             attachment.wake()
 
     async def aclose(self) -> None:
-        """Cancel the call and wait for its tasks, so nothing of it runs after the loop is gone."""
-        self._reader.cancel()
+        """End the call and wait for it, so nothing of it is left for gRPC to run once the loop is gone.
+
+        The client half-closes, and the daemon ends the stream with OK once no attachment is live
+        (gRPC then has no cancellation to complete after us); a call still carrying attachments
+        after `CLOSE_WAIT_S` is cancelled.
+        """
         self._writer.cancel()
-        self.call.cancel()
-        await asyncio.gather(self._reader, self._writer, return_exceptions=True)
+        await asyncio.gather(self._writer, return_exceptions=True)
+        if not self._reader.done():
+            with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+                await self.call.done_writing()
+            await asyncio.wait({self._reader}, timeout=CLOSE_WAIT_S)
+        if not self._reader.done():
+            self._reader.cancel()
+            self.call.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
 
 
 class FollowMux:

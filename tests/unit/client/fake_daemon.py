@@ -269,20 +269,31 @@ class FakeDaemon(daemon_pb2_grpc.DaemonServicer):
                 out.put(("ended", follow_id, None))
             except _Aborted as aborted:
                 out.put(("refused" if aborted.code in IN_BAND_CODES else "abort", follow_id, aborted))
+            finally:
+                out.put(("over", follow_id, None))
 
         def read_requests() -> None:
             with contextlib.suppress(grpc.RpcError, ValueError):
                 for request in requests:
                     if request.HasField("attach"):
+                        out.put(("attached", 0, None))
                         args = (request.attach.follow_id, request.attach.wait)
                         threading.Thread(target=attachment, args=args, daemon=True).start()
+            out.put(("half-closed", 0, None))
 
         threading.Thread(target=read_requests, daemon=True).start()
         context.add_callback(lambda: out.put(("closed", 0, None)))  # the call ended (the client cancelled)
+        live, half_closed = 0, False
         while True:
             kind, follow_id, value = out.get()
             if kind == "closed":
                 return
+            if kind in ("attached", "over", "half-closed"):
+                live += {"attached": 1, "over": -1, "half-closed": 0}[kind]
+                half_closed = half_closed or kind == "half-closed"
+                if half_closed and live == 0:
+                    return  # the client is done and nothing is attached: end the stream OK, as the daemon does
+                continue
             reply = inference_pb2.FollowReply()
             update = reply.updates.add(follow_id=follow_id)
             if kind == "event":
