@@ -144,7 +144,8 @@ class DaemonServicer:
         the orphan timeout) and ends after its Final; an attach Wait would refuse (NOT_FOUND,
         INVALID_ARGUMENT, CANCELLED) is answered in-band with that attachment's error. The stream
         itself fails only as a whole (UNAVAILABLE when the daemon stops, INVALID_ARGUMENT for a
-        request that does not parse or reuses a live follow_id).
+        request that does not parse or reuses a live follow_id). A client that half-closes gets the
+        stream ended with OK once none of its attachments is live.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
