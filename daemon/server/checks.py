@@ -128,3 +128,15 @@ def stop_token(log: EventLog) -> int | None:
         if isinstance(event, TokenChunk) and event.tokens:
             return event.tokens[-1]
     return None
+
+
+def wait_start(log: EventLog, job: str, from_index: int) -> int:
+    """A Wait's (or a Follow attachment's) first event index, checked against what the job produced.
+
+    Raises:
+        InvalidArgument: beyond the events produced so far.
+    """
+    produced = log.produced()
+    if from_index > produced:
+        raise InvalidArgument(f"from_event_index: {from_index} is beyond the {produced} events job {job} has produced")
+    return from_index

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from calculet.daemon.core.events import Event, EventLog, FinalEvent, TokenChunk
 from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.daemon.server.checks import wait_start
 
 # What one reply may carry before the rest waits for the next one, in units of about 10 bytes on
 # the wire (a token, a logprob, an alternative): far below gRPC's 4 MiB message limit even for a
@@ -106,11 +107,7 @@ class FollowSession:
             raise InvalidArgument(f"follow_id {follow_id} is already attached on this stream")
         try:
             log = self._open_log(job_id)
-            produced = log.produced()
-            if from_index > produced:
-                raise InvalidArgument(
-                    f"from_event_index: {from_index} is beyond the {produced} events job {job_id} has produced"
-                )
+            wait_start(log, job_id, from_index)
         except CalculetError as err:
             self._refused.append(FollowUpdate(follow_id, job_id, None, error=err))
             self._wake()

@@ -46,6 +46,7 @@ from calculet.daemon.server.checks import (
     package_path,
     reset_kind,
     stop_token,
+    wait_start,
     watch_interval_s,
 )
 from calculet.daemon.server.errors import map_errors
@@ -230,12 +231,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     @map_errors
     async def Wait(self, request: inference_pb2.WaitRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         log_ = self.core.event_log(job_id(request.job_id), for_wait=True)
-        index = int(request.from_event_index)
-        produced = log_.produced()
-        if index > produced:
-            raise InvalidArgument(
-                f"from_event_index: {index} is beyond the {produced} events job {request.job_id} has produced"
-            )
+        index = wait_start(log_, request.job_id, int(request.from_event_index))
         changed = asyncio.Event()
 
         def wake() -> None:  # called on an engine thread
@@ -248,9 +244,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
                 events = log_.read(index)
                 for event in events:
                     if isinstance(event, FinalEvent):
-                        generation, recoveries = self.core.job_generation(request.job_id)
-                        stop = stop_token(log_) if event.reason is FinishReason.STOP else None
-                        yield event_to_pb(event, generation, recoveries, stop)
+                        yield event_to_pb(event, *self._final_extras(request.job_id, log_, event))
                         return
                     yield event_to_pb(event)
                 index += len(events)
