@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from calculet.gateway.fleet.board import BoardState
@@ -40,6 +40,24 @@ async def start_service(
     await until(fleet, lambda: all(b.state is BoardState.UP for b in fleet.boards.values()), "boards up")
     service = GatewayService(fleet, Router(fleet, mode, random.Random(seed)), policy or RetryPolicy(6, 0.5))
     return fleet, service
+
+
+def serving(
+    *daemons: FakeDaemon, setup: Callable[[GatewayService], None] | None = None
+) -> Callable[[], AsyncIterator[GatewayService]]:
+    """The app's `make_service` over these fakes (`create_app(serving(...))`): the service started in
+    the app's loop, `setup` applied to it (an answer memory, a catalog, ...), its fleet closed after."""
+
+    async def make_service() -> AsyncIterator[GatewayService]:
+        fleet, service = await start_service(*daemons)
+        if setup is not None:
+            setup(service)
+        try:
+            yield service
+        finally:
+            await fleet.close()
+
+    return make_service
 
 
 async def routed(fleet: Fleet, tokens: Sequence[int] = (72, 105, 33), session: str = "") -> RouteRequest:

@@ -4,7 +4,7 @@ the memory's size in tokens and answers."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,7 +15,7 @@ from calculet.gateway.serving.service import GatewayService
 from calculet.gateway.text.answer_memory import AnswerMemory
 from calculet.gateway.text.answer_splice import placeholder
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import start_service
+from tests.unit.gateway.harness import serving
 from tests.unit.telemetry.scrape import Scrape, delta
 
 QUESTION = {"role": "user", "content": "Tell me about lanes."}
@@ -23,15 +23,12 @@ QUESTION = {"role": "user", "content": "Tell me about lanes."}
 
 @contextmanager
 def gateway() -> Iterator[TestClient]:
-    async def make_service() -> AsyncIterator[GatewayService]:
-        fleet, service = await start_service(FakeDaemon("board-a"))
+    def remembering(service: GatewayService) -> None:
         service.answers = AnswerMemory(100_000)  # opt-in (off by default)
-        try:
-            yield service
-        finally:
-            await fleet.close()
 
-    with TestClient(create_app(make_service), raise_server_exceptions=True) as client:
+    with TestClient(
+        create_app(serving(FakeDaemon("board-a"), setup=remembering)), raise_server_exceptions=True
+    ) as client:
         yield client
 
 

@@ -6,7 +6,7 @@ candidate. The app runs in-process (Starlette's TestClient) over fake boards."""
 from __future__ import annotations
 
 import hmac
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -18,22 +18,14 @@ from calculet.gateway.api import auth
 from calculet.gateway.api.app import create_app
 from calculet.gateway.api.auth import ApiKeyAuth, bearer_key, key_matches, read_api_keys
 from calculet.gateway.errors import InvalidApiKey, error_response
-from calculet.gateway.serving.service import GatewayService
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import start_service
+from tests.unit.gateway.harness import serving
 
 KEYS = (b"sk-first-key", b"sk-second-key")
 
 
 def _app(keys: tuple[bytes, ...]) -> TestClient:
-    async def make_service() -> AsyncIterator[GatewayService]:
-        fleet, service = await start_service(FakeDaemon("board-0"))
-        try:
-            yield service
-        finally:
-            await fleet.close()
-
-    return TestClient(create_app(make_service, api_keys=keys), raise_server_exceptions=True)
+    return TestClient(create_app(serving(FakeDaemon("board-0")), api_keys=keys), raise_server_exceptions=True)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ every catalog model as ready on N boards or loadable (issue 20)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from calculet.gateway.config import config_from, read_config
 from calculet.gateway.fleet.catalog import CatalogModel, catalog_from
 from calculet.gateway.serving.service import GatewayService
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import start_service
+from tests.unit.gateway.harness import serving
 
 
 def test_a_config_file_declares_the_catalog(tmp_path: Path) -> None:
@@ -60,15 +59,10 @@ def test_a_bad_catalog_is_refused_naming_the_alias_and_key(tables: Any, message:
 def test_v1_models_lists_ready_and_loadable_models() -> None:
     catalog = (CatalogModel(ALIAS, "pkg-a", min_boards=1), CatalogModel("dense", "dense0"))
 
-    async def make_service() -> AsyncIterator[GatewayService]:
-        fleet, service = await start_service(FakeDaemon("board-0"), FakeDaemon("board-1"))
+    def with_catalog(service: GatewayService) -> None:
         service.catalog = catalog
-        try:
-            yield service
-        finally:
-            await fleet.close()
 
-    with TestClient(create_app(make_service)) as client:
+    with TestClient(create_app(serving(FakeDaemon("board-0"), FakeDaemon("board-1"), setup=with_catalog))) as client:
         data = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
     assert set(data) == {ALIAS, "dense"}
     assert (data[ALIAS]["state"], data[ALIAS]["boards"]) == ("ready", 2) and data[ALIAS]["context_length"] > 0

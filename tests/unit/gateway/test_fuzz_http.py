@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,9 +17,8 @@ from starlette.testclient import TestClient
 
 from calculet.gateway.api.app import create_app
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
-from calculet.gateway.serving.service import GatewayService
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import start_service
+from tests.unit.gateway.harness import serving
 
 ALLOWED = {200, 400, 401, 404, 429, 503}
 PATHS = ("/v1/chat/completions", "/v1/completions")
@@ -30,15 +29,8 @@ FUZZ = settings(
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    async def make_service() -> AsyncIterator[GatewayService]:
-        fleet, service = await start_service(FakeDaemon("board-0"))
-        try:
-            yield service
-        finally:
-            await fleet.close()
-
     # raise_server_exceptions=False: a bug must show as the 500 a client would get, not as a raise here.
-    with TestClient(create_app(make_service), raise_server_exceptions=False) as c:
+    with TestClient(create_app(serving(FakeDaemon("board-0"))), raise_server_exceptions=False) as c:
         yield c
 
 

@@ -4,8 +4,6 @@ daemon receives, a failover is a second attempt span under the same request span
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -13,24 +11,16 @@ from opentelemetry.trace import SpanKind
 from starlette.testclient import TestClient
 
 from calculet.gateway.api.app import create_app
-from calculet.gateway.serving.service import GatewayService
 from calculet.gateway.telemetry.request_context import request_id_from
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import start_service
+from tests.unit.gateway.harness import serving
 
 COMPLETION = {"model": ALIAS, "prompt": "hi", "max_tokens": 6, "seed": 1}
 TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
 
 
 def _client(daemons: list[FakeDaemon], provider: TracerProvider | None) -> TestClient:
-    async def make_service() -> AsyncIterator[GatewayService]:
-        fleet, service = await start_service(*daemons)
-        try:
-            yield service
-        finally:
-            await fleet.close()
-
-    return TestClient(create_app(make_service, tracer_provider=provider))
+    return TestClient(create_app(serving(*daemons), tracer_provider=provider))
 
 
 def test_request_id_from_keeps_usable_ids_only() -> None:

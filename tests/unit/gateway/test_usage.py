@@ -6,7 +6,7 @@ attempt's figure), carried by `ChoiceEnd`, in chat and text completions, whole a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,10 +17,10 @@ from starlette.testclient import TestClient
 from calculet.client.prefix import block_hashes
 from calculet.gateway.api import formats
 from calculet.gateway.api.app import create_app
-from calculet.gateway.serving.service import GatewayService, Prepared
+from calculet.gateway.serving.service import Prepared
 from calculet.gateway.text.model_text import ModelFacts, ModelText
 from tests.unit.gateway.fakes import ALIAS, CHAT_TEMPLATE, CONTEXT, EOS, FakeDaemon, byte_tokenizer_json
-from tests.unit.gateway.harness import completion, run_all, start_service
+from tests.unit.gateway.harness import completion, run_all, serving, start_service
 
 LONG = [(i * 37) % 250 + 1 for i in range(150)]  # 2 full blocks (128 tokens) + 22
 OTHER = [(i * 11) % 250 + 1 for i in range(70)]  # 1 full block + 6
@@ -97,14 +97,7 @@ def test_after_a_failover_the_last_attempts_figure_counts() -> None:
 
 @contextmanager
 def gateway(daemon: FakeDaemon) -> Iterator[TestClient]:
-    async def make_service() -> AsyncIterator[GatewayService]:
-        fleet, service = await start_service(daemon)
-        try:
-            yield service
-        finally:
-            await fleet.close()
-
-    with TestClient(create_app(make_service), raise_server_exceptions=True) as client:
+    with TestClient(create_app(serving(daemon)), raise_server_exceptions=True) as client:
         yield client
 
 

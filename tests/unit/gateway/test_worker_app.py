@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socketserver
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
@@ -19,10 +19,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from calculet.gateway.api.app import create_app
-from calculet.gateway.serving.service import GatewayService
 from calculet.gateway.workers.identity import WorkerIdentity, worker_socket
 from tests.unit.gateway.fakes import FakeDaemon
-from tests.unit.gateway.harness import start_service
+from tests.unit.gateway.harness import serving
 
 SIBLING_METRICS = b"""\
 # HELP calculet_gateway_requests_total HTTP requests answered
@@ -60,14 +59,7 @@ def sibling(tmp_path: Path) -> Iterator[type[_Sibling]]:
 
 
 def _client(worker: WorkerIdentity | None) -> TestClient:
-    async def make_service() -> AsyncIterator[GatewayService]:
-        fleet, service = await start_service(FakeDaemon("board-0"))
-        try:
-            yield service
-        finally:
-            await fleet.close()
-
-    return TestClient(create_app(make_service, worker=worker), raise_server_exceptions=True)
+    return TestClient(create_app(serving(FakeDaemon("board-0")), worker=worker), raise_server_exceptions=True)
 
 
 def test_a_worker_names_itself_and_merges_its_siblings_metrics(tmp_path: Path, sibling: type[_Sibling]) -> None:
