@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 
 import psutil
+import pytest
 
 from calculet.client import DaemonClient
 
@@ -73,3 +75,13 @@ def usage_back_to(pid: int, baseline: tuple[int, int], timeout: float = 10.0) ->
 def within(usage: tuple[int, int], baseline: tuple[int, int]) -> bool:
     """No more fds and threads than `baseline` plus `LAZY_GROWTH` each."""
     return all(now <= base + LAZY_GROWTH for now, base in zip(usage, baseline, strict=True))
+
+
+def poll(condition: Callable[[], bool], what: str, timeout: float) -> None:
+    """Re-check `condition` until it holds (a real process changes on its own, nothing to wait on);
+    fail the test with `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 from calculet.client import DaemonClient
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess, Oracle
-from tests.integration.helpers import assert_idle_soon
+from tests.integration.helpers import assert_idle_soon, poll
 
 pytestmark = pytest.mark.integration
 MESSAGES = [{"role": "user", "content": "Write a long poem about the sea."}]
@@ -33,14 +32,6 @@ JOB_STATE_QUEUED = 1  # observe.proto JobState
 
 StartDaemon = Callable[..., DaemonProcess]
 StartGateway = Callable[..., GatewayProcess]
-
-
-def poll(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def accepted(daemon: DaemonProcess) -> int:
@@ -176,7 +167,7 @@ def test_queue_full_is_429_with_retry_after(start_daemon: StartDaemon, start_gat
             with DaemonClient(board.target) as client:
                 return [j.state for j in client.status().jobs].count(JOB_STATE_QUEUED) == 1
 
-        poll(queued, "one request queued behind the full lanes")
+        poll(queued, "one request queued behind the full lanes", WAIT_S)
         r = chat(gateway, "tiny", max_tokens=2)
         assert r.status_code == 429, r.text
         assert int(r.headers["retry-after"]) >= 1

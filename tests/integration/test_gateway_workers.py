@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -38,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from calculet.client import DaemonClient
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import BASE_URL, GatewayProcess, Oracle
+from tests.integration.helpers import poll
 
 pytestmark = pytest.mark.integration
 
@@ -47,18 +47,10 @@ StartDaemon = Callable[..., DaemonProcess]
 StartGateway = Callable[..., GatewayProcess]
 
 
-def poll(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def run_dir(gateway: GatewayProcess) -> Path:
     """The supervisor's private directory, from its start line."""
     pattern = re.compile(r"run directory (\S+)\)")
-    poll(lambda: pattern.search(gateway.log()) is not None, "the supervisor's start line")
+    poll(lambda: pattern.search(gateway.log()) is not None, "the supervisor's start line", WAIT_S)
     match = pattern.search(gateway.log())
     assert match is not None
     return Path(match.group(1))
@@ -84,7 +76,11 @@ def worker_get(gateway: GatewayProcess, index: int, path: str) -> dict[str, Any]
 def wait_workers_ready(gateway: GatewayProcess, models: dict[str, int]) -> list[int]:
     """Every worker's /ready shows `models`; their pids."""
     for index in range(WORKERS):
-        poll(lambda i=index: (worker_get(gateway, i, "/ready") or {}).get("models") == models, f"worker {index} ready")
+        poll(
+            lambda i=index: (worker_get(gateway, i, "/ready") or {}).get("models") == models,
+            f"worker {index} ready",
+            WAIT_S,
+        )
     pids = [(worker_get(gateway, i, "/health") or {})["pid"] for i in range(WORKERS)]
     assert len(set(pids)) == WORKERS and gateway.proc.pid not in pids
     return pids
@@ -211,10 +207,10 @@ def test_every_workers_load_reaches_the_boards_so_they_do_not_pile_up(
     with ExitStack() as holds:
         clients = [holds.enter_context(worker_client(gateway, i, timeout=120)) for i in range(WORKERS)]
         for n in range(2 * per_board):
-            poll(views_match_the_boards, f"both workers' views of the boards after {n} requests")
+            poll(views_match_the_boards, f"both workers' views of the boards after {n} requests", WAIT_S)
             body = {**chat_body(n, max_tokens=2000, ignore_eos=True), "model": "qwen"}
             holds.enter_context(held_stream(clients[n % WORKERS], body))  # alternately through each worker
-        poll(views_match_the_boards, "both workers' views of the full boards")
+        poll(views_match_the_boards, "both workers' views of the full boards", WAIT_S)
         assert [running_jobs(b) for b in boards] == [per_board, per_board]
         for index in range(WORKERS):
             routing = (worker_get(gateway, index, "/ready") or {})["routing"]
@@ -240,7 +236,7 @@ def test_sigterm_finishes_the_running_stream_then_leaves_nothing(
     usage = [json.loads(x.removeprefix("data: ")) for x in rest if x.startswith("data: {")][-1]["usage"]
     assert rest[-1] == "data: [DONE]" and usage["completion_tokens"] == 60, [first, *rest][-3:]
     assert gateway.proc.wait(WAIT_S) == 0, gateway.log()
-    poll(lambda: all(gone(pid) for pid in pids), "the workers gone")
+    poll(lambda: all(gone(pid) for pid in pids), "the workers gone", WAIT_S)
     assert not directory.exists() and not gateway.socket.exists()
     assert "workers stopped" in gateway.log()
 
@@ -250,7 +246,9 @@ def test_a_killed_worker_is_started_again_and_serves(start_daemon: StartDaemon, 
     gateway = start_gateway("--workers", str(WORKERS), "--daemon", board.target)
     pids = wait_workers_ready(gateway, {"tiny": 1})
     os.kill(pids[1], signal.SIGKILL)
-    poll(lambda: (worker_get(gateway, 1, "/ready") or {}).get("models") == {"tiny": 1}, "worker 1 serving again")
+    poll(
+        lambda: (worker_get(gateway, 1, "/ready") or {}).get("models") == {"tiny": 1}, "worker 1 serving again", WAIT_S
+    )
     new_pid = (worker_get(gateway, 1, "/health") or {})["pid"]
     assert new_pid != pids[1] and (worker_get(gateway, 0, "/health") or {})["pid"] == pids[0]
     with worker_client(gateway, 1) as client:
@@ -269,7 +267,7 @@ def test_workers_die_with_a_killed_supervisor(start_daemon: StartDaemon, start_g
     directory = run_dir(gateway)
     gateway.proc.kill()
     gateway.proc.wait(WAIT_S)
-    poll(lambda: all(gone(pid) for pid in pids), "the workers gone with their supervisor")
+    poll(lambda: all(gone(pid) for pid in pids), "the workers gone with their supervisor", WAIT_S)
     shutil.rmtree(directory)  # a killed supervisor cannot remove it: it was still there
 
 
