@@ -51,13 +51,17 @@ wait_ready() {  # wait_ready GATEWAY_SOCKET [BOARDS]: until the gateway routes q
   return 1
 }
 
+start_daemon() {  # start_daemon NAME PACKAGE BOARD: a board daemon on $WORK/NAME.sock, time scale 1
+  "$PY" -m calculet.daemon.main --listen "unix:$WORK/$1.sock" --models-root "$WORK/models" \
+    --model "qwen=$2" --time-scale 1 --log-level WARNING --board "$3" --runtime-dir "$WORK/run" \
+    >"$WORK/$1.daemon.log" 2>&1 &
+  PIDS+=($!)
+}
+
 serve() {  # serve NAME PACKAGE [gateway flags...]: one board and a gateway on Unix sockets
   local name=$1 package=$2
   shift 2
-  "$PY" -m calculet.daemon.main --listen "unix:$WORK/$name.sock" --models-root "$WORK/models" \
-    --model "qwen=$package" --time-scale 1 --log-level WARNING --runtime-dir "$WORK/run" \
-    >"$WORK/$name.daemon.log" 2>&1 &
-  PIDS+=($!)
+  start_daemon "$name" "$package" 0
   "$PY" -m calculet.gateway.main --listen "unix:$WORK/$name.gw.sock" --daemon "unix:$WORK/$name.sock" \
     --log-level WARNING "$@" >"$WORK/$name.gateway.log" 2>&1 &
   PIDS+=($!)
@@ -125,12 +129,7 @@ for part in $PARTS; do
   workers)
     echo "workers: 4 boards behind a gateway of 1, 2 and 4 workers, 64 clients"
     for w in 1 2 4; do
-      for b in 0 1 2 3; do
-        "$PY" -m calculet.daemon.main --listen "unix:$WORK/w$w-b$b.sock" --models-root "$WORK/models" \
-          --model qwen=full --time-scale 1 --log-level WARNING --board "$b" --runtime-dir "$WORK/run" \
-          >"$WORK/w$w-b$b.log" 2>&1 &
-        PIDS+=($!)
-      done
+      for b in 0 1 2 3; do start_daemon "w$w-b$b" full "$b"; done
       daemons=()
       for b in 0 1 2 3; do daemons+=(--daemon "unix:$WORK/w$w-b$b.sock"); done
       "$PY" -m calculet.gateway.main --listen "unix:$WORK/w$w.gw.sock" "${daemons[@]}" --workers "$w" \
