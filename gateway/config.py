@@ -126,15 +126,30 @@ class GatewayConfig:
 PLACEMENT_MODES = ("off", "demand")
 
 
-def _check_listen(listen: str) -> None:
-    """Raises: InvalidArgument: not `unix:PATH` with a path, nor `HOST:PORT` with a host and port."""
+@dataclass(frozen=True)
+class ListenAddress:
+    """Where the gateway listens: a Unix socket path (`uds`), or a host (brackets of an IPv6 one
+    removed) and a port."""
+
+    uds: str | None = None
+    host: str = ""
+    port: int = 0
+
+
+def listen_address(listen: str) -> ListenAddress:
+    """`listen` (`unix:PATH` or `HOST:PORT`) parsed: what uvicorn and the workers' supervisor bind.
+
+    Raises:
+        InvalidArgument: not `unix:PATH` with a path, nor `HOST:PORT` with a host and port.
+    """
     if listen.startswith("unix:"):
         if not listen.removeprefix("unix:"):
             raise InvalidArgument("listen: unix: needs a socket path")
-        return
+        return ListenAddress(uds=listen.removeprefix("unix:"))
     host, sep, port = listen.rpartition(":")
     if not sep or not host.strip("[]") or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise InvalidArgument(f"listen: expected HOST:PORT or unix:PATH, got {listen!r}")
+    return ListenAddress(host=host.strip("[]"), port=int(port))
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -203,7 +218,7 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         raise InvalidArgument(f"log-level: one of DEBUG, INFO, WARNING, ERROR, got {cfg.log_level!r}")
     if cfg.log_format not in LOG_FORMATS:
         raise InvalidArgument(f"log-format: one of {', '.join(LOG_FORMATS)}, got {cfg.log_format!r}")
-    _check_listen(cfg.listen)
+    listen_address(cfg.listen)
     if not cfg.daemons and not cfg.dns:
         raise InvalidArgument("no boards: give --daemon TARGET or --dns NAME:PORT (or daemons/dns in the config)")
     if cfg.api_key_file:

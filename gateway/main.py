@@ -39,7 +39,7 @@ from calculet.daemon.server.sd_notify import Notifier
 from calculet.daemon.telemetry.logs import setup_logging
 from calculet.daemon.telemetry.tracing import tracer_provider_from_env
 from calculet.gateway.api.app import create_app
-from calculet.gateway.config import GatewayConfig, config_from, read_config
+from calculet.gateway.config import GatewayConfig, config_from, listen_address, read_config
 from calculet.gateway.fleet.connection import ClientConnection
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver
 from calculet.gateway.fleet.fleet import Fleet
@@ -245,14 +245,8 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """uvicorn's settings for one serving process (`worker`: this process is that worker)."""
     app = create_app(service_factory(cfg), api_keys=cfg.api_keys, tracer_provider=tracer_provider, worker=worker)
-    where: dict[str, Any]
-    if cfg.listen.startswith("unix:"):
-        where = {"uds": cfg.listen.removeprefix("unix:")}
-    else:
-        host, sep, port = cfg.listen.rpartition(":")
-        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise InvalidArgument(f"listen: expected HOST:PORT or unix:PATH, got {cfg.listen!r}")
-        where = {"host": host.strip("[]"), "port": int(port)}
+    address = listen_address(cfg.listen)
+    where: dict[str, Any] = {"uds": address.uds} if address.uds else {"host": address.host, "port": address.port}
     if loop == "auto":
         loop = "uvloop" if _has("uvloop") else "asyncio"
     http = "httptools" if _has("httptools") else "h11"

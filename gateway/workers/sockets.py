@@ -16,6 +16,8 @@ import socket
 import stat
 from pathlib import Path
 
+from calculet.gateway.config import listen_address
+
 BACKLOG = 2048  # uvicorn's default
 
 
@@ -23,16 +25,17 @@ def bind_listener(listen: str) -> socket.socket:
     """A listening socket for `listen` (`HOST:PORT` or `unix:PATH`, as `config_from` checked it).
 
     Raises:
+        InvalidArgument: `listen` does not parse (`config_from` refuses it first).
         OSError: the address cannot be bound (in use, no such host, no permission).
     """
-    if listen.startswith("unix:"):
-        return bind_unix(Path(listen.removeprefix("unix:")), mode=0o666)
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]")
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    address = listen_address(listen)
+    if address.uds:
+        return bind_unix(Path(address.uds), mode=0o666)
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, int(port)))
+        sock.bind((address.host, address.port))
         sock.listen(BACKLOG)
     except BaseException:
         sock.close()
