@@ -33,7 +33,8 @@ from calculet.v1.common_pb2 import (
 )
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess, Oracle
-from tests.integration.test_gateway_fleet import MESSAGES, poll, running_jobs, stream_text
+from tests.integration.helpers import poll
+from tests.integration.test_gateway_fleet import MESSAGES, WAIT_S, running_jobs, stream_text
 
 pytestmark = pytest.mark.integration
 StartDaemon = Callable[..., DaemonProcess]
@@ -92,7 +93,7 @@ def test_repeated_ccu_exceptions_reset_the_board_itself_and_the_stream_continues
     fleet.plan_on_a("ccu_exception", 2)  # a decode step and its re-prefill
     fleet.finish_stream_exactly(fleet.b)
     with DaemonClient(fleet.a.target) as ops:
-        poll(lambda: any(r.kind == RESET_KIND_CCU for r in ops.status().resets.history), "a's automatic reset")
+        poll(lambda: any(r.kind == RESET_KIND_CCU for r in ops.status().resets.history), "a's automatic reset", WAIT_S)
         (entry,) = ops.status().resets.history
         assert entry.automatic and entry.fault == "ccu exceptions" and entry.ok, entry
         assert entry.reason.startswith("2 CCU exceptions within 60s")
@@ -109,12 +110,14 @@ def test_repeated_nan_logits_quarantine_the_model_and_the_stream_resumes_on_the_
     fleet.plan_on_a("nan_logits", 2)
     fleet.finish_stream_exactly(fleet.b)
     with DaemonClient(fleet.a.target) as ops:
-        poll(lambda: any(r.kind == RESET_KIND_QUARANTINE for r in ops.status().resets.history), "a's quarantine")
+        poll(
+            lambda: any(r.kind == RESET_KIND_QUARANTINE for r in ops.status().resets.history), "a's quarantine", WAIT_S
+        )
         (entry,) = ops.status().resets.history
         assert entry.automatic and entry.fault == "non-finite logits" and entry.ok, entry
         assert "golden check passed" in entry.message and entry.health_after == SERVING_STATUS_SERVING, entry
         assert entry.inflight_jobs == 1, "the stream was running on a when it was quarantined"
-        poll(lambda: [m.state for m in ops.status().models] == [MODEL_STATE_READY], "qwen Ready again on a")
+        poll(lambda: [m.state for m in ops.status().models] == [MODEL_STATE_READY], "qwen Ready again on a", WAIT_S)
     fleet.both_routed("the gateway routes to both boards again")
 
 

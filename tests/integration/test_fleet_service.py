@@ -15,7 +15,8 @@ from calculet.client import CalculetError, DaemonClient
 from calculet.v1.common_pb2 import RESET_KIND_DRAIN, SERVING_STATUS_NOT_SERVING, SERVING_STATUS_SERVING
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess, Oracle
-from tests.integration.test_gateway_fleet import MESSAGES, accepted, chat, poll, running_jobs, stream_text
+from tests.integration.helpers import poll
+from tests.integration.test_gateway_fleet import MESSAGES, WAIT_S, accepted, chat, running_jobs, stream_text
 
 pytestmark = pytest.mark.integration
 StartDaemon = Callable[..., DaemonProcess]
@@ -77,7 +78,7 @@ def test_a_reset_storm_stops_one_board_within_its_budget_and_the_fleet_serves_on
             except CalculetError as exc:
                 outcomes.append(exc.kind.value)
         assert outcomes == ["recovered", "recovered", "unavailable"], outcomes
-        poll(lambda: ops.health().status == SERVING_STATUS_NOT_SERVING, "the storm board stops serving")
+        poll(lambda: ops.health().status == SERVING_STATUS_NOT_SERVING, "the storm board stops serving", WAIT_S)
         history = list(ops.status().resets.history)
     assert [(r.automatic, r.fault, r.ok) for r in history] == [
         (True, "hang", True),
@@ -119,7 +120,7 @@ def test_a_streak_of_submit_errors_drains_a_board_its_stream_fails_over_and_resu
         for k in range(3):  # three submit attempts in a row fail: a decode step and both re-prefills
             ops.inject_fault("submit_error", job_index=first + k)
         chunks.extend(stream)  # the stream fails over to b and finishes there
-        poll(lambda: ops.health().status == SERVING_STATUS_NOT_SERVING, "the board drained itself")
+        poll(lambda: ops.health().status == SERVING_STATUS_NOT_SERVING, "the board drained itself", WAIT_S)
         drains = [r for r in ops.status().resets.history if r.kind == RESET_KIND_DRAIN]
         assert len(drains) == 1 and drains[0].automatic and drains[0].fault == "submit error streak", drains
         assert "3 consecutive submit errors" in drains[0].reason and drains[0].inflight_jobs == 1
@@ -136,5 +137,5 @@ def test_a_streak_of_submit_errors_drains_a_board_its_stream_fails_over_and_resu
             assert chat(gateway, "qwen", max_tokens=4, seed=seed).status_code == 200
         assert (accepted(a), accepted(b)) == (drained, other + 3), "new requests went to the other board"
         ops.resume()  # the operator brings it back
-        poll(lambda: ops.health().status == SERVING_STATUS_SERVING, "the board serves again")
+        poll(lambda: ops.health().status == SERVING_STATUS_SERVING, "the board serves again", WAIT_S)
     gateway.wait_until(lambda body: body["models"] == {"qwen": 2}, "the gateway serves qwen on both boards again")
