@@ -79,6 +79,12 @@ class _FollowCall:
 
     async def _write(self) -> None:
         with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):  # the reader reports the end
+            # Nothing is written before the daemon answered the call (a daemon serving Follow sends its
+            # headers at once): one without Follow answers UNIMPLEMENTED, and a write racing that answer
+            # can turn the call's status into INTERNAL, which would hide that the mux must fall back.
+            await self.call.initial_metadata()
+            if self.call.done():
+                return
             while True:
                 await self.call.write(await self.outbox.get())
 

@@ -259,6 +259,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     async def Follow(
         self, requests: AsyncIterator[inference_pb2.FollowRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
+        await context.send_initial_metadata(())  # clients write their first attach once they see it
         changed = asyncio.Event()
         session = FollowSession(
             lambda job: self.core.event_log(job_id(job), for_wait=True), lambda: self._wakeups.wake(changed)

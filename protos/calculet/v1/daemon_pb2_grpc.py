@@ -145,7 +145,9 @@ class DaemonServicer:
         INVALID_ARGUMENT, CANCELLED) is answered in-band with that attachment's error. The stream
         itself fails only as a whole (UNAVAILABLE when the daemon stops, INVALID_ARGUMENT for a
         request that does not parse or reuses a live follow_id). A client that half-closes gets the
-        stream ended with OK once none of its attachments is live.
+        stream ended with OK once none of its attachments is live. The daemon sends the response
+        headers at once; clients write their first request after them (a write racing the
+        UNIMPLEMENTED of a daemon without Follow can end the call INTERNAL instead).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

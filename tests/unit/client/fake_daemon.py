@@ -258,6 +258,7 @@ class FakeDaemon(daemon_pb2_grpc.DaemonServicer):
         """Each attachment runs `Wait` (recorded as a Wait call, with its gates, breaks and
         failures) on a thread of its own; a refusal Wait answers with NOT_FOUND or
         INVALID_ARGUMENT goes in-band, any other abort (a break: UNAVAILABLE) ends the stream."""
+        context.send_initial_metadata(())  # as the daemon does: clients write once they see it
         out: queue.Queue[tuple[str, int, Any]] = queue.Queue()
 
         def attachment(follow_id: int, wait: inference_pb2.WaitRequest) -> None:

@@ -82,18 +82,18 @@ def test_a_refused_attachment_raises_its_typed_error(recorded: tuple[str, Metada
     asyncio.run(main())
 
 
-class NoFollowDaemon(FakeDaemon):
-    """A daemon from before Follow: the method answers UNIMPLEMENTED."""
+class WithoutFollow(grpc.ServerInterceptor):
+    """Serves as a daemon from before Follow: the method is not there, so gRPC answers UNIMPLEMENTED
+    itself (a handler that aborts instead races the client's first write, and may end INTERNAL)."""
 
-    def Follow(self, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-        yield inference_pb2.FollowReply()  # unreachable: makes this a generator like the real one
+    def intercept_service(self, continuation: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        return None if handler_call_details.method.endswith("/Follow") else continuation(handler_call_details)
 
 
 def test_a_daemon_without_follow_is_waited_on_stream_by_stream(tmp_path: Path) -> None:
-    fake = NoFollowDaemon()
+    fake = FakeDaemon()
     recorder = MetadataRecorder()
-    server, _ = serve(fake, f"unix://{tmp_path / 'o.sock'}", interceptors=[recorder])
+    server, _ = serve(fake, f"unix://{tmp_path / 'o.sock'}", interceptors=[recorder, WithoutFollow()])
     try:
 
         async def main() -> list[list[int]]:
@@ -123,6 +123,12 @@ class BrokenAfterFinal:
 
     def cancel(self) -> bool:
         return True
+
+    async def initial_metadata(self) -> grpc.aio.Metadata:
+        return grpc.aio.Metadata()  # the daemon's headers, sent as the call starts
+
+    def done(self) -> bool:
+        return False
 
     async def __aiter__(self) -> Any:
         await self.attach.wait()  # the mux's writer task sends the attach first
