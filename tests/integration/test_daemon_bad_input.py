@@ -91,12 +91,19 @@ def test_unknown_job_id_is_not_found(client: DaemonClient) -> None:
         client.cancel("no-such-job")
 
 
-def test_wait_on_a_cancelled_job_is_cancelled(client: DaemonClient) -> None:
-    g = client.generate("tiny", [1, 2, 3], max_tokens=200, temperature=0.0, ignore_eos=True)
-    job_id = g.job_id
-    client.cancel(job_id)
-    with pytest.raises(Cancelled):
-        list(client.wait(job_id))
+def test_wait_on_a_cancelled_job_is_cancelled(start_daemon) -> None:
+    # A board of its own at time scale 1: the 200-token job runs for over 3 s, so the cancel finds
+    # it running however fast the machine. At time scale 0 it ends in about 0.5 s (less on a faster
+    # machine); a cancel after its Final cancels nothing, and Wait replays the finished job.
+    paced = start_daemon("--model", "tiny=tiny", "--time-scale", "1")
+    with DaemonClient(paced.target) as client:
+        g = client.generate("tiny", [1, 2, 3], max_tokens=200, temperature=0.0, ignore_eos=True)
+        job_id = g.job_id
+        client.cancel(job_id)
+        with pytest.raises(Cancelled):
+            list(client.wait(job_id))
+        assert client.health().status == 1  # SERVING
+        assert_idle_soon(client)
 
 
 def test_oversized_message_is_resource_exhausted(daemon) -> None:

@@ -69,14 +69,25 @@ class FollowStream:
         self.call.cancel()
 
 
-@pytest.fixture
-def stub(start_daemon: Any) -> Iterator[tuple[Any, Any]]:
-    daemon = start_daemon("--model", "tiny=tiny")
+def _serve(daemon: Any) -> Iterator[tuple[Any, Any]]:
     channel = grpc.insecure_channel(daemon.target)
     try:
         yield daemon, daemon_pb2_grpc.DaemonStub(channel)
     finally:
         channel.close()
+
+
+@pytest.fixture
+def stub(start_daemon: Any) -> Iterator[tuple[Any, Any]]:
+    yield from _serve(start_daemon("--model", "tiny=tiny"))
+
+
+@pytest.fixture
+def paced_stub(start_daemon: Any) -> Iterator[tuple[Any, Any]]:
+    """A board at time scale 2: four 24-token jobs decode together for over a second of wall time,
+    however fast the machine. At time scale 0 they end in about 70 ms, so a test process held up that
+    long between its Submits and its attaches found them finished, and then each reply carried one."""
+    yield from _serve(start_daemon("--model", "tiny=tiny", "--time-scale", "2"))
 
 
 def _submit(stub: Any, prompt: list[int], max_tokens: int) -> str:
@@ -93,8 +104,8 @@ def _wait_tokens(stub: Any, job_id: str) -> list[int]:
     return [t for e in events if e.HasField("tokens") for t in e.tokens.tokens]
 
 
-def test_one_reply_carries_several_jobs_and_the_events_equal_waits(stub: tuple[Any, Any]) -> None:
-    daemon, s = stub
+def test_one_reply_carries_several_jobs_and_the_events_equal_waits(paced_stub: tuple[Any, Any]) -> None:
+    daemon, s = paced_stub
     jobs = [_submit(s, [10 + i, 20 + i], 24) for i in range(4)]
     follow = FollowStream(s)
     for i, job in enumerate(jobs):

@@ -11,10 +11,11 @@ import pytest
 from calculet.client import DaemonClient
 from calculet.daemon.errors import CalculetError, ErrorKind, Unavailable
 
-from .helpers import assert_idle_soon, idle_problems
+from .helpers import assert_idle_soon, idle_problems, poll
 from .oracle import Req, generate, make_requests, run_sequential
 
 pytestmark = pytest.mark.integration
+WAIT_S = 60.0
 
 
 class Traffic:
@@ -37,6 +38,15 @@ class Traffic:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=120)
+
+    def served_on(self, generation: int) -> bool:
+        """Some request admitted on `generation` has completed."""
+        with self._lock:
+            return any(admitted == generation for _, _, admitted, _ in self.completed)
+
+    def error_count(self) -> int:
+        with self._lock:
+            return len(self.errors)
 
     def _run(self, worker: int) -> None:
         with DaemonClient(self.target) as client:
@@ -63,14 +73,18 @@ def test_load_unload_reload_under_traffic(start_daemon) -> None:
     daemon = start_daemon("--model", "tiny=tiny")
     reqs = make_requests(8, vocab=512, seed=3, max_out=24)
     reference = run_sequential(daemon.target, "tiny", reqs)
+    # Each change waits until the traffic has met the state before it (polls, not sleeps: on a busy
+    # machine a fixed pause could pass with no request served, or none sent into the unload's gap).
+    # What the refusals in the gap were is checked below.
     with DaemonClient(daemon.target) as ops, Traffic(daemon.target, "tiny", reqs) as traffic:
-        time.sleep(0.3)
+        poll(lambda: traffic.served_on(1), "a request served by generation 1", WAIT_S)
         ops.load_and_wait("tiny", "tiny", replace=True)  # beside the old generation, switch when Ready
-        time.sleep(0.3)
+        poll(lambda: traffic.served_on(2), "a request served by generation 2", WAIT_S)
+        errors_before = traffic.error_count()
         ops.unload("tiny", drain_timeout_ms=5000)
-        time.sleep(0.2)
+        poll(lambda: traffic.error_count() > errors_before, "a request refused in the unload's gap", WAIT_S)
         ops.load_and_wait("tiny", "tiny")
-        time.sleep(0.3)
+        poll(lambda: traffic.served_on(3), "a request served by generation 3", WAIT_S)
         final_generation = ops.status().models[0].generation
     assert traffic.completed, "traffic made no progress"
     bad = [e for e in traffic.errors if e.kind is not ErrorKind.UNAVAILABLE]

@@ -66,7 +66,11 @@ def test_one_trace_and_one_request_id_from_client_through_gateway_to_daemon(
     daemon = start_daemon("--model", "tiny=tiny", "--log-format", "json")
     gateway = start_gateway("--daemon", daemon.target)
     headers = {"x-request-id": REQUEST_ID, "traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}
-    body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 6, "stream": True}
+    # Seeded and ignoring EOS: an unseeded T=1 draw could end at EOS on its first token (the
+    # prefill's), and then the job has no decode span.
+    body = {
+        "model": "tiny", "prompt": "Once upon a time", "max_tokens": 6, "seed": 1, "ignore_eos": True, "stream": True,
+    }  # fmt: skip
     with gateway.http() as http, http.stream("POST", "/v1/completions", json=body, headers=headers) as r:
         assert r.status_code == 200 and r.headers["x-request-id"] == REQUEST_ID
         assert any("[DONE]" in line for line in r.iter_lines())
