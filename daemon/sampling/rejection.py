@@ -11,7 +11,8 @@ decode step at OpenAI's default temperature 1). Rejection sampling from an envel
 - envelope q: `p_i` on the head, `p(t)` on each tail token. One uniform `a` picks a point of
   `[0, S_H + n p(t))`: inside the head's cumulative mass it is the head token there (inverse CDF in
   id order, as `draw.draw_candidates`); past it, it names tail token number `(a' - S_H) / p(t)`
-  (uniform over the tail), accepted when a second uniform `b` has `b p(t) < p_j`;
+  (uniform over the tail), accepted when a second uniform `b` has `b p(t) < p_j` (decided from an
+  upper bound of `x_j` first when the row's source has one: `RowSource.value_bound`);
 - a rejected proposal draws the next pair (`rng.uniform_at`), up to MAX_TRIALS, then the full inverse
   CDF (`RowMath.draw_full`) decides.
 
@@ -55,8 +56,14 @@ def draw_whole_row(rm: RowMath, seed: int, step: int) -> int:
         if point < head_mass:
             return int(ids[_first_above(head_cum, point)])
         token = tail_token(below, min(int((point - head_mass) / p_t), n_tail - 1))
+        bar = uniform_at(seed, step, 2 * k + 1) * p_t
+        # Rejected by a bound alone when it can be: p_j <= p(bound) <= bar. Where the source holds
+        # the value the bound is the value, so the decision is the same on every source, and a
+        # top-k source reads its full row only for a proposal the tail maximum cannot reject.
+        if not bar < float(rm.probs(np.asarray([src.value_bound(token)], dtype=np.float32))[0]):
+            continue
         p_j = float(rm.probs(np.asarray([src.value(token)], dtype=np.float32))[0])
-        if uniform_at(seed, step, 2 * k + 1) * p_t < p_j:
+        if bar < p_j:
             return token
     return rm.draw_full(uniform_at(seed, step, 2 * MAX_TRIALS))
 

@@ -146,7 +146,14 @@ class Sampler:
                 if not top.finite[r]:
                     results.append(ANOMALY)
                     continue
-                if not row.params.has_penalties:
+                p = row.params
+                if p.greedy and p.logprobs is None and not p.has_penalties:
+                    # What `finish` returns for such a row, without loading it: its argmax is the
+                    # top K's first (rank order), so no argsort or copy of the row's K values.
+                    results.append(RowResult(int(top.ids[r, 0])))
+                    tally.from_topk += 1
+                    continue
+                if not p.has_penalties:
                     try:
                         src = self._topk.load(top, r)
                         results.append(self._finisher.finish(src, int(top.ids[r][0]), row, self._scratch))

@@ -38,6 +38,19 @@ class RowSource(ABC):
             the float32 logit.
         """
 
+    def value_bound(self, i: int) -> np.float32:
+        """An upper bound of token `i`'s logit that this source knows without reading more of the
+        row: the value itself here; a source that does not hold every value may answer less (a
+        top-k output: the tail's maximum for a token outside its top K).
+
+        Args:
+            i: token id in [0, size).
+
+        Returns:
+            a float32 `>= value(i)`.
+        """
+        return self.value(i)
+
     @abstractmethod
     def dense(self) -> np.ndarray:
         """The whole row as float32 [size] (read only; a source may materialise it on first use).

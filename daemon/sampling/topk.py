@@ -8,16 +8,18 @@ row stays on the device until the job's output buffer is reused, and the host ma
 
 `TopkRow` is a `RowSource` over that output. It answers every query whose answer the top K and the
 tail maximum determine, and raises `NeedFullRow` for any other:
-- `value(i)` for a token of the top K;
+- `value(i)` for a token of the top K, and `value_bound(i)` for any token (the tail maximum bounds
+  one outside the top K);
 - `upper_set(rank)`: the top-K elements above the tail maximum (an upper set of the ranking), when
   there are at least `rank` of them;
 - `at_least(threshold)` for a threshold above the tail maximum;
 - never `dense()` (the whole row: a draw's or the logprobs' normaliser, a nucleus without top-k).
 So greedy, top-k <= K, min-p whose floor clears the tail, and most temperature draws finish from the
 top K; logprobs, penalties, a top-p without top-k, and a temperature draw whose proposal lands in the
-tail read the row. Because the finisher (`row.py`) is a pure function of the row's values, the seed
-and the step, a row that raised is sampled again from its full row from scratch: the tokens and
-logprobs are those of the full-logits path, whether or not the row was read.
+tail and is not rejected by the tail maximum's bound (`rejection.py`) read the row. Because the
+finisher (`row.py`) is a pure function of the row's values, the seed and the step, a row that raised
+is sampled again from its full row from scratch: the tokens and logprobs are those of the
+full-logits path, whether or not the row was read.
 
 `device_topk` is the reference of what the device computes (calsim uses it).
 """
@@ -137,6 +139,12 @@ class TopkRow(RowSource):
         if at == self._ids.shape[0] or self._ids[at] != i:
             raise NeedFullRow(f"token {i} is outside the top {self._ids.shape[0]}")
         return np.float32(self._vals[at])
+
+    def value_bound(self, i: int) -> np.float32:
+        at = int(np.searchsorted(self._ids, i))
+        if at < self._ids.shape[0] and self._ids[at] == i:
+            return np.float32(self._vals[at])
+        return self._tail  # outside the top K: at most the tail's maximum
 
     def dense(self) -> np.ndarray:
         raise NeedFullRow("the whole row")

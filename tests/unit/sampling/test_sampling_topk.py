@@ -99,6 +99,30 @@ def test_a_temperature_draw_reads_the_row_only_when_a_proposal_lands_in_the_tail
     assert got == expected and tally.full_reads > 8  # type: ignore[attr-defined]
 
 
+def test_a_tail_proposal_the_tail_maximum_rejects_reads_nothing() -> None:
+    """Rows whose envelope puts most of its mass on the tail (ranks 129..256 close below the head,
+    the rest far below): at T = 1 nearly every draw proposes tail tokens. Outside the top K the tail
+    maximum's probability is below the acceptance bar almost always, so the proposal is rejected
+    without the row; the tokens are the full path's. Without the bound every such proposal reads."""
+    rng = np.random.default_rng(4)
+    x = np.full((32, VOCAB), -12.0, dtype=np.float32) - rng.random((32, VOCAB), dtype=np.float32)
+    for r in range(32):
+        ranked = rng.permutation(VOCAB)[:K]
+        x[r, ranked] = np.linspace(0.0, -1.5, K, dtype=np.float32)  # the top K, within 1.5 of the max
+    rows = [row(seed=s, step=s, temperature=1.0) for s in range(32)]
+    expected, got, tally, _ = full_and_topk(x, rows)
+    assert got == expected and tally.full_reads <= 2  # type: ignore[attr-defined]
+
+    class Unbounded(TopkRow):  # the same source without the bound
+        def value_bound(self, i: int) -> np.float32:
+            return self.value(i)
+
+    sampler = Sampler(VOCAB, len(rows))
+    sampler._topk = Unbounded(VOCAB)  # type: ignore[attr-defined]
+    unbounded, tally_unbounded = sampler.sample_topk(device_topk(x, K), rows, lambda r: x[r])
+    assert unbounded == expected and tally_unbounded.full_reads >= 16  # 26 of 32 here
+
+
 def test_a_row_with_nan_or_inf_is_an_anomaly_without_a_read() -> None:
     x = llm_like_logits(2, VOCAB, 1)
     x[1, 17] = np.nan
@@ -114,6 +138,8 @@ def test_the_topk_source_refuses_what_its_top_k_cannot_answer() -> None:
     assert ids.tolist() == list(range(VOCAB - K, VOCAB))
     with pytest.raises(NeedFullRow):
         src.value(0)
+    assert src.value_bound(0) == np.float32((VOCAB - K - 1) / 10)  # the tail maximum bounds it
+    assert src.value_bound(VOCAB - 1) == src.value(VOCAB - 1)
     with pytest.raises(NeedFullRow):
         src.upper_set(K + 1)
     with pytest.raises(NeedFullRow):
