@@ -8,19 +8,22 @@ timestamps each step's path through the host with `perf_counter`:
 
     device end -> completion thread awake (calsim's `deliver` copies the outputs into the host
     buffers on the way) -> sampled -> settled and applied (tokens, KV commits, bookkeeping; the
-    engine lock released) -> engine thread awake, planned and prepared -> the device accepts
-    the next job.
+    job retired) -> the next job planned and prepared (by the completion thread itself, or by the
+    engine thread it wakes with `launch_from_completion` off) and its submit begun -> the device
+    accepts it.
 
 Each phase is reported as its median over the steps, and the gap against the modelled step. The
 daemon adds to this its gRPC loop (streaming, Submit) competing for the GIL, so a served board's gap
 is larger; `bench/host_cpu.py` and `calctl bench` measure that.
 
     .venv/bin/python bench/step_gap.py [--batches 1,4,8,16] [--modes full,topk] [--temperature 0]
+        [--launch completion|engine]   # which thread launches the next job (A/B; default completion)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import statistics
 import sys
@@ -31,16 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from calculet.daemon.calsim import engine as calsim_engine
-from calculet.daemon.core import completion
+from calculet.daemon.core import completion, executor
 from calculet.daemon.core import engine as core_engine
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
+from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.events import wait_finished
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.ops.sim_packages.build import build_sim_package
 
-PHASES = ("device end", "completion awake", "sampled", "applied", "engine submits", "device accepts")
+PHASES = ("device end", "completion awake", "sampled", "applied", "next submit", "device accepts")
 MARKS: list[tuple[str, float]] = []
 
 
@@ -61,9 +65,10 @@ def _marking(owner: Any, name: str, before: str | None, after: str | None) -> No
 def instrument() -> None:
     _marking(calsim_engine.ComputeEngine, "_end", "device end", None)
     _marking(calsim_engine.ComputeEngine, "accept", "device accepts", None)
-    _marking(core_engine.Engine, "_complete", "completion awake", "applied")
+    _marking(core_engine.Engine, "_complete", "completion awake", None)
     _marking(completion, "sample", None, "sampled")
-    _marking(core_engine.Engine, "_submit_device_job", "engine submits", None)
+    _marking(executor.Executor, "retire", None, "applied")
+    _marking(core_engine.Engine, "_submit_device_job", "next submit", None)
 
 
 def steps() -> list[dict[str, float]]:
@@ -82,6 +87,16 @@ def steps() -> list[dict[str, float]]:
         if all(p in path for p in PHASES) and "next end" in path:
             found.append(path)
     return found
+
+
+def launch_from_engine_thread() -> None:
+    """The A/B: the engine thread launches every job (`EngineConfig.launch_from_completion` off)."""
+    original = DaemonConfig.engine_config
+
+    def engine_config(self: DaemonConfig) -> EngineConfig:
+        return dataclasses.replace(original(self), launch_from_completion=False)
+
+    DaemonConfig.engine_config = engine_config  # type: ignore[method-assign]
 
 
 def run(batch: int, mode: str, temperature: float, tokens: int) -> list[dict[str, float]]:
@@ -121,8 +136,11 @@ def main() -> None:
     p.add_argument("--modes", default="full,topk", help="logits output of the package: full, topk (K 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--tokens", type=int, default=64, help="output tokens per request")
+    p.add_argument("--launch", choices=("completion", "engine"), default="completion", help="the launching thread")
     args = p.parse_args()
     instrument()
+    if args.launch == "engine":
+        launch_from_engine_thread()
     header = " -> ".join(PHASES)
     print(f"phases (median ms): {header}; gap = device end -> device accepts")
     for mode in args.modes.split(","):

@@ -22,17 +22,23 @@ Status and Submit never wait behind the device.
 
 Threads:
 - callers (gRPC handlers, the ModelManager) call the public methods; each takes the lock briefly;
-- the **engine thread** sleeps on the condition until there is work and a free bank, takes a plan
+- the **engine thread** sleeps on the condition until there is work, a free bank and no launch held
+  by the completion thread, takes a plan
   from the scheduler (which hands over the sequences with their lanes), has the executor prepare
   it under the lock, then fills and submits it *outside* the lock and records it as started. With
   the serial policy it also waits for that job at once, like today's product;
 - the **completion thread** waits (outside the lock) for the oldest submitted device job, samples
   its logits outside the lock (overlapping the other bank's device work), then under the lock
-  `completion.settle` decides what the job means and the engine applies it. The Wait streams'
-  wake-ups of that settlement are held until the engine thread has submitted the next device job
-  (or found none to submit), so the gRPC loop streaming the tokens does not contend for the GIL
-  with that submit while the device waits (`_complete`, `_release_wakeups_locked`). A job that
-  hangs or a device that is lost goes to the reset controller (`after_timeout`, `job_lost`).
+  `completion.settle` decides what the job means and the engine applies it. With
+  `launch_from_completion` (the default) it then plans, prepares and submits the next device job
+  itself, as the engine thread would: with one decode cohort that job waits on these tokens, and
+  this thread's core is awake, where waking the engine thread costs a hand-off and a core that
+  slept through the step (0.1-0.2 ms a step on our VMs: `bench/step_gap.py --launch`). One launch
+  runs at a time, whichever thread holds it (`_submitting`), so the device takes jobs in the order
+  they were prepared. The Wait streams' wake-ups of that settlement are held until the next device
+  job is submitted (or none was to be), so the gRPC loop streaming the tokens does not contend for
+  the GIL with that submit while the device waits (`_complete`, `_release_wakeups_locked`). A job
+  that hangs or a device that is lost goes to the reset controller (`after_timeout`, `job_lost`).
 The reset controller holds launches (no job is being submitted) while the device resets, then marks
 what the reset hit; it reaches the engine's bookkeeping only through the `ResetHost` the engine hands
 it. Nothing polls: every wait is on the condition, an event log listener, or the device's wait.
@@ -75,7 +81,7 @@ from calculet.daemon.core.generations import GenerationTable
 from calculet.daemon.core.heartbeat import Heartbeat
 from calculet.daemon.core.ids import new_sequence_id
 from calculet.daemon.core.job_table import JobTable
-from calculet.daemon.core.lane_closes import LaneCloses, close_lanes
+from calculet.daemon.core.lane_closes import LaneClose, LaneCloses, close_lanes
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
 from calculet.daemon.core.request import GenerationRequest, validate_request
@@ -160,7 +166,7 @@ class Engine(EngineGenerations):
         # Wait-stream wake-ups of a settled job, held for the engine thread to call once it has submitted
         # the next device job (or found none): `_complete`, `_release_wakeups_locked`.
         self._held_wakeups: list[Listener] = []
-        self._submitting = False  # the engine thread holds a prepared job it has not yet handed over
+        self._submitting = False  # a thread (engine or completion) holds a prepared job not yet handed over
         self._threads: list[threading.Thread] = []
         self._heartbeat = Heartbeat()  # listeners called from the engine thread's loop
         self._utilization = UtilizationTracker(self._executor.engine_slots, time.monotonic())
@@ -508,17 +514,29 @@ class Engine(EngineGenerations):
             while True:
                 with self._cond:
                     job = self._next_job_locked()
-                    self._lane_closes.collect(self._generations.all())  # evicted/dropped lanes close first
-                    closes = self._lane_closes.take()
-                close_lanes(self._device, closes)  # before any lane is opened again
+                    closes = self._lanes_to_close_locked()
                 if job is None:
+                    close_lanes(self._device, closes)
                     return
-                submitted = self._submit_device_job(job)
-                with self._cond:
-                    self._submitting = False
-                    self._release_wakeups_locked()
+                submitted = self._launch(job, closes)
                 if submitted and self._config.synchronous:
                     self._wait_and_complete(job)
+
+    def _lanes_to_close_locked(self) -> list[LaneClose]:
+        """Evicted and dropped lanes, to close on the device before any lane is opened again."""
+        self._lane_closes.collect(self._generations.all())
+        return self._lane_closes.take()
+
+    def _launch(self, job: DeviceJob, closes: list[LaneClose]) -> bool:
+        """Close `closes`, then submit `job`, which this thread prepared and holds (`_submitting`);
+        hand the launch back and release the held wake-ups. Returns whether the device took it."""
+        close_lanes(self._device, closes)  # before any lane is opened again
+        submitted = self._submit_device_job(job)
+        with self._cond:
+            self._submitting = False
+            self._release_wakeups_locked()
+            self._cond.notify_all()  # the engine thread may launch on the other bank now
+        return submitted
 
     @contextmanager
     def _crash_barrier(self, thread: str) -> Iterator[None]:
@@ -545,29 +563,50 @@ class Engine(EngineGenerations):
                 self._release_wakeups_locked()
                 return None
             self._book.expire()
-            if self._may_launch_locked():
-                decoding = Counter(j.generation for j in self._executor.jobs() if j.plan.task is TaskType.DECODE)
-                runnable = self._generations.runnable()
-                serving = {
-                    g
-                    for g, rt in runnable.items()
-                    if rt.state in (ModelState.READY, ModelState.DRAINING) and g not in self._resets.reconfiguring
-                }
-                plan = self._scheduler.plan(runnable, decoding, serving)
-                while self._scheduler.orphans:
-                    orphan = self._scheduler.orphans.pop()
-                    self._book.finish(orphan, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
-                if plan is not None:
-                    job = self._prepare_locked(plan)
-                    if job is not None:
-                        self._submitting = True
-                        return job
-                    continue
+            plan = self._plan_locked()
+            if plan is not None:
+                job = self._prepare_locked(plan)
+                if job is not None:
+                    self._submitting = True
+                    return job
+                continue
             self._release_wakeups_locked()  # nothing to submit now: the held wake-ups go out before the sleep
             wakeup = expiry.next_wakeup(self._scheduler, self._jobs, self._config.orphan_timeout_s)
             if (beat := self._heartbeat.interval_s) is not None:  # sleep no longer than a beat: idle, it beats
                 wakeup = beat if wakeup is None else min(wakeup, beat)
             self._cond.wait(wakeup)
+
+    def _plan_locked(self) -> JobPlan | None:
+        """The scheduler's next device job, when one may launch now (no other thread holds a launch,
+        a bank is free); the scheduler's orphans end on the way."""
+        if not self._may_launch_locked():
+            return None
+        decoding = Counter(j.generation for j in self._executor.jobs() if j.plan.task is TaskType.DECODE)
+        runnable = self._generations.runnable()
+        serving = {
+            g
+            for g, rt in runnable.items()
+            if rt.state in (ModelState.READY, ModelState.DRAINING) and g not in self._resets.reconfiguring
+        }
+        plan = self._scheduler.plan(runnable, decoding, serving)
+        while self._scheduler.orphans:
+            orphan = self._scheduler.orphans.pop()
+            self._book.finish(orphan, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
+        return plan
+
+    def _claim_launch_locked(self) -> tuple[DeviceJob, list[LaneClose]] | None:
+        """The completion thread's launch: prepare the next device job, if one may launch now, and
+        hold it (`_submitting`) with the lanes to close first. None: nothing to launch now, or no job
+        context is free (the engine thread waits for the pool's rebuild)."""
+        plan = self._plan_locked()
+        if plan is None:
+            return None
+        job = self._prepare_locked(plan, wait_for_pool=False)
+        if job is None:
+            self._cond.notify_all()
+            return None
+        self._submitting = True
+        return job, self._lanes_to_close_locked()
 
     def _release_wakeups_locked(self) -> None:
         """Call the Wait-stream wake-ups `_complete` held (non-blocking by contract, as when appended)."""
@@ -580,10 +619,15 @@ class Engine(EngineGenerations):
         return not (self._stopping or self._resets.halted or self._submitting)
 
     def _may_launch_locked(self) -> bool:
-        # Draining refuses new Submits only; requests already accepted still run.
-        return not (self._stopping or self._resets.halted or self._resets.launches_held) and self._executor.has_slot()
+        # Draining refuses new Submits only; requests already accepted still run. One launch at a time
+        # (`_submitting`), so the device takes jobs in the order they were prepared.
+        blocked = self._stopping or self._resets.halted or self._resets.launches_held or self._submitting
+        return not blocked and self._executor.has_slot()
 
-    def _prepare_locked(self, plan: JobPlan) -> DeviceJob | None:
+    def _prepare_locked(self, plan: JobPlan, *, wait_for_pool: bool = True) -> DeviceJob | None:
+        """Prepare `plan`'s device job. None: the launch failed (`launch_failed` dealt with its
+        sequences), or no job context is free (the plan is put back; `wait_for_pool`: wait up to 1 s
+        for the pool's rebuild)."""
         try:
             job = self._executor.prepare(plan)
         except CalculetError as exc:
@@ -593,6 +637,8 @@ class Engine(EngineGenerations):
             # No free context although a bank is free: only while a quarantined context's pool is
             # rebuilt (outside the lock). Put everything back; the rebuild's end wakes this thread.
             self._scheduler.unplan(plan)
+            if not wait_for_pool:
+                return None
             log.warning("no free job context for %s: waiting for its pool's rebuild", plan.submodel.name)
             self._release_wakeups_locked()
             self._cond.wait(1.0)
@@ -660,9 +706,9 @@ class Engine(EngineGenerations):
                         self._cond.wait()
                 if job is None:
                     return
-                self._wait_and_complete(job)
+                self._wait_and_complete(job, launch_next=self._config.launch_from_completion)
 
-    def _wait_and_complete(self, job: DeviceJob) -> None:
+    def _wait_and_complete(self, job: DeviceJob, *, launch_next: bool = False) -> None:
         assert job.submission is not None
         status: JobStatus | None
         try:
@@ -673,10 +719,12 @@ class Engine(EngineGenerations):
             self._resets.job_lost(job, f"device lost: {exc}")
             return
         if status is not None:
-            self._complete(job, status)
+            self._complete(job, status, launch_next=launch_next)
 
-    def _complete(self, job: DeviceJob, status: JobStatus) -> None:
-        """Sample (no lock), then settle and apply under the lock."""
+    def _complete(self, job: DeviceJob, status: JobStatus, *, launch_next: bool = False) -> None:
+        """Sample (no lock), then settle and apply under the lock. `launch_next` (the completion
+        thread): then launch the next device job from this thread (`_claim_launch_locked`), whose
+        core is awake, and release the settlement's wake-ups after that submit."""
         waited = time.perf_counter()
         rt = job.plan.runtime
         with self._cond:
@@ -718,12 +766,15 @@ class Engine(EngineGenerations):
                 self._book.apply(job, settlement)
             ready = rt.state is ModelState.READY
             escalation = self._escalation_watch.saw(settlement.fault, job.generation, ready, time.monotonic())
-            if self._engine_will_release_locked():
-                self._held_wakeups.extend(woken)
-                woken = []
             upkeep = self._executor.end_context(job)
             self._executor.retire(job)
             escalate = self._escalate
+            launch = self._claim_launch_locked() if launch_next else None
+            if launch is None and not launch_next and self._engine_will_release_locked():
+                self._held_wakeups.extend(woken)
+                woken = []
+        if launch is not None:
+            self._launch(*launch)
         call_listeners(woken)
         self._run_upkeep(upkeep)
         if escalation is not None and escalate is not None:

@@ -25,6 +25,9 @@ class EngineConfig:
         policy: scheduling knobs.
         max_inflight: device jobs in flight at once (capped by the device's capability).
         synchronous: wait for each device job right after submitting it (the serial policy).
+        launch_from_completion: the completion thread plans and submits the next device job itself
+            once it has applied one, on its core that is awake, instead of waking the engine thread
+            for it (a sleeping core runs the same code several times slower; `engine.py`).
         job_timeout_s: wall-clock wait for one device job before the device is reset.
         max_recoveries: re-prefills a sequence may need after lost KV before it fails.
         reset_limit / reset_window_s: automatic resets allowed per window before the board stops
@@ -46,6 +49,7 @@ class EngineConfig:
     policy: SchedulingPolicy = field(default_factory=SchedulingPolicy)
     max_inflight: int = 2
     synchronous: bool = False
+    launch_from_completion: bool = True
     job_timeout_s: float = 30.0
     max_recoveries: int = 3
     retention_bytes: int = 256 * 1024 * 1024

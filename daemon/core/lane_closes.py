@@ -1,8 +1,9 @@
 """KV lanes waiting to be closed on the device (KV Free, `VirtualDevice.close_lane`).
 
 A sequence that leaves its lane, and a KV manager that evicts or drops one, queue the close under the
-engine lock in the engine's `LaneCloses` (guarded by that lock); the engine thread takes the queue
-and closes the lanes outside the lock (`close_lanes`) before it opens any lane again, so no lane is
+engine lock in the engine's `LaneCloses` (guarded by that lock); the thread that launches the next
+device job (the engine or the completion thread, one launch at a time) takes the queue and closes
+the lanes outside the lock (`close_lanes`) before it opens any lane again, so no lane is
 reopened while its old KV is still open on the device. A configuration reset forgets the queued
 closes of a model it dropped: the lanes went with its configuration.
 """
