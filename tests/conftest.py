@@ -9,6 +9,9 @@ caller are dropped for the same reason (`calculet.daemon.runtime_paths`).
 This process itself opens calsim boards (unit tests) under that directory, and may keep one held, so
 a test that starts a daemon process gives it an `XDG_RUNTIME_DIR` of its own, as `DaemonProcess`
 (tests/integration/conftest.py) and `LocalFleet` (`$CALSIM_STATE_DIR`, `--runtime-dir`) do.
+
+Hypothesis runs without its per-example deadline (200 ms by default): no test asserts a wall-clock
+time, and a busy CI machine can stall any example that long.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ import shutil
 import tempfile
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("calculet", deadline=None)
+settings.load_profile("calculet")
 
 DROPPED_ENV = ("RUNTIME_DIRECTORY", "CALSIM_STATE_DIR")
 _private_dirs: list[str] = []
