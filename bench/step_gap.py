@@ -18,6 +18,7 @@ is larger; `bench/host_cpu.py` and `calctl bench` measure that.
 
     .venv/bin/python bench/step_gap.py [--batches 1,4,8,16] [--modes full,topk] [--temperature 0]
         [--launch completion|engine]   # which thread launches the next job (A/B; default completion)
+        [--metrics]                    # the served daemon's metrics observer attached, as in a daemon
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.events import wait_finished
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.sampling.params import SamplingParams
+from calculet.daemon.telemetry.daemon_metrics import DaemonMetrics
 from calculet.ops.sim_packages.build import build_sim_package
 
 PHASES = ("device end", "completion awake", "sampled", "applied", "next submit", "device accepts")
@@ -99,7 +101,7 @@ def launch_from_engine_thread() -> None:
     DaemonConfig.engine_config = engine_config  # type: ignore[method-assign]
 
 
-def run(batch: int, mode: str, temperature: float, tokens: int) -> list[dict[str, float]]:
+def run(batch: int, mode: str, temperature: float, tokens: int, metrics: bool = False) -> list[dict[str, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         build_sim_package(
@@ -112,6 +114,7 @@ def run(batch: int, mode: str, temperature: float, tokens: int) -> list[dict[str
         options = {"time_scale": 1.0, "profile": "calsim-dev"}
         config = DaemonConfig(models_root=root, models=(("qwen", "qwen"),), device_options=options, max_inflight=2)
         core = DeviceCore(config)
+        observed = DaemonMetrics(core) if metrics else None  # its observer, fed per device job
         core.start()
         try:
             MARKS.clear()
@@ -127,6 +130,8 @@ def run(batch: int, mode: str, temperature: float, tokens: int) -> list[dict[str
                     raise SystemExit(f"job {job_id} did not finish")
         finally:
             core.close()
+            if observed is not None:
+                observed.close()
     return steps()
 
 
@@ -137,6 +142,7 @@ def main() -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--tokens", type=int, default=64, help="output tokens per request")
     p.add_argument("--launch", choices=("completion", "engine"), default="completion", help="the launching thread")
+    p.add_argument("--metrics", action="store_true", help="attach the daemon's metrics observer")
     args = p.parse_args()
     instrument()
     if args.launch == "engine":
@@ -145,7 +151,7 @@ def main() -> None:
     print(f"phases (median ms): {header}; gap = device end -> device accepts")
     for mode in args.modes.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
-            found = run(batch, mode, args.temperature, args.tokens)
+            found = run(batch, mode, args.temperature, args.tokens, args.metrics)
             cells = []
             for a, b in itertools.pairwise(PHASES):
                 cells.append(f"{statistics.median(s[b] - s[a] for s in found) * 1e3:.3f}")
