@@ -247,6 +247,7 @@ def load_report_from_pb(pb: observe_pb2.LoadReport) -> LoadReport:
             prefix_tips=frozenset(m.prefix.lane_tips) if m.prefix.block_tokens == BLOCK_TOKENS else frozenset(),
             pending_short_prefill_tokens=m.pending_short_prefill_tokens,
             short_prefill_tokens=m.short_prefill_tokens,
+            queue_limit=m.queue_limit,
         )
         for m in pb.models
     )

@@ -244,6 +244,8 @@ class ModelLoad:
         prefix_tips: each lane's last block hash: a prompt matching through one continues that lane.
         pending_short_prefill_tokens / short_prefill_tokens: of the pending prefill, short prefills'
             (served first), and the daemon's short bound (0 = not reported).
+        queue_limit: requests that may wait for a lane beyond the free ones (the daemon's admission
+            bound; 0 = not reported).
     """
 
     alias: str
@@ -262,6 +264,7 @@ class ModelLoad:
     prefix_tips: frozenset[int] = frozenset()
     pending_short_prefill_tokens: int = 0
     short_prefill_tokens: int = 0
+    queue_limit: int = 0
 
 
 @dataclass(frozen=True)

@@ -323,6 +323,7 @@ def load_report_to_pb(
                 package_hash=m.package_hash,
                 pending_short_prefill_tokens=m.pending_short_prefill_tokens,
                 short_prefill_tokens=m.short_prefill_tokens,
+                queue_limit=m.queue_limit,
             )
             for m in v.models
         ],

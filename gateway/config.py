@@ -17,6 +17,7 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     routing = "prefix"                 # or "load": the load-only rule, for comparison (docs/gateway.md)
     answer-memory-tokens = 4000000     # chat answers' token ids kept for the next turn; 0 = off (the default)
     workers = 2                        # processes serving the one listen socket (1, the default: one process)
+    max-body-bytes = 4194304           # a request body over this is refused with 413 before it is read whole
 
     placement = "demand"               # or "off" (the default): only operators load models
     placement-queue = 64               # requests per model waiting for a board (429 beyond)
@@ -58,11 +59,17 @@ KEYS = frozenset(
         "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
         "daemon-server-name", "log-format", "routing", "answer-memory-tokens", "models", "placement",
         "placement-queue", "placement-wait", "min-residency", "idle-ttl", "daemon-operate-token-file", "workers",
+        "max-body-bytes",
     }
 )  # fmt: skip
 TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
 MAX_ANSWER_MEMORY_TOKENS = 2**31  # 8 GiB of ids: past any sane gateway's memory
 MAX_WORKERS = 64  # worker processes: past the cores of any host a gateway runs on
+# A request body's default bound: a full 40,960-token context is about 160 KB of text, so 4 MiB leaves
+# room for long conversations and batches of prompts, and bounds what one request can make the
+# gateway hold (its text, the parsed request, the rendered prompt and its tokens).
+DEFAULT_MAX_BODY_BYTES = 4 << 20
+MAX_BODY_BYTES_LIMIT = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class GatewayConfig:
         send ("" / None: the inference token).
     workers: processes serving `listen` (`gateway.workers`, docs/gateway.md "Workers"); 1 = this
         process serves it alone.
+    max_body_bytes: a request body over this is refused with 413 (docs/gateway.md "Bounded requests").
     """
 
     listen: str = "127.0.0.1:8000"
@@ -121,6 +129,7 @@ class GatewayConfig:
     daemon_operate_token_file: str = ""
     daemon_operate_token: str | None = field(default=None, repr=False)
     workers: int = 1
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
 
 PLACEMENT_MODES = ("off", "demand")
@@ -209,6 +218,7 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         ),
         daemon_operate_token_file=_optional_text(settings, "daemon-operate-token-file"),
         workers=_integer(settings, "workers", GatewayConfig.workers, 1, MAX_WORKERS),
+        max_body_bytes=_integer(settings, "max-body-bytes", GatewayConfig.max_body_bytes, 1024, MAX_BODY_BYTES_LIMIT),
     )
     if cfg.placement not in PLACEMENT_MODES:
         raise InvalidArgument(f"placement: one of {', '.join(PLACEMENT_MODES)}, got {cfg.placement!r}")

@@ -6,7 +6,8 @@ Every failure the gateway reports is a `CalculetError` (raised by the gateway it
 `Retry-After` header for 429 (and for a 503 that names when to come back: a request that waited
 for a model past its deadline) and `WWW-Authenticate: Bearer` for 401. A few errors carry a type
 and code of their own (`OPENAI_OF_CLASS`): an unknown model, a missing or wrong API key, a model
-placement can never put on a board. FastAPI's
+placement can never put on a board, a body over the size limit (which also has its own status,
+413, `HTTP_OF_CLASS`). FastAPI's
 exception handlers (see `api/app.py`) and the API-key middleware (`api/auth.py`) call only this;
 any other exception is a bug and becomes a 500 with a generic message (the detail goes to the log).
 """
@@ -23,6 +24,7 @@ from calculet.daemon.errors import (
     CalculetError,
     ErrorKind,
     FailedPrecondition,
+    InvalidArgument,
     NotFound,
     Overloaded,
     Unauthenticated,
@@ -69,6 +71,13 @@ class ModelWaitExpired(Unavailable):
         self.retry_after_s = retry_after_s
 
 
+class RequestTooLarge(InvalidArgument):
+    """A request body over the gateway's `max-body-bytes` (413, code `request_too_large`), refused
+    before it is read whole."""
+
+    kind = ErrorKind.INVALID_ARGUMENT
+
+
 class InvalidApiKey(Unauthenticated):
     """An HTTP request without a valid API key (401; OpenAI's `invalid_request_error`, code
     `invalid_api_key`)."""
@@ -82,7 +91,10 @@ OPENAI_OF_CLASS: dict[type[CalculetError], tuple[str | None, str]] = {
     ModelNotFound: (None, "model_not_found"),
     ModelNotPlaceable: (None, "model_not_placeable"),
     InvalidApiKey: ("invalid_request_error", "invalid_api_key"),
+    RequestTooLarge: (None, "request_too_large"),
 }
+# Errors whose HTTP status is not their kind's: class -> status.
+HTTP_OF_CLASS: dict[type[CalculetError], int] = {RequestTooLarge: 413}
 
 
 def error_body(err: CalculetError, *, param: str | None = None) -> dict[str, Any]:
@@ -93,7 +105,7 @@ def error_body(err: CalculetError, *, param: str | None = None) -> dict[str, Any
 
 
 def http_status(err: CalculetError) -> int:
-    return HTTP_OF_KIND[err.kind][0]
+    return HTTP_OF_CLASS.get(type(err), HTTP_OF_KIND[err.kind][0])
 
 
 def retry_after_header(err: CalculetError) -> dict[str, str]:

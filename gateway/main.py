@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="processes serving the listen address, each with its own view of the boards (1: this process)",
     )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        metavar="N",
+        help="request bodies over N bytes are refused with 413 before they are read whole (4194304)",
+    )
     # Set by the supervisor on the workers it starts (workers/launcher.py), not by people.
     p.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
     p.add_argument("--worker-fds", type=_fd_pair, help=argparse.SUPPRESS)
@@ -154,6 +160,7 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "daemon-operate-token-file",
         "answer-memory-tokens",
         "workers",
+        "max-body-bytes",
     ):
         value = getattr(args, key.replace("-", "_"))
         if value is not None:
@@ -204,9 +211,11 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
                 settings = PlacerSettings(cfg.placement_policy, cfg.placement_bounds, requester())
                 placer = ModelPlacer(fleet, cfg.catalog, settings)
                 placer.start()
+            service = GatewayService(fleet, router, policy, answers=answers, catalog=cfg.catalog, placer=placer)
             try:
-                yield GatewayService(fleet, router, policy, answers=answers, catalog=cfg.catalog, placer=placer)
+                yield service
             finally:
+                service.close()
                 if placer is not None:
                     await placer.close()
         finally:
@@ -244,7 +253,13 @@ def uvicorn_config(
     worker: WorkerIdentity | None = None,
 ) -> uvicorn.Config:
     """uvicorn's settings for one serving process (`worker`: this process is that worker)."""
-    app = create_app(service_factory(cfg), api_keys=cfg.api_keys, tracer_provider=tracer_provider, worker=worker)
+    app = create_app(
+        service_factory(cfg),
+        api_keys=cfg.api_keys,
+        tracer_provider=tracer_provider,
+        worker=worker,
+        max_body_bytes=cfg.max_body_bytes,
+    )
     address = listen_address(cfg.listen)
     where: dict[str, Any] = {"uds": address.uds} if address.uds else {"host": address.host, "port": address.port}
     if loop == "auto":

@@ -49,6 +49,8 @@ class GenerationView:
         pending_prefill_tokens / pending_short_prefill_tokens: prompt tokens its client jobs still
             have to prefill; of those, short prefills' (at most `short_prefill_tokens` when queued).
         prefill_chunk_tokens: tokens one prefill job carries (0 before it is configured).
+        queue_limit: requests of it that may wait for a lane beyond its free lanes (the admission
+            bound, `SchedulingPolicy.queue_depth`).
     """
 
     alias: str
@@ -73,6 +75,7 @@ class GenerationView:
     pending_short_prefill_tokens: int = 0
     short_prefill_tokens: int = 0
     prefill_chunk_tokens: int = 0
+    queue_limit: int = 0
 
 
 @dataclass(frozen=True)

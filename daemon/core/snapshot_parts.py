@@ -57,6 +57,7 @@ def generation_view(
         pending_short_prefill_tokens=pending_short,
         short_prefill_tokens=short_bound,
         prefill_chunk_tokens=rt.prefill_chunk,
+        queue_limit=policy.queue_depth,
     )
 
 

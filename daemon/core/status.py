@@ -195,7 +195,8 @@ class ModelLoadView:
     package_hash: str = ""
     prefix_tips: tuple[int, ...] = ()
     pending_short_prefill_tokens: int = 0
-    short_prefill_tokens: int = 0  # SHA-256 of calculet-package.json ("" if unreadable)
+    short_prefill_tokens: int = 0
+    queue_limit: int = 0  # requests that may wait for a lane beyond the free ones (0: not reported)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ def load_view(
             g.prefix_tips,
             g.pending_short_prefill_tokens,
             g.short_prefill_tokens,
+            g.queue_limit,
         )
         for g in snap.published
     )

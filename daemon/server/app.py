@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = request_bytes(REFERENCE_CONTEXT)  # what a client may send: 212,992 bytes
 MAX_SEND_BYTES = 4 * 1024 * 1024  # what the daemon may send: a stock client's receive limit
+# Calls gRPC holds before the servicer takes them. Past its bound (1,000 by default) gRPC cancels new
+# calls itself: a burst of 1,200 Submits got CANCELLED, which a client reads as its own cancel (a
+# gateway answered a 3,000-prompt request 499). Far above the admission bound (lanes + queue), so the
+# daemon's own typed refusal, RESOURCE_EXHAUSTED with a retry hint, is what a burst meets.
+MAX_PENDING_RPCS = 16384
 STOP_GRACE_S = 2.0  # for RPCs still running at shutdown: Wait streams send their last Final meanwhile
 SHUTDOWN_REASON = "board shutting down: resume on another board"
 STATUS_FOLLOW_S = 3600.0  # the STATUS= follower re-checks at least this often (it wakes on every change)
@@ -140,6 +145,8 @@ async def serve(
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", MAX_SEND_BYTES),
         ("grpc.so_reuseport", 0),
+        ("grpc.server.max_pending_requests", MAX_PENDING_RPCS),
+        ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_RPCS),
     ]
     security = security or ServerSecurity()
     interceptors: list[grpc.aio.ServerInterceptor] = [StrictDecoding()]

@@ -6,7 +6,8 @@ board's state and what the router sees of it), `GET /metrics` (the
 gateway's Prometheus metrics, `telemetry.metrics`; every request is counted by its middleware).
 With API keys (`--api-key-file`), every path but /health, /ready and /metrics needs
 `Authorization: Bearer <key>` (`auth.ApiKeyAuth`, answering 401 before any route runs). Bodies
-are read raw and validated by `schemas.parse_body` (strict types, unknown fields ignored); every
+are bounded (`max_body_bytes`: 413 before a larger one is read whole, `body_limit.BodyLimit`),
+read raw and validated by `schemas.parse_body` (strict types, unknown fields ignored); every
 `CalculetError` becomes its HTTP status through `errors.error_response`, the only place that
 decides statuses; any other exception is logged and answered 500 without details.
 
@@ -38,8 +39,10 @@ from starlette.responses import Response, StreamingResponse
 from calculet.daemon.errors import CalculetError, ErrorKind
 from calculet.gateway.api import formats, streaming
 from calculet.gateway.api.auth import ApiKeyAuth
+from calculet.gateway.api.body_limit import BodyLimit
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
 from calculet.gateway.api.worker_header import WorkerHeader
+from calculet.gateway.config import DEFAULT_MAX_BODY_BYTES
 from calculet.gateway.errors import error_response, internal_error_response
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.serving.service import GatewayService, Prepared
@@ -123,11 +126,14 @@ def create_app(
     api_keys: Sequence[bytes] = (),
     tracer_provider: TracerProvider | None = None,
     worker: WorkerIdentity | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The app. `make_service` is an async context (generator) yielding the running service;
     `api_keys`: the keys /v1/* requests must present (none: the API is open); `tracer_provider`:
     where request spans go (None: tracing off; request ids and log lines all the same); `worker`:
-    this process is that worker of a `--workers N` gateway (None: the gateway's only process)."""
+    this process is that worker of a `--workers N` gateway (None: the gateway's only process);
+    `max_body_bytes`: a larger body is refused with 413 (by its Content-Length before a byte of it
+    is read, or once that many bytes of a body without one arrived)."""
 
     metrics = GatewayMetrics()
     siblings = WorkerScrape(worker) if worker is not None else None
@@ -147,6 +153,7 @@ def create_app(
 
     app = FastAPI(title="Calculet gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.metrics = metrics
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # innermost: a 401 never reads the body either
     if api_keys:
         app.add_middleware(ApiKeyAuth, keys=tuple(api_keys))
     app.add_middleware(RequestContextMiddleware, provider=tracer_provider)  # ids, spans, log lines

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from calculet.daemon.errors import InvalidArgument
 
 MAX_N = 16
+# Messages in one chat request: each costs the template a few tokens, so a conversation this long
+# already fills any context we serve; past it the request is refused before it is rendered.
+MAX_MESSAGES = 4096
+# Prompts in one /v1/completions request (OpenAI's own bound for a list of prompts).
+MAX_PROMPTS = 2048
+# Chat roles, as OpenAI's API names them; `developer` is OpenAI's newer name for `system`.
+ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOPS = 16
 MAX_TOP_LOGPROBS = 20
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
@@ -70,9 +77,16 @@ class TextPart(_Lenient):
 
 
 class ChatMessage(_Lenient):
-    role: Annotated[str, Field(min_length=1, max_length=64)]
+    role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, role: str) -> str:
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role[:64]!r}; expected one of {', '.join(ROLES)}")
+        return role
 
     def template_view(self) -> dict[str, Any]:
         """The message as the chat template sees it: content as one string.
@@ -91,14 +105,15 @@ class ChatMessage(_Lenient):
                         f"content[{i}]: only parts of type 'text' with a string 'text' are supported"
                     ) from err
             content = "".join(texts)
-        view: dict[str, Any] = {"role": self.role, "content": content if content is not None else ""}
+        role = "system" if self.role == "developer" else self.role  # templates know `system`
+        view: dict[str, Any] = {"role": role, "content": content if content is not None else ""}
         if self.name is not None:
             view["name"] = self.name
         return view
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: Annotated[int, Field(ge=1, le=2**32 - 1)] | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
@@ -147,6 +162,8 @@ class CompletionRequest(_Sampling):
             return [p]
         if not p:
             raise InvalidArgument("prompt: must not be empty")
+        if len(p) > MAX_PROMPTS and not all(isinstance(x, int) for x in p):
+            raise InvalidArgument(f"prompt: {len(p)} prompts; at most {MAX_PROMPTS} in one request")
         if all(isinstance(x, int) for x in p):
             return [list(p)]  # type: ignore[arg-type]
         return list(p)  # type: ignore[arg-type]

@@ -120,6 +120,15 @@ class Board:
             return self.placed
         return max(0, m.queue_depth + m.running - self._placed_at_report) + self.placed
 
+    def admission_room(self, alias: str) -> int | None:
+        """Jobs of `alias` this board would admit now: its lanes and admission queue bound less
+        the jobs it holds (`jobs`); None when its report does not give the bound (an older
+        daemon) or does not have the model."""
+        m = self.model(alias)
+        if m is None or m.queue_limit == 0:
+            return None
+        return max(0, m.lanes_total + m.queue_limit - self.jobs(alias))
+
     def pending(self, alias: str) -> int:
         """Prompt tokens still to prefill here: other gateways' (the last report's count beyond
         this gateway's own then, as `jobs` does) plus this gateway's placements without a first

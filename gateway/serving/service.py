@@ -31,7 +31,6 @@ holds. Hits, misses and fallbacks go to the observer. Text completions neither r
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calculet.client import SamplingParams
-from calculet.daemon.errors import CalculetError, InvalidArgument, Unavailable
+from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.fleet.board import Board
@@ -57,10 +56,15 @@ from calculet.gateway.serving.tracing import RequestScope
 from calculet.gateway.text.answer_memory import AnswerMemory
 from calculet.gateway.text.answer_splice import SplicedChat, splice_chat
 from calculet.gateway.text.model_text import ModelText
+from calculet.gateway.text.tokenize_pool import TokenizePool
 
 SEED_SPACE = 2**64
-# Prompts longer than this (characters) are tokenized in a worker thread, off the event loop.
-INLINE_TOKENIZE_CHARS = 4096
+# A prompt is refused untokenized when its characters exceed the context times the most characters
+# a token stands for, times this: Unicode's canonical composition (NFC, which tokenizers normalize
+# with) joins at most a few code points into one, so no prompt this long can fit.
+CHARS_SAFETY_FACTOR = 4
+# Retry-After of a request refused because its choices exceed what its boards admit now.
+ADMISSION_RETRY_AFTER_S = 1.0
 
 Tokenize = Callable[[ModelPackage], Awaitable[list[list[int]]]]
 """A request's prompts tokenized with one package's text (raises InvalidArgument when it cannot)."""
@@ -123,6 +127,8 @@ class GatewayService:
         catalog: every model the fleet may serve (the gateway config's `[gateway.models]`).
         placer: placement by demand (None: `--placement off`, only operators load models); a
             request for a catalog model no board serves waits in its queue.
+        tokenize: where long prompts are tokenized (a default `TokenizePool` when not given; the
+            service closes it in `close`).
     """
 
     def __init__(
@@ -134,14 +140,20 @@ class GatewayService:
         answers: AnswerMemory | None = None,
         catalog: tuple[CatalogModel, ...] = (),
         placer: ModelPlacer | None = None,
+        tokenize: TokenizePool | None = None,
     ) -> None:
         self.fleet = fleet
+        self.tokenize = tokenize or TokenizePool()
         self.catalog = catalog
         self.placer = placer
         self.router = router
         self.policy = policy or RetryPolicy()
         self.observer: ServingObserver = observer or NoObserver()
         self.answers = answers if answers is not None else AnswerMemory()
+
+    def close(self) -> None:
+        """End the tokenizer's threads (the app's lifespan calls it when the gateway stops)."""
+        self.tokenize.close()
 
     async def prepare_chat(
         self, req: ChatCompletionRequest, session: str, scope: RequestScope | None = None
@@ -256,17 +268,15 @@ class GatewayService:
             return await self._encode(text, prompt)
         return await self._encode_spliced(text, spliced)
 
-    @staticmethod
-    async def _encode(text: ModelText, prompt: str) -> list[int]:
-        if len(prompt) > INLINE_TOKENIZE_CHARS:
-            return await asyncio.to_thread(text.encode, prompt)
-        return text.encode(prompt)
+    async def _encode(self, text: ModelText, prompt: str) -> list[int]:
+        """Raises: InvalidArgument (the prompt cannot fit), Overloaded (the tokenizer's budget)."""
+        _check_chars(text, len(prompt))
+        return await self.tokenize.run(len(prompt), lambda: text.encode(prompt))
 
-    @staticmethod
-    async def _encode_spliced(text: ModelText, spliced: SplicedChat) -> list[int]:
-        if spliced.text_chars > INLINE_TOKENIZE_CHARS:
-            return await asyncio.to_thread(spliced.encode, text)
-        return spliced.encode(text)
+    async def _encode_spliced(self, text: ModelText, spliced: SplicedChat) -> list[int]:
+        """Raises: as `_encode`."""
+        _check_chars(text, spliced.text_chars)
+        return await self.tokenize.run(spliced.text_chars, lambda: spliced.encode(text))
 
     async def _prepare(
         self,
@@ -297,6 +307,8 @@ class GatewayService:
             raise refusal or Unavailable(f"model {req.model!r}: no package serves it")
         # From here on nothing awaits: the choices are counted on their boards as they are placed.
         package, prompts, routes = self._choose_package(req.model, session, options)
+        boards = next(b for p, b in packages if p.package_hash == package.package_hash)
+        _check_admission(req.model, boards, len(prompts) * req.n)
         runners = self._place_choices(req, session, package, list(zip(prompts, routes, strict=True)), scope, answers)
         rid = f"{id_prefix}-{secrets.token_hex(12)}"
         return Prepared(req.model, package.text, prompts, runners, rid, req.n)
@@ -383,6 +395,40 @@ def _choice_job(
         priority=req.priority,
         session_id=session,
     )
+
+
+def _check_admission(alias: str, boards: Sequence[Board], choices: int) -> None:
+    """A request of several choices is admitted as a unit: refused whole, before any is placed,
+    when the boards of its package would not admit them all now (their lanes and admission
+    queues, as their last reports and this gateway's placements since have them). Boards whose
+    reports do not give their bound are not judged; a single choice is left to the router and its
+    retries, as before.
+
+    Raises:
+        Overloaded: the choices exceed what the boards admit now (HTTP 429 with Retry-After).
+    """
+    if choices <= 1:
+        return
+    rooms = [b.admission_room(alias) for b in boards if b.can_serve(alias)]
+    if not rooms or any(room is None for room in rooms):
+        return
+    room = sum(r for r in rooms if r is not None)
+    if choices > room:
+        raise Overloaded(
+            f"model {alias!r}: this request needs {choices} jobs (prompts x n) and its boards admit "
+            f"{room} now; send it in smaller parts or retry later",
+            retry_after_s=ADMISSION_RETRY_AFTER_S,
+        )
+
+
+def _check_chars(text: ModelText, chars: int) -> None:
+    """Raises: InvalidArgument: a prompt of `chars` characters cannot fit the context in any tokenization."""
+    facts = text.facts
+    if chars > facts.context * text.max_token_chars * CHARS_SAFETY_FACTOR:
+        raise InvalidArgument(
+            f"prompt: {chars} characters cannot fit the model's context of {facts.context} tokens "
+            f"(a token stands for at most {text.max_token_chars} characters)"
+        )
 
 
 def _check_prompts(prompts: Sequence[list[int]], context: int, max_tokens: int | None) -> None:

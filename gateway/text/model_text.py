@@ -9,6 +9,7 @@ Python internals. Data flow: OpenAI request -> `render_chat` (chat) or the promp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,8 +84,20 @@ class ModelText:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` (special tokens written in the text are recognised, as the
-        chat template relies on; no BOS/EOS added)."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        chat template relies on; no BOS/EOS added).
+
+        The ids are `Tokenizer.encode`'s; the batch call gives them without offsets and releases
+        the GIL while it runs (`encode` holds it: a long prompt tokenized on a thread stalled the
+        event loop, docs/gateway.md "Bounded requests")."""
+        return list(self.tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids)
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token stands for: a text longer than `context` times this
+        cannot fit the context, whatever it says. A token's string in the vocabulary is at least
+        as long as the text it decodes to (byte-level BPE writes a character per byte, byte
+        fallback `<0xNN>` six for one); computed once, on first use."""
+        return max(1, max(map(len, self.tokenizer.get_vocab(with_added_tokens=True)), default=1))
 
     def render_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
         """The prompt text of a conversation.

@@ -454,7 +454,7 @@ class LoadReport(_message.Message):
     def __init__(self, board: _Optional[str] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., models: _Optional[_Iterable[_Union[ModelLoad, _Mapping]]] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class ModelLoad(_message.Message):
-    __slots__ = ("alias", "generation", "state", "ready", "queue_depth", "running", "free_lanes", "lanes_total", "parked_lanes", "pending_prefill_tokens", "prefix", "pending_short_prefill_tokens", "short_prefill_tokens", "package_hash")
+    __slots__ = ("alias", "generation", "state", "ready", "queue_depth", "running", "free_lanes", "lanes_total", "parked_lanes", "pending_prefill_tokens", "prefix", "pending_short_prefill_tokens", "short_prefill_tokens", "queue_limit", "package_hash")
     ALIAS_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -468,6 +468,7 @@ class ModelLoad(_message.Message):
     PREFIX_FIELD_NUMBER: _ClassVar[int]
     PENDING_SHORT_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SHORT_PREFILL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     PACKAGE_HASH_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
@@ -482,8 +483,9 @@ class ModelLoad(_message.Message):
     prefix: PrefixBlocks
     pending_short_prefill_tokens: int
     short_prefill_tokens: int
+    queue_limit: int
     package_hash: str
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., ready: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., free_lanes: _Optional[int] = ..., lanes_total: _Optional[int] = ..., parked_lanes: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ..., prefix: _Optional[_Union[PrefixBlocks, _Mapping]] = ..., pending_short_prefill_tokens: _Optional[int] = ..., short_prefill_tokens: _Optional[int] = ..., package_hash: _Optional[str] = ...) -> None: ...
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., ready: _Optional[bool] = ..., queue_depth: _Optional[int] = ..., running: _Optional[int] = ..., free_lanes: _Optional[int] = ..., lanes_total: _Optional[int] = ..., parked_lanes: _Optional[int] = ..., pending_prefill_tokens: _Optional[int] = ..., prefix: _Optional[_Union[PrefixBlocks, _Mapping]] = ..., pending_short_prefill_tokens: _Optional[int] = ..., short_prefill_tokens: _Optional[int] = ..., queue_limit: _Optional[int] = ..., package_hash: _Optional[str] = ...) -> None: ...
 
 class PrefixBlocks(_message.Message):
     __slots__ = ("block_tokens", "hashes", "truncated", "lane_tips")

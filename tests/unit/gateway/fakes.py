@@ -117,6 +117,7 @@ class FakeDaemon(DaemonConnection):
     lanes: int = 4
     queue_depth: int = 0
     running: int = 0  # what its load reports say holds a lane (the fake runs nothing itself)
+    queue_limit: int = 0  # its admission queue bound as its reports give it (0: not reported)
     refuse: list[CalculetError] = field(default_factory=list)
     die_after: int | None = None
     die_plan: list[int] | None = None  # shared between fakes: the next stream started anywhere pops
@@ -206,7 +207,7 @@ class FakeDaemon(DaemonConnection):
             model = ModelLoad(
                 ALIAS, 1, state, self.ready, self.queue_depth, self.running, free, self.lanes,
                 pending_prefill_tokens=self.pending_prefill_tokens, prefix_hashes=self.prefix_hashes,
-                package_hash=self.package_hash if self.reports_package else "",
+                package_hash=self.package_hash if self.reports_package else "", queue_limit=self.queue_limit,
             )  # fmt: skip
             yield LoadReport(self.target, ServingStatus.SERVING, seq, (model,))
             seq += 1
