@@ -1,5 +1,5 @@
 """The golden check: a package's golden prefill/decode run on the device and judged (docs/daemon.md,
-"Device faults and escalations").
+"Escalations" and the non-finite logits row of "Resource bounds").
 
 `judge` turns one probe run into an `Attempt`: MATCH, MISMATCH (the model's output differs from the
 golden one), or DISTURBED (a device fault kept the run from an answer: the probe used up its
