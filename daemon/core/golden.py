@@ -1,15 +1,20 @@
 """The golden check: a package's golden prefill/decode run on the device and judged (docs/daemon.md,
 "Escalations" and the non-finite logits row of "Resource bounds").
 
-`judge` turns one probe run into an `Attempt`: MATCH, MISMATCH (the model's output differs from the
-golden one), or DISTURBED (a device fault kept the run from an answer: the probe used up its
-re-prefills, the board refused or stopped it, it did not finish in time). A CCU exception the probe
-re-prefilled past is no mismatch: the re-prefilled run is judged on what it produced.
+`judge` turns one probe run into an `Attempt`:
+
+- MATCH: the golden tokens and top logits. A device fault the probe re-prefilled past (a CCU
+  exception, or NaN/Inf logits that the same step, computed again, did not repeat) is no mismatch:
+  the run is judged on what it produced.
+- MISMATCH: the model's output differs from the golden one, or it gave NaN/Inf logits each time
+  until the probe's re-prefills were used up (a model that computes NaN/Inf on these inputs does so
+  every time).
+- DISTURBED: a device fault kept the run from an answer (its re-prefills used up by CCU
+  exceptions, the board refusing or stopping it, no answer in time): it says nothing of the model.
 
 `recheck` is the re-check after a quarantine. It judges the model, not the weather:
 
 - a DISTURBED run is run again, at most `RECHECK_ATTEMPTS` runs within the time limit;
-- a strict run counts non-finite logits as a mismatch (the symptom that quarantined the model);
 - it fails only on a mismatch it reproduces: `REPRODUCE` mismatching runs before any match;
 - runs that end without a verdict (every run disturbed, or one mismatch never reproduced) are
   INCONCLUSIVE: nothing shows the model is wrong, so it is not unloaded for it.
@@ -30,7 +35,7 @@ import numpy as np
 from calculet.daemon.core.engine_types import ProbeOutcome
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
-from calculet.daemon.errors import Unavailable
+from calculet.daemon.errors import ErrorKind, Unavailable
 from calculet.daemon.package.manifest import GoldenDecl
 from calculet.daemon.sampling.params import SamplingParams
 
@@ -92,23 +97,26 @@ def golden_request(alias: str, golden: GoldenDecl) -> GenerationRequest:
     )
 
 
-def judge(probe: ProbeOutcome | None, golden: GoldenDecl, *, strict: bool, timeout: float) -> Attempt:
-    """Judge one probe run against the golden data.
+def judge(probe: ProbeOutcome | None, golden: GoldenDecl, timeout: float) -> Attempt:
+    """Judge one probe run against the golden data (module docstring).
 
     Args:
         probe: the run; None when it did not finish within `timeout` seconds.
-        strict: non-finite logits during the run are a mismatch (the re-check after a quarantine);
-            otherwise the row re-prefilled past them and only the output counts (load, re-warm).
 
     Returns:
         The run's result and what it saw.
     """
     if probe is None:
         return Attempt(AttemptResult.DISTURBED, f"golden check did not finish within {timeout:g}s")
-    if strict and probe.nonfinite:
-        return Attempt(AttemptResult.MISMATCH, f"non-finite logits in {probe.nonfinite} device job(s)")
-    if probe.final.reason not in (FinishReason.LENGTH, FinishReason.STOP):
-        return Attempt(AttemptResult.DISTURBED, f"golden check failed: {probe.final.error_message}")
+    final = probe.final
+    if final.reason not in (FinishReason.LENGTH, FinishReason.STOP):
+        # Out of re-prefills with NaN/Inf every time: the model's, not a device fault it happened to meet.
+        if final.error_kind is ErrorKind.ABORTED and 0 < probe.nonfinite == probe.recoveries:
+            return Attempt(
+                AttemptResult.MISMATCH,
+                f"non-finite logits each of the {probe.nonfinite} times it ran: {final.error_message}",
+            )
+        return Attempt(AttemptResult.DISTURBED, f"golden check failed: {final.error_message}")
     if probe.tokens != golden.decode_tokens:
         return Attempt(
             AttemptResult.MISMATCH,
@@ -117,7 +125,10 @@ def judge(probe: ProbeOutcome | None, golden: GoldenDecl, *, strict: bool, timeo
     top = _top_logits_problem(probe.first_logits, golden.prefill_top, golden.logit_atol)
     if top is not None:
         return Attempt(AttemptResult.MISMATCH, top)
-    past = f" (re-prefilled past {probe.recoveries} device fault(s))" if probe.recoveries else ""
+    past = ""
+    if probe.recoveries:
+        nan = f", {probe.nonfinite} of them NaN/Inf" if probe.nonfinite else ""
+        past = f" (re-prefilled past {probe.recoveries} device fault(s){nan})"
     return Attempt(AttemptResult.MATCH, f"golden check passed{past}")
 
 
@@ -128,8 +139,8 @@ def recheck(
     what: str,
     clock: Callable[[], float] = time.monotonic,
 ) -> RecheckResult:
-    """The re-check after a quarantine (module docstring): strict runs until a match, a reproduced
-    mismatch, `RECHECK_ATTEMPTS` runs or `timeout` seconds in all.
+    """The re-check after a quarantine (module docstring): runs until a match, a reproduced mismatch,
+    `RECHECK_ATTEMPTS` runs or `timeout` seconds in all.
 
     Args:
         run: runs one probe, waiting up to the seconds given; None when it did not finish.
@@ -148,7 +159,7 @@ def recheck(
     while len(attempts) < RECHECK_ATTEMPTS:
         left = max(deadline - clock(), 0.0)
         try:
-            attempt = judge(run(left), golden, strict=True, timeout=left)
+            attempt = judge(run(left), golden, left)
         except Unavailable as exc:  # a halted board runs nothing; its own escalation follows
             attempts.append(Attempt(AttemptResult.DISTURBED, f"the board refused the probe: {exc}"))
             break

@@ -395,7 +395,7 @@ class ModelManager:
             FailedPrecondition: it did not finish, or did not match.
         """
         probe = self.engine.probe(golden_request(rt.alias, rt.manifest.golden), rt, self.warm_timeout_s)
-        attempt = judge(probe, rt.manifest.golden, strict=False, timeout=self.warm_timeout_s)
+        attempt = judge(probe, rt.manifest.golden, self.warm_timeout_s)
         if attempt.result is not AttemptResult.MATCH:
             raise FailedPrecondition(attempt.message)
 
@@ -513,11 +513,11 @@ class ModelManager:
 
     def recheck(self, rt: ModelRuntime, reason: str) -> RecheckOutcome | None:
         """Quarantine a Ready generation (its running jobs end UNAVAILABLE, to resume elsewhere) and
-        re-check its golden output (`golden.recheck`: a run a device fault disturbed runs again, a
-        NaN/Inf or a wrong token counts only when it reproduces). Passed or inconclusive (no
-        reproduced mismatch): Ready again. Failed: the generation is Failed and unloaded, and the
-        alias rolls back to the package it served before (recorded when a replacing load took
-        over), or stays unloaded without one.
+        re-check its golden output (`golden.recheck`: a run a device fault disturbed runs again; a
+        wrong output, or NaN/Inf logits each time a step ran, counts only when a second run
+        reproduces it). Passed or inconclusive (no reproduced mismatch): Ready again. Failed: the
+        generation is Failed and unloaded, and the alias rolls back to the package it served before
+        (recorded when a replacing load took over), or stays unloaded without one.
 
         Returns:
             What happened; None when the generation was not Ready (nothing done).
