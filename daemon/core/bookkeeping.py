@@ -150,6 +150,8 @@ class Bookkeeper:
             if row.lost_kv:
                 seq.recoveries += 1
                 self._counters.recoveries += 1
+            if row.nonfinite:
+                seq.nonfinite += 1
             if row.token is not None:
                 seq.accept(row.token, row.logprob)
             self.follow(seq, row.then)

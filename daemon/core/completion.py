@@ -89,6 +89,7 @@ class RowOutcome:
         token / logprob: the token to stream (None: nothing to stream).
         first_logits: the step's logits, for a sequence that captures them (golden check).
         lost_kv: the row lost its KV (the sequence's recovery count goes up, as in Status).
+        nonfinite: the row's logits were NaN/Inf (a probe counts them: its golden re-check judges them).
     """
 
     row: int
@@ -99,6 +100,7 @@ class RowOutcome:
     logprob: TokenLogprob | None = None
     first_logits: np.ndarray | None = None
     lost_kv: bool = False
+    nonfinite: bool = False
 
 
 class DeviceFault(Enum):
@@ -282,7 +284,7 @@ def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
         if res.token is None:  # NaN/Inf logits: the output is untrustworthy, so is the KV it wrote
             anomalies.append("non-finite logits")
             lost = _recovery(seq, rt, "non-finite logits from the device", facts)
-            rows.append(RowOutcome(row, seq, KvEffect.LOSE, lost, lost_kv=True))
+            rows.append(RowOutcome(row, seq, KvEffect.LOSE, lost, lost_kv=True, nonfinite=True))
             continue
         first = cap if seq.first_logits is None else None  # the logits of its first token
         if seq.cancel_requested:
@@ -304,7 +306,7 @@ def _chunk_done(row: int, seq: Sequence, rt: ModelRuntime, finite: bool, facts: 
     """A non-final prefill chunk finished: its KV is trusted unless its logits were not finite."""
     if not finite:
         lost = _recovery(seq, rt, "non-finite logits from the device", facts)
-        return RowOutcome(row, seq, KvEffect.LOSE, lost, lost_kv=True)
+        return RowOutcome(row, seq, KvEffect.LOSE, lost, lost_kv=True, nonfinite=True)
     if seq.cancel_requested:
         return RowOutcome(row, seq, KvEffect.COMMIT, _cancelled(seq))
     if seq.deadline is not None and seq.deadline <= time.monotonic():

@@ -449,7 +449,7 @@ class Engine(EngineGenerations):
         with self._cond:
             final = seq.log.read(0)[-1]
             assert isinstance(final, FinalEvent)
-            return ProbeOutcome(final, tuple(seq.generated), seq.first_logits, seq.recoveries)
+            return ProbeOutcome(final, tuple(seq.generated), seq.first_logits, seq.recoveries, seq.nonfinite)
 
     # ---- observation --------------------------------------------------------------------------
 

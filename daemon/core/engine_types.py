@@ -78,10 +78,12 @@ class SubmitReceipt:
 
 @dataclass(frozen=True)
 class ProbeOutcome:
-    """A finished warm-up probe: its Final, its tokens, its first step's logits and how many times it
-    re-prefilled after lost KV (a device fault during the check)."""
+    """A finished warm-up probe: its Final, its tokens, its first step's logits, how many times it
+    re-prefilled after lost KV (a device fault during the check) and how many of those were for
+    non-finite logits."""
 
     final: FinalEvent
     tokens: tuple[int, ...]
     first_logits: np.ndarray | None
     recoveries: int = 0
+    nonfinite: int = 0

@@ -14,6 +14,7 @@ from calculet.daemon.core.auto_reset import automatic_reset
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.escalation_watch import Escalation, EscalationKind
 from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY, EscalationActions
+from calculet.daemon.core.golden import GoldenVerdict
 from calculet.daemon.core.models import ModelManager
 from calculet.daemon.core.operator_reset import OperatorHooks, rewarm_all
 from calculet.daemon.core.reset_audit import AuditPoint, escalation_entry
@@ -72,7 +73,8 @@ class BoardEscalations(EscalationActions):
         outcome = self._models.recheck(rt, escalation.reason)
         if outcome is None:  # no longer Ready (unloaded, replaced or reset meanwhile)
             return
-        (log.warning if outcome.passed else log.error)("model %s: %s", rt.alias, outcome.message)
+        failed = outcome.verdict is GoldenVerdict.FAILED
+        (log.error if failed else log.warning)("model %s: %s", rt.alias, outcome.message)
         self._record("quarantine", escalation.reason, FAULT_NON_FINITE, jobs, before, outcome.serving, outcome.message)
 
     def _unhealthy(self, escalation: Escalation) -> None:

@@ -8,9 +8,10 @@ checks, model loads.
 
 - CCU: an automatic ResetCCU, or a ResetConfiguration with a re-warm when they recur
   (`auto_reset.automatic_reset`), within the automatic reset budget.
-- QUARANTINE: the generation is quarantined and its golden check re-run; it serves again, or rolls
-  back to the previous package, or is Failed and unloaded (`ModelManager.recheck`); audited as kind
-  "quarantine".
+- QUARANTINE: the generation is quarantined and its golden check re-run (`golden.recheck`: device
+  faults during it are retried, never held against the model); it serves again, or, on a mismatch
+  the re-check reproduces, rolls back to the previous package or is Failed and unloaded
+  (`ModelManager.recheck`); audited as kind "quarantine".
 - UNHEALTHY: the board is lost (device lost, a job hung after a reset). It has already stopped
   serving and failed its jobs (a gateway resumes them elsewhere). The device's configuration is
   reset; if the device then answers, the halt is lifted and the models warmed again. Otherwise the

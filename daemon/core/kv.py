@@ -172,13 +172,19 @@ class LaneSnapshot:
 @dataclass(frozen=True)
 class Parked:
     """What a parked lane holds: the tokens its KV encodes (int32, position order), their block
-    hashes (`calculet.client.prefix`, full blocks), and when it was parked (tick for LRU order,
-    monotonic seconds for Status)."""
+    hashes (`calculet.client.prefix`, full blocks), when it was parked (tick for LRU order,
+    monotonic seconds for Status), and how many of its tokens were its job's prompt (the matcher's
+    continuation rule, `prefix_match.py`)."""
 
     tokens: np.ndarray
     hashes: tuple[int, ...]
     tick: int
     at: float
+    prompt_len: int
+
+    def view(self, lane: int) -> ParkedView:
+        """What the matcher sees of it."""
+        return ParkedView(lane, self.tokens, self.tick, self.prompt_len)
 
 
 class _Lane:
@@ -310,7 +316,7 @@ class KVManager:
         held = self._by_owner.get(owner)
         if held is not None:
             raise OwnerHasLane(f"sequence {owner!r} already holds KV lane {held}")
-        views = [ParkedView(i, rec.parked.tokens, rec.parked.tick) for i, rec in self._parked.items() if rec.parked]
+        views = [rec.parked.view(i) for i, rec in self._parked.items() if rec.parked]
         choice = choose_lane(tokens, views, self._free, min_tokens)
         if choice is None:
             return None
@@ -334,24 +340,29 @@ class KVManager:
         """The KV tokens `take(owner, tokens, min_tokens)` would keep now (0 unless a parked lane's
         prefix would be taken). Changes nothing: the scheduler classifies a request by what it would
         have to prefill."""
-        views = [ParkedView(i, rec.parked.tokens, rec.parked.tick) for i, rec in self._parked.items() if rec.parked]
+        views = [rec.parked.view(i) for i, rec in self._parked.items() if rec.parked]
         choice = choose_lane(tokens, views, self._free, min_tokens)
         return choice.keep if choice is not None else 0
 
-    def park(self, lane: int, owner: SequenceId, tokens: np.ndarray, hashes: tuple[int, ...], now: float) -> None:
+    def park(
+        self, lane: int, owner: SequenceId, tokens: np.ndarray, hashes: tuple[int, ...], now: float, *, prompt_len: int
+    ) -> None:
         """The owner finished with trusted KV: keep it warm (ACTIVE -> PARKED, owned by no one).
 
         Args:
             tokens: exactly what the lane's committed KV holds (int32, `length` tokens).
             hashes: block hashes of `tokens` (full blocks; fewer is allowed, none are invented).
             now: monotonic seconds (Status shows how long it has been parked).
+            prompt_len: how many of `tokens` were the owner's prompt (0..length; the rest is its
+                reply): a later sequence continues the lane only if it resends all of them.
 
         Raises:
             LaneNotOwned: the lane is free or held by another sequence.
             IllegalTransition: the lane is not ACTIVE (RESERVED: the device may write it; UNKNOWN: its
                 KV is untrusted).
             FailedPrecondition: the lane is empty, closed on the device, or being released.
-            InvalidArgument: `tokens` is not as long as the committed KV.
+            InvalidArgument: `tokens` is not as long as the committed KV, or `prompt_len` is outside
+                0..its length.
         """
         rec = self._owned(lane, owner)
         if not rec.life.can_move(LaneState.PARKED):
@@ -360,10 +371,12 @@ class KVManager:
             raise FailedPrecondition(f"KV lane {lane}: nothing trusted to park (length {rec.length})")
         if len(tokens) != rec.length:
             raise InvalidArgument(f"KV lane {lane}: {len(tokens)} tokens do not describe its {rec.length} KV tokens")
+        if not 0 <= prompt_len <= rec.length:
+            raise InvalidArgument(f"KV lane {lane}: prompt length {prompt_len} outside 0..{rec.length}")
         rec.life.move(LaneState.PARKED)
         del self._by_owner[owner]
         rec.owner, rec.reservation = None, None
-        rec.parked = Parked(tokens, hashes[: rec.length // BLOCK_TOKENS], next(self._ticks), now)
+        rec.parked = Parked(tokens, hashes[: rec.length // BLOCK_TOKENS], next(self._ticks), now, prompt_len)
         self._parked[lane] = rec
 
     def drop_parked(self) -> list[int]:

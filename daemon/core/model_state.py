@@ -5,7 +5,8 @@ Validating, Configuring and Warming may fail (-> Failed -> Unloaded after cleanu
 is refused before Validating never creates a generation. A configuration reset drops a Ready
 generation's calbin: it goes back to Configuring -> Warming (the golden check again) -> Ready, or
 fails. Repeated non-finite outputs quarantine a Ready generation: Quarantined -> Ready when its golden
-check passes again, else -> Failed -> Unloaded (`ModelManager.recheck`).
+re-check passes or device faults leave it inconclusive, -> Failed -> Unloaded when it reproduces a
+mismatch (`ModelManager.recheck`, `golden.py`).
 """
 
 from __future__ import annotations

@@ -28,13 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from calculet.daemon.aliases import check_alias
 from calculet.daemon.core.engine import Engine
-from calculet.daemon.core.events import FinishReason
+from calculet.daemon.core.golden import AttemptResult, GoldenVerdict, golden_request, judge
+from calculet.daemon.core.golden import recheck as golden_recheck
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.switch import PhaseClock, SwitchSpec, phases_text, switch_entry
 from calculet.daemon.core.unload_check import Footprint, footprint, unload_problem
@@ -54,7 +52,6 @@ from calculet.daemon.package.compat import co_residency_refusal, driver_refusal
 from calculet.daemon.package.fs import is_symlink_loop
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.package.validate import validate_package
-from calculet.daemon.sampling.params import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -390,34 +387,17 @@ class ModelManager:
                 return reason
         return None
 
-    def _golden_check(self, rt: ModelRuntime, *, strict: bool = False) -> None:
-        """Run the package's golden prefill/decode on `rt` and compare. `strict`: a device fault during
-        the check (the probe re-prefilled) fails it too (the re-check after a quarantine).
+    def _golden_check(self, rt: ModelRuntime) -> None:
+        """Run the package's golden prefill/decode on `rt` and compare (`golden.judge`; a fault the
+        probe re-prefilled past does not fail it).
 
         Raises:
             FailedPrecondition: it did not finish, or did not match.
         """
-        golden = rt.manifest.golden
-        req = GenerationRequest(
-            model=rt.alias,
-            prompt_tokens=golden.prompt_tokens,
-            sampling=SamplingParams(temperature=0.0),
-            stopping=StoppingParams(max_tokens=len(golden.decode_tokens), ignore_eos=True),
-        )
-        probe = self.engine.probe(req, rt, self.warm_timeout_s)
-        if probe is None:
-            raise FailedPrecondition(f"golden check did not finish within {self.warm_timeout_s}s")
-        if probe.final.reason not in (FinishReason.LENGTH, FinishReason.STOP):
-            raise FailedPrecondition(f"golden check failed: {probe.final.error_message}")
-        if strict and probe.recoveries:
-            raise FailedPrecondition(
-                f"golden check hit {probe.recoveries} device fault(s) (lost KV, non-finite logits)"
-            )
-        if probe.tokens != golden.decode_tokens:
-            raise FailedPrecondition(
-                f"golden decode mismatch: expected {list(golden.decode_tokens)}, got {list(probe.tokens)}"
-            )
-        _check_top_logits(probe.first_logits, golden.prefill_top, golden.logit_atol)
+        probe = self.engine.probe(golden_request(rt.alias, rt.manifest.golden), rt, self.warm_timeout_s)
+        attempt = judge(probe, rt.manifest.golden, self.warm_timeout_s)
+        if attempt.result is not AttemptResult.MATCH:
+            raise FailedPrecondition(attempt.message)
 
     # ---- switches ------------------------------------------------------------------------------
 
@@ -533,37 +513,52 @@ class ModelManager:
 
     def recheck(self, rt: ModelRuntime, reason: str) -> RecheckOutcome | None:
         """Quarantine a Ready generation (its running jobs end UNAVAILABLE, to resume elsewhere) and
-        re-run its golden check, strictly (a device fault during it fails it). Passed: Ready again.
-        Failed: the generation is Failed and unloaded, and the alias rolls back to the package it
-        served before (recorded when a replacing load took over), or stays unloaded without one.
+        re-check its golden output (`golden.recheck`: a run a device fault disturbed runs again; a
+        wrong output, or NaN/Inf logits each time a step ran, counts only when a second run
+        reproduces it). Passed or inconclusive (no reproduced mismatch): Ready again. Failed: the
+        generation is Failed and unloaded, and the alias rolls back to the package it served before
+        (recorded when a replacing load took over), or stays unloaded without one.
 
         Returns:
             What happened; None when the generation was not Ready (nothing done).
         """
         if not self.engine.quarantine_generation(rt, reason):
             return None
+        golden = rt.manifest.golden
         try:
-            self._golden_check(rt, strict=True)
-        except CalculetError as exc:
+            result = golden_recheck(
+                lambda timeout: self.engine.probe(golden_request(rt.alias, golden), rt, timeout),
+                golden,
+                self.warm_timeout_s,
+                f"{rt.alias}@{rt.generation}",
+            )
+        except CalculetError as exc:  # the probe was refused, not for the board's state: it cannot be checked
             self._fail_generation(rt, "after its quarantine", exc)
             return self._roll_back(rt, f"golden check failed: {exc}")
         finally:
             self.engine.forget_escalations(rt.generation)
-        rt.message = "golden check passed again after a quarantine"
+        summary = result.summary()
+        if result.verdict is GoldenVerdict.FAILED:
+            self._fail_generation(rt, "after its quarantine", FailedPrecondition(summary))
+            return self._roll_back(rt, summary)
+        # Passed, or inconclusive: a device fault is no evidence that the model is wrong (docs/daemon.md).
+        rt.message = f"{summary} after a quarantine"
         self.engine.move_generation(rt, ModelState.READY)
-        return RecheckOutcome(True, True, f"generation {rt.generation}: golden check passed, serving again")
+        return RecheckOutcome(result.verdict, True, f"generation {rt.generation}: {summary}, serving again")
 
     def _roll_back(self, failed: ModelRuntime, why: str) -> RecheckOutcome:
         """Load the package the alias served before `failed` (now unloaded), if one was recorded."""
         previous = self._previous.pop(failed.alias, None)
         if previous is None:
-            return RecheckOutcome(False, False, f"{why}; generation {failed.generation} unloaded, no earlier package")
+            return RecheckOutcome(
+                GoldenVerdict.FAILED, False, f"{why}; generation {failed.generation} unloaded, no earlier package"
+            )
         path, lanes = self.relative(previous[0]), previous[1]
         try:
             rt = self.load(failed.alias, path, lanes=lanes)
         except CalculetError as exc:
-            return RecheckOutcome(False, False, f"{why}; rollback to {path} failed: {exc}")
-        return RecheckOutcome(False, True, f"{why}; rolled back to {path} (generation {rt.generation})")
+            return RecheckOutcome(GoldenVerdict.FAILED, False, f"{why}; rollback to {path} failed: {exc}")
+        return RecheckOutcome(GoldenVerdict.FAILED, True, f"{why}; rolled back to {path} (generation {rt.generation})")
 
     def _fail_generation(self, rt: ModelRuntime, when: str, exc: CalculetError) -> None:
         """A published generation failed its golden check `when`: Failed, its jobs end UNAVAILABLE (a
@@ -656,14 +651,20 @@ class RecheckOutcome:
     """How a quarantine's golden re-check ended.
 
     Attributes:
-        passed: the generation passed and serves again.
-        serving: the alias serves (passed, or rolled back to its earlier package).
+        verdict: passed, failed (a reproduced mismatch) or inconclusive (device faults only).
+        serving: the alias serves (passed or inconclusive: the generation serves again; failed:
+            rolled back to its earlier package).
         message: what happened, for the audit.
     """
 
-    passed: bool
+    verdict: GoldenVerdict
     serving: bool
     message: str
+
+    @property
+    def passed(self) -> bool:
+        """The generation passed its re-check and serves again."""
+        return self.verdict is GoldenVerdict.PASSED
 
 
 class _Stepper:
@@ -694,13 +695,3 @@ def _cost_text(model: ConfiguredModel) -> str:
         return "configured"
     phases = ", ".join(f"{name} {seconds:.2f}" for name, seconds in cost.items())
     return f"configured in {sum(cost.values()):.2f} s ({phases})"
-
-
-def _check_top_logits(logits: np.ndarray | None, expected: tuple[tuple[int, float], ...], atol: float) -> None:
-    if logits is None:
-        raise FailedPrecondition("golden check: prefill logits were not captured")
-    order = np.lexsort((np.arange(logits.size), -logits))[: len(expected)]
-    got = [(int(i), float(logits[i])) for i in order]
-    for (etok, eval_), (gtok, gval) in zip(expected, got, strict=True):
-        if etok != gtok or abs(eval_ - gval) > atol:
-            raise FailedPrecondition(f"golden prefill mismatch: expected top {list(expected)}, got {got}")

@@ -10,11 +10,15 @@ prefilled) or takes a lane cold.
 order, cheapest loss first:
 
 1. **Continuation**: the parked lane sharing the longest prefix with the sequence (at least
-   `min_tokens`) among those that lose less than `CONTINUATION_LOSS_TOKENS` of their history by the
-   truncation: the next turn of the conversation the lane holds (the loss is what the chat template
-   re-renders differently, or the unsampled last token).
+   `min_tokens`) among those whose whole prompt the sequence resends (the prompt of the job that
+   parked it, its client's own turn included) and that lose less than `CONTINUATION_LOSS_TOKENS` of
+   their history by the truncation: the next turn of the conversation the lane holds. The loss then
+   lies in the lane's reply: what the chat template re-renders differently, or the unsampled last
+   token.
 2. **A FREE lane** (lowest index): while capacity is free, a warm conversation is never truncated to
    serve a stranger that merely shares its system prompt (its own next turn would lose its history).
+   A stranger diverges inside the conversation's prompt, so it is never a continuation, however
+   short the conversation's own part past the system prompt (docs/daemon.md, "Matching").
 3. **Eviction of the least recently used parked lane**: some parked lane must go, and, as in any
    cache, the one idle longest is the least likely to be continued. If its history shares at least
    `min_tokens` with the sequence (a system prompt), that prefix is kept (a tail deletion of the lane
@@ -55,11 +59,14 @@ class ParkedView:
     Attributes:
         tokens: the token history its KV holds, in position order (int32).
         last_used: when it was parked or last matched, in the manager's tick order (LRU).
+        prompt_len: how many of `tokens` were the prompt of the job that parked it (the rest is its
+            reply): a continuation resends all of them.
     """
 
     lane: int
     tokens: np.ndarray
     last_used: int
+    prompt_len: int
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,16 @@ class LaneChoice:
     lane: int
     source: LaneSource
     keep: int = 0
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """A parked lane sharing at least `min_tokens` with the sequence: the tokens it would keep, and
+    whether the sequence continues it (rule 1)."""
+
+    view: ParkedView
+    keep: int
+    continues: bool
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -93,20 +110,22 @@ def choose_lane(
     Returns:
         The choice, or None when no lane is FREE or PARKED.
     """
-    hits: list[tuple[int, int, ParkedView]] = []  # (kept tokens, tokens lost, lane)
+    hits: list[_Hit] = []
     if tokens is not None and len(tokens) > 1:
         for p in parked:
-            keep = min(common_prefix(tokens, p.tokens), len(tokens) - 1)
+            shared = common_prefix(tokens, p.tokens)
+            keep = min(shared, len(tokens) - 1)
             if keep >= max(1, min_tokens):
-                hits.append((keep, len(p.tokens) - keep, p))
-    continuations = [h for h in hits if h[1] < CONTINUATION_LOSS_TOKENS]
+                lost = len(p.tokens) - keep
+                hits.append(_Hit(p, keep, shared >= p.prompt_len and lost < CONTINUATION_LOSS_TOKENS))
+    continuations = [h for h in hits if h.continues]
     if continuations:
-        keep, _, p = max(continuations, key=lambda h: (h[0], -h[2].lane))
-        return LaneChoice(p.lane, LaneSource.HIT, keep)
+        best = max(continuations, key=lambda h: (h.keep, -h.view.lane))
+        return LaneChoice(best.view.lane, LaneSource.HIT, best.keep)
     if free:
         return LaneChoice(min(free), LaneSource.FREE)
     if not parked:
         return None
     oldest = min(parked, key=lambda p: (p.last_used, p.lane))
-    shared = next((keep for keep, _, p in hits if p is oldest), 0)
+    shared = next((h.keep for h in hits if h.view is oldest), 0)
     return LaneChoice(oldest.lane, LaneSource.EVICTED, shared)

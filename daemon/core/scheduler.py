@@ -229,7 +229,9 @@ class Scheduler:
             held = rt.kv.lane(lane)
             if held.state is LaneState.ACTIVE and held.length and not rt.kv.needs_open(lane):
                 tokens = seq.prefill_array()[: held.length]
-                rt.kv.park(lane, seq.job_id, tokens, tuple(seq.block_hashes(held.length)), park_at)
+                hashes = tuple(seq.block_hashes(held.length))
+                prompt_len = min(len(seq.prompt), held.length)  # a cancelled chunked prefill holds less
+                rt.kv.park(lane, seq.job_id, tokens, hashes, park_at, prompt_len=prompt_len)
                 return None
         return lane if rt.kv.release(lane, seq.job_id) else None
 

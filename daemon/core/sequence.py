@@ -69,6 +69,7 @@ class Sequence:
         # An error to report instead of CANCELLED when the cancel came from unload/drain.
         self.pending_error: tuple[FinishReason, ErrorKind | None, str] | None = None
         self.recoveries = 0
+        self.nonfinite = 0  # device jobs whose logits for it were NaN/Inf (a golden re-check judges them)
         self.cached_tokens = 0  # prompt (+ resumed) tokens a parked lane held at admission (usage)
         self._block_hashes: list[int] = []  # chained hashes of prefill_tokens' first blocks (a cache)
         self._array: np.ndarray | None = None  # prefill_array's cache

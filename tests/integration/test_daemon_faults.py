@@ -11,9 +11,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import FailedPrecondition, Unavailable
+from calculet.daemon.errors import CalculetError, FailedPrecondition, Unavailable
+from calculet.v1.common_pb2 import MODEL_STATE_READY, RESET_KIND_QUARANTINE, SERVING_STATUS_SERVING
 
-from .helpers import assert_idle_soon
+from .helpers import assert_idle_soon, poll
 from .oracle import make_requests, run_concurrent, run_sequential
 
 pytestmark = pytest.mark.integration
@@ -82,3 +83,36 @@ def test_grpc_health_turns_not_serving_by_itself_when_the_device_is_lost(start_d
                 break
             time.sleep(0.05)
         assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_a_ccu_exception_during_a_quarantine_recheck_never_unloads_the_boards_only_model(start_daemon) -> None:
+    """Issue 30, defect 5: the golden re-check judges the model, not the weather. Two NaN jobs
+    quarantine the one model; CCU exceptions follow at once, and some hit the re-check's probe
+    (whatever the interleaving: the client's job re-prefills at most twice before it ends, so the
+    probe starts within the three). The board keeps serving it, exactly."""
+    daemon = start_daemon(
+        "--model", "tiny=tiny", "--fault-injection", "--nan-escalation", "2", "--ccu-escalation", "0"
+    )  # fmt: skip
+    with DaemonClient(daemon.target) as client:
+
+        def after() -> list[int]:
+            return list(client.generate("tiny", [4, 8, 15, 16, 23], max_tokens=16, seed=9, temperature=0.8))
+
+        def quarantined() -> bool:
+            return any(r.kind == RESET_KIND_QUARANTINE for r in client.status().resets.history)
+
+        undisturbed = after()
+        first = int(client.inject_fault().next_job_index)  # reads the index, plans nothing
+        for k, kind in enumerate(["nan_logits"] * 2 + ["ccu_exception"] * 3):
+            client.inject_fault(kind, job_index=first + k)
+        with pytest.raises(CalculetError):  # quarantined (UNAVAILABLE) or out of re-prefills (ABORTED)
+            list(client.generate("tiny", [1, 2, 3], max_tokens=40, seed=1, temperature=0.0))
+        poll(quarantined, "the quarantine's audit", 30)
+        (entry,) = client.status().resets.history
+        assert entry.ok and entry.fault == "non-finite logits", entry
+        assert "golden check passed (re-prefilled past" in entry.message, entry.message
+        assert entry.health_after == SERVING_STATUS_SERVING, entry
+        assert [m.state for m in client.status().models] == [MODEL_STATE_READY]
+        assert int(client.inject_fault().next_job_index) > first + 4, "every planned fault fired"
+        assert after() == undisturbed
+        assert_idle_soon(client)

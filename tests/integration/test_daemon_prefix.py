@@ -17,6 +17,7 @@ import pytest
 from calculet.client import DaemonClient
 from calculet.daemon.errors import CalculetError, ErrorKind
 from calculet.ops.sim_packages.build import build_sim_package
+from calculet.v1.observe_pb2 import LANE_STATE_FREE, LANE_STATE_PARKED
 
 from .conftest import DaemonProcess
 from .helpers import assert_idle_soon
@@ -73,6 +74,31 @@ def test_a_five_turn_conversation_prefills_only_its_new_tokens_and_equals_a_cold
                 assert cached == len(previous_prompt) + len(previous_tokens) - 1, f"turn {k}"
         status = w.status().models[0]
         assert status.prefix_cache.hits == 4 and status.prefix_cache.hit_tokens == sum(t[2] for t in got)
+        assert_idle_soon(w)
+
+
+def test_a_stranger_with_the_same_system_prompt_never_takes_a_warm_conversations_lane_while_lanes_are_free(
+    start_daemon: StartDaemon,
+) -> None:
+    """Issue 30, defect 6: the conversation's own part past a 40-token system prompt is 61 tokens
+    (under the continuation tolerance of 64); a stranger with that system prompt comes while 3 of
+    the 4 lanes are FREE. The conversation's next turn gets 101 cached tokens, not 40."""
+    cold = start_daemon("--model", "tiny=tiny", "--prefix-reuse", "off")
+    warm = start_daemon("--model", "tiny=tiny")
+    system = [(3 * i + 1) % 500 for i in range(40)]
+    first = [*system, *((7 * i + 4) % 500 for i in range(10))]
+    stranger = [*system, *((11 * i + 6) % 500 for i in range(10))]
+    with DaemonClient(cold.target) as c, DaemonClient(warm.target) as w:
+        (answer, _), _ = turn(w, first, seed=1, max_tokens=52)
+        assert turn(c, first, seed=1, max_tokens=52)[0][0] == answer
+        lanes = sorted(lane.state for lane in w.status().models[0].lanes)
+        assert lanes == [LANE_STATE_FREE] * 3 + [LANE_STATE_PARKED], "3 FREE lanes and the conversation's"
+        for client in (w, c):
+            assert turn(client, stranger, seed=2, max_tokens=8)[1].usage.cached_tokens == 0  # type: ignore[attr-defined]
+        following = [*first, *answer, 300, 301, 302]
+        got, final = turn(w, following, seed=3)
+        assert final.usage.cached_tokens == len(first) + len(answer) - 1 == 101  # type: ignore[attr-defined]
+        assert got == turn(c, following, seed=3)[0], "the tokens and logprobs of a cold run"
         assert_idle_soon(w)
 
 

@@ -8,6 +8,9 @@ calsim at time scale 0, no gRPC).
 - Repeated non-finite outputs quarantine the generation: its jobs end UNAVAILABLE (to resume
   elsewhere), its golden check runs again, it serves again; a failed check rolls back to the package
   the alias served before, or unloads it when there is none; each audited as kind "quarantine".
+- The re-check judges the model, not the weather (issue 30): a CCU exception or a NaN during it is
+  re-prefilled past, a run they cut short is made again, a storm of them leaves it inconclusive and
+  serving, never unloaded; a NaN each time a step runs fails it only when a second run reproduces it.
 - A lost device: the reset cannot restore it, so the board asks to exit (EXIT_DEVICE_UNHEALTHY),
   audited as kind "restart"; with `unhealthy_exit` off it stays up, NOT_SERVING.
 """
@@ -25,6 +28,7 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.completion import DeviceFault
 from calculet.daemon.core.escalation_watch import EscalationKind, EscalationWatch, FaultWindow
 from calculet.daemon.core.events import FinishReason
+from calculet.daemon.core.golden import RECHECK_ATTEMPTS, GoldenVerdict
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BoardHalt
@@ -179,14 +183,21 @@ def test_a_quarantined_generation_refuses_new_work(models: Path) -> None:
         assert finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)[1].reason is FinishReason.LENGTH
 
 
+def _probe_runs(core, kind: FaultKind, runs: int) -> None:  # type: ignore[no-untyped-def]
+    """Plan `kind` on every device job of the next `runs` re-check runs: each run's probe faults on
+    its prefill and on every re-prefill until its recovery budget is used up."""
+    _plan_run(core, kind, runs * (core.engine.config.max_recoveries + 1))
+
+
 def test_a_failed_recheck_rolls_back_to_the_package_the_alias_served_before(models: Path) -> None:
     with running_core(models, fault_injection=True) as core:
         old = core.models.serving("tiny")
         new = core.load("tiny", "tiny-v2", replace=True)
         assert old is not None and new.package_dir.name == "tiny-v2"
-        core.inject_fault(Fault(FaultKind.NAN_LOGITS))  # the re-check's first job: strict, so it fails
+        _probe_runs(core, FaultKind.NAN_LOGITS, 2)  # NaN/Inf each time, in two runs: a reproduced mismatch
         outcome = core.models.recheck(new, "test")
         assert outcome is not None and not outcome.passed and outcome.serving, outcome
+        assert outcome.verdict is GoldenVerdict.FAILED and "mismatch reproduced in 2 run(s)" in outcome.message
         assert "rolled back to tiny" in outcome.message, outcome.message
         back = core.models.serving("tiny")
         assert back is not None and back.state is ModelState.READY and back.package_dir.name == "tiny"
@@ -199,13 +210,99 @@ def test_a_failed_recheck_without_an_earlier_package_unloads_the_model(models: P
     with running_core(models, fault_injection=True) as core:
         rt = core.models.serving("tiny")
         assert rt is not None
-        core.inject_fault(Fault(FaultKind.NAN_LOGITS))
+        _probe_runs(core, FaultKind.NAN_LOGITS, 2)
         outcome = core.models.recheck(rt, "test")
         assert outcome is not None and not outcome.passed and not outcome.serving, outcome
         assert "no earlier package" in outcome.message and rt.state is ModelState.UNLOADED
         with pytest.raises(Unavailable):
             core.submit(request((1, 2), 3, seed=1))
         assert_clean(core)
+
+
+# ---- the re-check judges the model, not the weather (issue 30) -----------------------------------
+
+
+AFTER = request((9, 9, 1), 12, seed=7, temperature=0.8)  # served once the re-check is over
+
+
+@pytest.fixture(scope="module")
+def after_alone(models: Path) -> list[int]:
+    """The oracle: `AFTER`'s tokens on an undisturbed board."""
+    with running_core(models) as core:
+        return finish(core, core.submit(AFTER).job_id)[0]
+
+
+def _still_serving(core, rt, outcome, after_alone: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """The re-check left the board's only model serving: Ready, published, answering exactly."""
+    assert outcome is not None and outcome.serving, outcome
+    assert rt.state is ModelState.READY and core.models.serving("tiny") is rt, rt.message
+    assert finish(core, core.submit(AFTER).job_id)[0] == after_alone
+    assert_clean(core)
+
+
+def test_a_ccu_exception_during_the_recheck_is_re_prefilled_and_not_held_against_the_model(
+    models: Path, after_alone: list[int]
+) -> None:
+    with running_core(models, fault_injection=True, ccu_escalation=0) as core:
+        rt = core.models.serving("tiny")
+        assert rt is not None
+        core.inject_fault(Fault(FaultKind.CCU_EXCEPTION))  # the re-check's prefill
+        outcome = core.models.recheck(rt, "test")
+        assert outcome is not None and outcome.passed, outcome
+        assert "re-prefilled past 1 device fault(s)" in outcome.message, outcome.message
+        _still_serving(core, rt, outcome, after_alone)
+
+
+def test_a_recheck_run_its_device_faults_cut_short_runs_again(models: Path, after_alone: list[int]) -> None:
+    with running_core(models, fault_injection=True, ccu_escalation=0) as core:
+        rt = core.models.serving("tiny")
+        assert rt is not None
+        _probe_runs(core, FaultKind.CCU_EXCEPTION, 1)  # the first run uses up its re-prefills
+        outcome = core.models.recheck(rt, "test")
+        assert outcome is not None and outcome.passed, outcome
+        assert f"passed on run 2 of {RECHECK_ATTEMPTS}" in outcome.message, outcome.message
+        assert "run 1: golden check failed: device job ended ccu_exception" in outcome.message, outcome.message
+        _still_serving(core, rt, outcome, after_alone)
+
+
+def test_a_board_never_unloads_its_last_model_for_ccu_exceptions_during_the_recheck(
+    models: Path, after_alone: list[int]
+) -> None:
+    with running_core(models, fault_injection=True, ccu_escalation=0) as core:
+        rt = core.models.serving("tiny")
+        assert rt is not None
+        _probe_runs(core, FaultKind.CCU_EXCEPTION, RECHECK_ATTEMPTS)  # every run, within the bound
+        outcome = core.models.recheck(rt, "test")
+        assert outcome is not None and outcome.serving, outcome
+        assert outcome.verdict is GoldenVerdict.INCONCLUSIVE, outcome
+        assert f"inconclusive after {RECHECK_ATTEMPTS} run(s)" in outcome.message, outcome.message
+        _still_serving(core, rt, outcome, after_alone)
+
+
+def test_a_nan_the_step_does_not_repeat_when_re_prefilled_is_not_held_against_the_model(
+    models: Path, after_alone: list[int]
+) -> None:
+    with running_core(models, fault_injection=True) as core:
+        rt = core.models.serving("tiny")
+        assert rt is not None
+        core.inject_fault(Fault(FaultKind.NAN_LOGITS))  # the re-check's prefill only
+        outcome = core.models.recheck(rt, "test")
+        assert outcome is not None and outcome.passed, outcome
+        assert "re-prefilled past 1 device fault(s), 1 of them NaN/Inf" in outcome.message, outcome.message
+        _still_serving(core, rt, outcome, after_alone)
+
+
+def test_a_nan_each_time_the_step_runs_fails_the_recheck_only_when_a_second_run_reproduces_it(
+    models: Path, after_alone: list[int]
+) -> None:
+    with running_core(models, fault_injection=True) as core:
+        rt = core.models.serving("tiny")
+        assert rt is not None
+        _probe_runs(core, FaultKind.NAN_LOGITS, 1)  # the first run only
+        outcome = core.models.recheck(rt, "test")
+        assert outcome is not None and outcome.passed, outcome
+        assert f"passed on run 2 of {RECHECK_ATTEMPTS} (run 1: non-finite logits each of the" in outcome.message
+        _still_serving(core, rt, outcome, after_alone)
 
 
 # ---- a lost device ------------------------------------------------------------------------------

@@ -352,7 +352,8 @@ class KVMachine(RuleBasedStateMachine):
         self.pending: set[int] = set()
         self.stale: list[Reservation] = []
         self.jobs = 0
-        self.parked: dict[int, tuple[np.ndarray, int]] = {}  # lane -> (tokens its KV holds, LRU tick)
+        # lane -> (tokens its KV holds, LRU tick, how many of them were its job's prompt)
+        self.parked: dict[int, tuple[np.ndarray, int, int]] = {}
         self.ticks = 0
         self.on_device: set[int] = set()  # opened (KV Apply) and not closed
         self.closes: list[int] = []  # lanes the manager must hand out for KV Free
@@ -377,7 +378,7 @@ class KVMachine(RuleBasedStateMachine):
             with pytest.raises(OwnerHasLane):
                 self.kv.take(owner, arr, 2)
             return
-        views = [ParkedView(lane, t, tick) for lane, (t, tick) in self.parked.items()]
+        views = [ParkedView(lane, t, tick, prompt) for lane, (t, tick, prompt) in self.parked.items()]
         free = {i for i, s in self.state.items() if s is LaneState.FREE}
         want = choose_lane(arr, views, free, 2)
         handle = self.kv.take(owner, arr, 2) if arr is not None else self.kv.assign(owner)
@@ -402,19 +403,20 @@ class KVMachine(RuleBasedStateMachine):
         owner = self.owner[lane]
         tokens = np.array(data.draw(st.lists(st.integers(0, 2), min_size=self.length[lane],
                                              max_size=self.length[lane])), dtype=np.int32)  # fmt: skip
+        prompt = data.draw(st.integers(0, self.length[lane]))
         if owner is None:
             with pytest.raises(LaneNotOwned):
-                self.kv.park(lane, "s0", tokens, (), 0.0)
+                self.kv.park(lane, "s0", tokens, (), 0.0, prompt_len=prompt)
         elif self.state[lane] is not LaneState.ACTIVE:
             with pytest.raises(IllegalTransition):
-                self.kv.park(lane, owner, tokens, (), 0.0)
+                self.kv.park(lane, owner, tokens, (), 0.0, prompt_len=prompt)
         elif not self.length[lane] or lane not in self.on_device or lane in self.pending:
             with pytest.raises(FailedPrecondition):
-                self.kv.park(lane, owner, tokens, (), 0.0)
+                self.kv.park(lane, owner, tokens, (), 0.0, prompt_len=prompt)
         else:
-            self.kv.park(lane, owner, tokens, (), 0.0)
+            self.kv.park(lane, owner, tokens, (), 0.0, prompt_len=prompt)
             self.ticks += 1
-            self.parked[lane] = (tokens, self.ticks)
+            self.parked[lane] = (tokens, self.ticks, prompt)
             self.owner[lane], self.state[lane] = None, LaneState.PARKED
 
     @rule()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from calculet.client.prefix import BLOCK_TOKENS, block_hash, block_hashes, cached_blocks
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, auto_chunk_tokens, chunk_tokens, parse_chunk_setting
@@ -43,17 +45,17 @@ def test_common_prefix_counts_equal_leading_tokens() -> None:
 def test_a_continuation_takes_the_parked_lane_and_keeps_its_whole_history() -> None:
     history = seq(100)
     prompt = seq(130)  # the next turn: the history plus new tokens
-    choice = choose_lane(prompt, [ParkedView(2, history, 1)], {0, 1}, 16)
+    choice = choose_lane(prompt, [ParkedView(2, history, 1, 80)], {0, 1}, 16)  # 80 prompt tokens, a reply
     assert choice == LaneChoice(2, LaneSource.HIT, 100), "FREE lanes do not beat a continuation"
 
 
 def test_the_match_is_capped_so_one_token_is_prefilled() -> None:
     history = seq(100)
-    assert choose_lane(seq(100), [ParkedView(0, history, 1)], set(), 16) == LaneChoice(0, LaneSource.HIT, 99)
+    assert choose_lane(seq(100), [ParkedView(0, history, 1, 90)], set(), 16) == LaneChoice(0, LaneSource.HIT, 99)
 
 
 def test_the_longest_continuation_wins() -> None:
-    parked = [ParkedView(0, seq(40), 1), ParkedView(1, seq(90), 2), ParkedView(2, seq(60), 3)]
+    parked = [ParkedView(0, seq(40), 1, 30), ParkedView(1, seq(90), 2, 80), ParkedView(2, seq(60), 3, 50)]
     assert choose_lane(seq(200), parked, set(), 16) == LaneChoice(1, LaneSource.HIT, 90)
 
 
@@ -61,37 +63,70 @@ def test_a_stranger_sharing_only_a_system_prompt_takes_a_free_lane_not_a_warm_co
     system = seq(1000)
     conversation = np.concatenate([system, seq(200, start=5000)])  # another user's private turns
     stranger = np.concatenate([system, seq(50, start=9000)])
-    parked = [ParkedView(3, conversation, 1)]
+    parked = [ParkedView(3, conversation, 1, 1100)]  # its prompt: the system prompt and a user's turn
     assert choose_lane(stranger, parked, {0}, 16) == LaneChoice(0, LaneSource.FREE)
     # With no FREE lane the least recently used parked lane goes, keeping what it shares.
     assert choose_lane(stranger, parked, set(), 16) == LaneChoice(3, LaneSource.EVICTED, 1000)
 
 
+def test_a_stranger_never_truncates_a_conversation_whose_own_part_is_short_while_a_lane_is_free() -> None:
+    """Issue 30, defect 6: past a 40-token system prompt the conversation holds 61 tokens of its own
+    (a 10-token turn, a 52-token reply but its unsampled last token), under the continuation loss
+    tolerance; a stranger with the same system prompt takes a FREE lane, and the conversation's
+    next turn keeps all 101 tokens."""
+    system = seq(40)
+    prompt = np.concatenate([system, seq(10, start=5000)])
+    history = np.concatenate([prompt, seq(51, start=6000)])
+    assert len(history) - len(system) < CONTINUATION_LOSS_TOKENS
+    conversation = ParkedView(3, history, 1, len(prompt))
+    stranger = np.concatenate([system, seq(10, start=9000)])
+    assert choose_lane(stranger, [conversation], {0, 1, 2}, 16) == LaneChoice(0, LaneSource.FREE)
+    next_turn = np.concatenate([history, arr(6051), seq(8, start=7000)])
+    assert choose_lane(next_turn, [conversation], {0, 1, 2}, 16) == LaneChoice(3, LaneSource.HIT, 101)
+    # No lane free: the least recently used one goes (here the only one), keeping the system prompt.
+    assert choose_lane(stranger, [conversation], set(), 16) == LaneChoice(3, LaneSource.EVICTED, 40)
+
+
+@given(
+    system=st.integers(16, 300), own=st.integers(1, 200), reply=st.integers(0, 200), tail=st.integers(0, 100),
+    free=st.sets(st.integers(0, 2), min_size=1),
+)  # fmt: skip
+def test_a_sequence_diverging_inside_a_parked_lanes_prompt_takes_a_free_lane_whatever_the_lengths(
+    system: int, own: int, reply: int, tail: int, free: set[int]
+) -> None:
+    """Rule 2 of `prefix_match.py`: whatever the length of the conversation's own turn and reply, a
+    sequence that shares only its system prompt takes a FREE lane while one exists."""
+    prompt = np.concatenate([seq(system), seq(own, start=10_000)])
+    parked = ParkedView(3, np.concatenate([prompt, seq(reply, start=20_000)]), 1, len(prompt))
+    stranger = np.concatenate([seq(system), seq(tail, start=30_000)])
+    assert choose_lane(stranger, [parked], free, 16) == LaneChoice(min(free), LaneSource.FREE)
+
+
 def test_with_no_free_lane_the_least_recently_used_lane_goes_not_the_one_sharing_most() -> None:
     system = seq(1000)
-    recent = ParkedView(1, np.concatenate([system, seq(200, start=5000)]), 9)  # a live conversation
-    stale = ParkedView(2, seq(300, start=20_000), 4)  # idle longest, shares nothing
+    recent = ParkedView(1, np.concatenate([system, seq(200, start=5000)]), 9, 1100)  # a live conversation
+    stale = ParkedView(2, seq(300, start=20_000), 4, 250)  # idle longest, shares nothing
     stranger = np.concatenate([system, seq(50, start=9000)])
     assert choose_lane(stranger, [recent, stale], set(), 16) == LaneChoice(2, LaneSource.EVICTED)
 
 
 def test_a_loss_below_the_continuation_tolerance_is_a_continuation() -> None:
-    history = np.concatenate([seq(500), seq(CONTINUATION_LOSS_TOKENS - 1, start=7000)])  # re-rendered tail
+    history = np.concatenate([seq(500), seq(CONTINUATION_LOSS_TOKENS - 1, start=7000)])  # re-rendered reply
     prompt = np.concatenate([seq(500), seq(80, start=8000)])
-    assert choose_lane(prompt, [ParkedView(1, history, 1)], {0}, 16) == LaneChoice(1, LaneSource.HIT, 500)
+    assert choose_lane(prompt, [ParkedView(1, history, 1, 500)], {0}, 16) == LaneChoice(1, LaneSource.HIT, 500)
     longer = np.concatenate([seq(500), seq(CONTINUATION_LOSS_TOKENS, start=7000)])
-    assert choose_lane(prompt, [ParkedView(1, longer, 1)], {0}, 16) == LaneChoice(0, LaneSource.FREE)
+    assert choose_lane(prompt, [ParkedView(1, longer, 1, 500)], {0}, 16) == LaneChoice(0, LaneSource.FREE)
 
 
 def test_a_match_shorter_than_min_tokens_does_not_count() -> None:
-    parked = [ParkedView(0, seq(10), 1), ParkedView(1, seq(3, start=50), 2)]
+    parked = [ParkedView(0, seq(10), 1, 6), ParkedView(1, seq(3, start=50), 2, 2)]
     assert choose_lane(seq(40), parked, {5}, 16) == LaneChoice(5, LaneSource.FREE)
     assert choose_lane(seq(40), parked, set(), 16) == LaneChoice(0, LaneSource.EVICTED), "LRU, no hit"
     assert choose_lane(seq(40), parked, set(), 8) == LaneChoice(0, LaneSource.HIT, 10)
 
 
 def test_without_tokens_or_a_hit_the_least_recently_used_parked_lane_is_evicted() -> None:
-    parked = [ParkedView(0, seq(40), 7), ParkedView(1, seq(40, start=100), 3), ParkedView(2, seq(9), 5)]
+    parked = [ParkedView(0, seq(40), 7, 30), ParkedView(1, seq(40, start=100), 3, 30), ParkedView(2, seq(9), 5, 5)]
     assert choose_lane(None, parked, set(), 16) == LaneChoice(1, LaneSource.EVICTED)
     assert choose_lane(None, parked, {4, 2}, 16) == LaneChoice(2, LaneSource.FREE), "lowest FREE lane first"
     assert choose_lane(None, [], set(), 16) is None
@@ -106,7 +141,7 @@ def parked_manager(history: np.ndarray, lanes: int = 2) -> KVManager:
     assert handle is not None
     kv.opened(handle.lane, "a")
     kv.commit(kv.reserve(handle.lane, "a", len(history), 1))
-    kv.park(handle.lane, "a", history, tuple(block_hashes(history.tolist())), now=10.0)
+    kv.park(handle.lane, "a", history, tuple(block_hashes(history.tolist())), now=10.0, prompt_len=len(history) - 20)
     return kv
 
 
@@ -148,18 +183,20 @@ def test_only_a_trusted_active_lane_can_be_parked() -> None:
     handle = kv.assign("a")
     assert handle is not None
     with pytest.raises(FailedPrecondition):
-        kv.park(0, "a", arr(), (), 0.0)  # empty, and never opened
+        kv.park(0, "a", arr(), (), 0.0, prompt_len=0)  # empty, and never opened
     kv.opened(0, "a")
     kv.commit(kv.reserve(0, "a", 3, 1))
     with pytest.raises(InvalidArgument):
-        kv.park(0, "a", arr(1, 2), (), 0.0)  # not what the KV holds
+        kv.park(0, "a", arr(1, 2), (), 0.0, prompt_len=1)  # not what the KV holds
+    with pytest.raises(InvalidArgument):
+        kv.park(0, "a", arr(1, 2, 3), (), 0.0, prompt_len=4)  # more prompt than KV
     res = kv.reserve(0, "a", 4, 2)
     with pytest.raises(IllegalTransition):
-        kv.park(0, "a", arr(1, 2, 3), (), 0.0)  # RESERVED: the device may write it
+        kv.park(0, "a", arr(1, 2, 3), (), 0.0, prompt_len=2)  # RESERVED: the device may write it
     kv.rollback(res)
     kv.mark_unknown(0)
     with pytest.raises(IllegalTransition):
-        kv.park(0, "a", arr(), (), 0.0)  # UNKNOWN: untrusted
+        kv.park(0, "a", arr(), (), 0.0, prompt_len=0)  # UNKNOWN: untrusted
     assert kv.lane(0).owner == "a"
 
 

@@ -81,6 +81,34 @@ def test_a_conversation_reuses_its_lane_and_gets_exactly_the_cold_tokens(models:
     assert prefix.hit_tokens + prefix.miss_tokens == sum(len(p) for p, _, _ in got)
 
 
+def test_a_stranger_with_the_same_system_prompt_leaves_a_short_conversation_its_lane(models: Path) -> None:
+    """Issue 30, defect 6, through the engine: a conversation holds 101 tokens, 61 of them its own past
+    a 40-token system prompt; a stranger with the same system prompt comes while 3 of the 4 lanes are
+    FREE. It takes one of them cold, and the conversation's next turn reuses all 101 tokens (not the
+    40 of the system prompt). Every answer is a cold run's."""
+    system = [(7 * i + 3) % 500 for i in range(40)]
+    first = [*system, *((13 * i + 5) % 500 for i in range(10))]
+    stranger = [*system, *((17 * i + 2) % 500 for i in range(10))]
+
+    def play(core: DeviceCore) -> list[tuple[list[Step], FinalEvent]]:
+        one = run(core, turn_request(first, seed=1, answer=52))
+        lanes = [lane.state for lane in core.status().models[0].lanes]
+        if core.config.prefix_reuse:
+            assert sorted(s.value for s in lanes) == ["free", "free", "free", "parked"], lanes
+        two = run(core, turn_request(stranger, seed=2, answer=8))
+        following = [*first, *(s[0] for s in one[0]), *range(300, 308)]
+        return [one, two, run(core, turn_request(following, seed=3, answer=8))]
+
+    with running_core(models, prefix_reuse=False) as cold:
+        want = play(cold)
+    with running_core(models) as warm:
+        got = play(warm)
+        assert_clean(warm)
+    assert [steps for steps, _ in got] == [steps for steps, _ in want], "tokens or logprobs differ from a cold run"
+    cached = [final.usage.cached_tokens for _, final in got]
+    assert cached == [0, 0, len(first) + 52 - 1], f"cached tokens of (first turn, stranger, next turn): {cached}"
+
+
 def test_a_long_prompt_in_chunks_equals_it_in_one_job(models: Path) -> None:
     prompt = [(13 * i + 1) % 500 for i in range(200)]
     req = turn_request(prompt, seed=5, answer=30)

@@ -228,7 +228,7 @@ def test_queue_depth_counts_only_requests_that_wait_for_a_lane(manifest_dir: Pat
         assert handle is not None
         rt.kv.opened(handle.lane, owner)
         rt.kv.commit(rt.kv.reserve(handle.lane, owner, 3, lane))
-        rt.kv.park(handle.lane, owner, np.array([1, 2, 3], dtype=np.int32), (), 0.0)
+        rt.kv.park(handle.lane, owner, np.array([1, 2, 3], dtype=np.int32), (), 0.0, prompt_len=2)
     assert rt.kv.free_count() == 16
     sched = Scheduler(SchedulingPolicy(queue_depth=8, retry_after_s=2.5))
     burst = [Sequence(f"b{i}", request((i + 1, 2, 3), 4, seed=i), rt.generation, frozenset()) for i in range(25)]
@@ -278,7 +278,7 @@ def test_a_conversation_s_next_turn_is_a_short_prefill_however_long_its_prompt(m
     assert handle is not None
     rt.kv.opened(handle.lane, "turn1")
     rt.kv.commit(rt.kv.reserve(handle.lane, "turn1", 100, 1))
-    rt.kv.park(handle.lane, "turn1", history, (), 0.0)
+    rt.kv.park(handle.lane, "turn1", history, (), 0.0, prompt_len=90)
     nxt = Sequence("turn2", request((*range(1, 101), 7, 8), 4, seed=1), rt.generation, frozenset())
     sched.enqueue(nxt, rt.kv.free_count(), rt.kv.expected_keep(nxt.prefill_array(), 16))
     assert nxt.job_id in sched.short and nxt.expected_uncached == 2
