@@ -298,8 +298,9 @@ class DeviceCore:
         return operator_reset(self.engine.resets, self._reset_hooks, kind, reason, model, settle_timeout_s)
 
     def _unload_unverified(self, rt: ModelRuntime, problem: str) -> None:
-        """An unload did not give back its memory (or left the device unhealthy): stop serving until
-        an operator resets the board, and audit why (seed 000 section 10.3 step 5)."""
+        """An unload did not give back its memory (or left the device unhealthy): stop serving and
+        configure nothing until an operator reset lifts the halt, and audit why (seed 000
+        section 10.3 step 5). Called under the model manager's device lock: it takes no lock of its."""
         reason = f"unload of {rt.alias} generation {rt.generation} ({rt.package_dir.name})"
         note = f"{reason} not verified: {problem}"
         before = self._audit_point()

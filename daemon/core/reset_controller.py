@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from calculet.daemon.core.engine_types import EngineConfig
+from calculet.daemon.core.errors import BoardHalted
 from calculet.daemon.core.executor import DeviceJob, Executor
 from calculet.daemon.core.jobs import BufferState
 from calculet.daemon.core.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
@@ -152,12 +153,17 @@ class ResetController:
         """Generations a configuration reset is dropping: none of their jobs is planned meanwhile."""
         return self._reconfiguring
 
-    def halted_error_locked(self) -> Unavailable:
+    def halted_error_locked(self) -> BoardHalted:
         """Why a halted board refuses work: waiting for an operator, or lost until a restart."""
         if self._halt.state is BoardHalt.AWAITING_OPERATOR:
             why = self._halt_note or "automatic reset budget used up"
-            return Unavailable(f"{why}: the board waits for an operator reset")
-        return Unavailable("device lost: board is not serving")
+            return BoardHalted(f"{why}: the board waits for an operator reset")
+        return BoardHalted("device lost: board is not serving")
+
+    def refusal(self) -> BoardHalted | None:
+        """Why the board refuses to configure a package now (it is halted), or None. Takes the lock."""
+        with self._cond:
+            return self.halted_error_locked() if self.halted else None
 
     def budget_locked(self) -> BudgetView:
         return self._budget.view()
