@@ -80,6 +80,7 @@ class DeviceCore:
             loaded=lambda alias: self.models.serving(alias) is not None,
             rewarm=self.models.rewarm,
             audit_point=self._audit_point,
+            memory_back=self.models.memory_back,
         )
         # Seed 000 section 14's escalations, acted on by their own thread (`escalations.py`).
         exit_process = self._request_exit if config.unhealthy_exit else None
@@ -299,7 +300,7 @@ class DeviceCore:
 
     def _unload_unverified(self, rt: ModelRuntime, problem: str) -> None:
         """An unload did not give back its memory (or left the device unhealthy): stop serving and
-        configure nothing until an operator reset lifts the halt, and audit why (seed 000
+        configure nothing until an operator reset finds the memory back, and audit why (seed 000
         section 10.3 step 5). Called under the model manager's device lock: it takes no lock of its."""
         reason = f"unload of {rt.alias} generation {rt.generation} ({rt.package_dir.name})"
         note = f"{reason} not verified: {problem}"

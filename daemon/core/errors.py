@@ -13,4 +13,9 @@ class StaleGeneration(FailedPrecondition):
 
 class BoardHalted(Unavailable):
     """The board is halted (waiting for an operator reset, or lost): it runs no job and configures no
-    package until the halt lifts."""
+    package until the halt lifts (docs/daemon.md, "Device memory")."""
+
+
+class MemoryNotBack(FailedPrecondition):
+    """A reset left the device holding memory above its baseline (what it held when opened plus what
+    each configured model took): a halt stays until a reset proves the memory back."""

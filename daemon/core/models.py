@@ -34,13 +34,14 @@ from calculet.daemon.aliases import check_alias
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.errors import BoardHalted
 from calculet.daemon.core.events import FinishReason
+from calculet.daemon.core.memory_ledger import MemoryLedger
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.switch import PhaseClock, SwitchSpec, phases_text, switch_entry
-from calculet.daemon.core.unload_check import Footprint, footprint, unload_problem
+from calculet.daemon.core.unload_check import excess_text, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
-from calculet.daemon.device.errors import ModelReleased, OutOfDeviceMemory
+from calculet.daemon.device.errors import DeviceError, ModelReleased, OutOfDeviceMemory
 from calculet.daemon.errors import (
     Aborted,
     CalculetError,
@@ -98,7 +99,7 @@ class ModelManager:
             timeout (`DeviceCore.end_if_hung`); `what` names the operation in the audit.
         unload_unverified: `unload_unverified(rt, problem)` when a release did not give back the
             memory `rt`'s configure took, or left the device unhealthy: it halts the board, which
-            then configures nothing until an operator reset lifts the halt. Called under the device
+            then configures nothing until a reset proves the memory back. Called under the device
             lock, so no configure lands between the release and the halt.
         min_residency_s: a switch does not replace a generation Ready for less than this, unforced.
     """
@@ -131,7 +132,7 @@ class ModelManager:
         # re-check after a quarantine rolls back to (only the last one; set and read by load/recheck).
         self._previous: dict[str, tuple[Path, int]] = {}
         self._generations = itertools.count(1)
-        self._footprints: dict[int, Footprint] = {}  # config id -> memory its configure took
+        self._ledger = MemoryLedger(device.memory_usage())  # the baseline: nothing configured yet
         info = device.info()
         self.max_resident = info.capabilities.max_resident_configurations
         self.limits = DeviceLimits.from_device_info(info)
@@ -344,7 +345,8 @@ class ModelManager:
             return self._configure_measured(package_dir, manifest)
 
     def _configure_measured(self, package_dir: Path, manifest: PackageManifest) -> ConfiguredModel:
-        """`device.configure`, noting the memory it took in `_footprints` (by config id).
+        """`device.configure`, noting the memory it took in the ledger (by config id) and what the
+        device holds above its baseline then (a warning in Status when it does).
 
         Raises:
             BoardHalted: the board is halted (checked under the device lock, which an unload that
@@ -355,7 +357,11 @@ class ModelManager:
             self._refuse_if_halted()
             before = self.device.memory_usage()
             model = self.device.configure(package_dir, manifest)
-            self._footprints[model.config_id] = footprint(before, self.device.memory_usage())
+            after = self.device.memory_usage()
+            self._ledger.configured(model.config_id, footprint(before, after))
+            held = excess_text(self._ledger.measure(after))
+        if held:
+            log.warning("configured %s on a device holding memory no model accounts for: %s", manifest.name, held)
         return model
 
     def _release_verified(self, rt: ModelRuntime, model: ConfiguredModel) -> None:
@@ -363,13 +369,15 @@ class ModelManager:
         healthy; if not, tell `unload_unverified` (before any other configure may run). A
         configuration reset that already dropped the model (ModelReleased) leaves nothing to check."""
         with self._device_lock:
-            taken = self._footprints.pop(model.config_id, {})
+            taken = self._ledger.released(model.config_id)
             before = self.device.memory_usage()
             try:
                 self.device.release(model)
             except ModelReleased:
                 return
-            problem = unload_problem(taken, before, self.device.memory_usage(), self.device.healthy())
+            after = self.device.memory_usage()
+            self._ledger.measure(after)
+            problem = unload_problem(taken, before, after, self.device.healthy())
             if problem is not None:
                 log.error("unload of %s generation %d not verified: %s", rt.alias, rt.generation, problem)
                 if self._unload_unverified is not None:
@@ -378,10 +386,28 @@ class ModelManager:
     def _refuse_if_halted(self) -> None:
         """Raises:
         BoardHalted: the board is halted: it configures nothing until an operator reset lifts the
-            halt."""
+            halt, which needs the device's memory back at its baseline (docs/daemon.md)."""
         refusal = self.engine.resets.refusal()
         if refusal is not None:
             raise refusal
+
+    def memory_back(self, configuration: bool) -> str | None:
+        """After a reset: re-measure the device's memory against its baseline.
+
+        Args:
+            configuration: the reset dropped every configuration, with the memory each took.
+
+        Returns:
+            What the chips hold above their baseline; None when the memory is back.
+        """
+        with self._device_lock:
+            if configuration:
+                self._ledger.dropped_all()
+            try:
+                usage = self.device.memory_usage()
+            except DeviceError as exc:
+                return f"it cannot be read ({exc})"
+            return excess_text(self._ledger.measure(usage)) or None
 
     def _make_room(self, alias: str, manifest: PackageManifest, drain_s: float) -> None:
         """Where `manifest` may not be configured beside what the device holds (CalRT 0.7.6 holds one
@@ -547,7 +573,7 @@ class ModelManager:
             are released.
         """
         if rt.model is not None:
-            self._footprints.pop(rt.model.config_id, None)  # the reset dropped it with its memory
+            self._ledger.released(rt.model.config_id)  # the reset dropped it with its memory
         try:
             self.engine.replace_model(rt, self._configure_measured(rt.package_dir, rt.manifest))
             self._golden_check(rt)
