@@ -365,7 +365,14 @@ class DeviceCore:
         health = health_view(snap, self.device.healthy())
         c = self.config
         identity = (c.board, c.device, self.started_at, c.fault_injection, c.policy)
-        return status_view(snap=snap, health=health, identity=identity, device=device, describe=self._describe)
+        return status_view(
+            snap=snap,
+            health=health,
+            identity=identity,
+            device=device,
+            describe=self._describe,
+            memory_excess=self.models.memory_excess(),
+        )
 
     def load_report(self) -> LoadView:
         snap = self.engine.snapshot()

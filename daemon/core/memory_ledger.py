@@ -3,10 +3,12 @@
 A chip's baseline is what it held when the device was opened plus the footprint of every
 configuration the daemon holds (what each configure took, `unload_check.footprint`). Memory above
 it is held by nothing the daemon knows of: a release that leaked, or something outside the daemon.
-`MemoryLedger` keeps the baseline and the footprints, and the last measured excess.
+`MemoryLedger` keeps the baseline and the footprints, and the last measured excess, which Status
+reports as a warning and the metric `calculet_device_memory_above_baseline_bytes`.
 
 Not thread-safe: the model manager calls it under its device lock, so no configure or release lands
-between a measure and the footprints it is compared with.
+between a measure and the footprints it is compared with. `excess` is read without the lock (one
+attribute, replaced whole).
 """
 
 from __future__ import annotations

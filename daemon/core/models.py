@@ -39,7 +39,7 @@ from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.switch import PhaseClock, SwitchSpec, phases_text, switch_entry
-from calculet.daemon.core.unload_check import excess_text, footprint, unload_problem
+from calculet.daemon.core.unload_check import ChipExcess, excess_text, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import DeviceError, ModelReleased, OutOfDeviceMemory
 from calculet.daemon.errors import (
@@ -138,6 +138,11 @@ class ModelManager:
         self.limits = DeviceLimits.from_device_info(info)
 
     # ---- queries --------------------------------------------------------------------------
+
+    def memory_excess(self) -> tuple[ChipExcess, ...]:
+        """What each chip held above its baseline when last measured (at each configure, release and
+        reset), for Status and the metrics."""
+        return self._ledger.excess
 
     def serving(self, alias: str) -> ModelRuntime | None:
         """The generation published under `alias` (in any state), or None."""
@@ -289,7 +294,8 @@ class ModelManager:
             if isinstance(exc, BoardHalted):  # refused, not failed: the caller retries elsewhere
                 raise BoardHalted(f"load of {alias!r} stopped: {exc}") from exc
             raise FailedPrecondition(f"load of {alias!r} failed: {exc}") from exc
-        step.move(ModelState.READY, f"generation {generation} serving", done=False)
+        held = excess_text(self._ledger.excess)
+        step.move(ModelState.READY, f"generation {generation} serving" + (f"; {held}" if held else ""), done=False)
         rt.ready_at = time.time()
         old = self.engine.publish(rt)
         if old is not None:

@@ -16,6 +16,9 @@ from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.switch import SwitchSpec
 from calculet.daemon.errors import CalculetError, ErrorKind, Unavailable
+from calculet.daemon.package.manifest import load_manifest
+from calculet.daemon.telemetry.daemon_metrics import DaemonMetrics
+from tests.unit.telemetry.scrape import Scrape
 
 from .engine_factories import build_models, finish, request, running_core
 
@@ -100,7 +103,8 @@ def test_a_ccu_reset_frees_nothing_so_the_halt_stays_and_says_why(models: Path) 
 
         report = core.operator_reset("configuration", "operator reclaims the leak")
         assert report.ok, report.message
-        assert core.health().serving
+        assert core.health().serving and core.status().warnings == ()
+        assert all(not c.held for c in core.status().memory_excess)
         core.load("qwen", "qwen")
         assert finish(core, core.submit(request((1, 2, 3), 4, seed=1, model="qwen")).job_id)[1].error_kind is None
 
@@ -119,6 +123,40 @@ def test_a_configuration_reset_with_no_model_loaded_says_the_memory_is_not_back(
         with pytest.raises(Unavailable):
             core.load("tiny", "tiny")
         assert dram(core) == held
+
+
+def test_a_load_that_goes_serving_above_its_baseline_warns_in_status_and_a_metric(models: Path) -> None:
+    made: list[DaemonMetrics] = []
+
+    def leak_behind_the_daemons_back(core: DeviceCore) -> None:
+        """Before the startup load: a model configured and released on the device itself, which keeps
+        LEAK bytes per chip that no release the daemon verified could have caught."""
+        made.append(DaemonMetrics(core))
+        calsim = core.device.wrapped
+        calsim.release(calsim.configure(models / "qwen", load_manifest(models / "qwen")))
+
+    with running_core(models, device_options=LEAKY, before_start=leak_behind_the_daemons_back) as core:
+        tiny = core.models.serving("tiny")
+        assert tiny is not None and tiny.state is ModelState.READY
+        status = core.status()
+        assert len(status.warnings) == 1 and "device memory above its baseline" in status.warnings[0]
+        assert f"chip 1 holds {LEAK:,} B DRAM and 0 B SRAM above its baseline" in status.warnings[0]
+        assert "above its baseline" in tiny.message, "the load's READY message says it too"
+        body, _ = made[0].render()
+        scrape = Scrape(body.decode())
+        for chip in ("0", "1"):
+            assert scrape.one("calculet_device_memory_above_baseline_bytes", chip=chip, memory="dram") == LEAK
+            assert scrape.one("calculet_device_memory_above_baseline_bytes", chip=chip, memory="sram") == 0
+    made[0].close()
+
+
+def test_a_board_at_its_baseline_has_no_warning(models: Path) -> None:
+    with running_core(models) as core:
+        core.load("qwen", "qwen")
+        core.unload("qwen")
+        status = core.status()
+        assert status.warnings == () and core.health().serving
+        assert [c.held for c in status.memory_excess] == [False, False]
 
 
 def test_a_configuration_reset_that_does_not_reclaim_the_leak_keeps_the_halt_and_fails_the_dropped_model(
