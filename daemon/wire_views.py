@@ -273,6 +273,7 @@ def status_to_pb(s: StatusView) -> observe_pb2.StatusResponse:
         draining=s.draining,
         health=_serving(s.health.serving, s.health.draining, s.health.device_healthy),  # type: ignore[arg-type]
         utilization=utilization_to_pb(s.utilization),
+        warnings=s.warnings,
     )
 
 

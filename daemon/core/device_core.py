@@ -80,6 +80,7 @@ class DeviceCore:
             loaded=lambda alias: self.models.serving(alias) is not None,
             rewarm=self.models.rewarm,
             audit_point=self._audit_point,
+            memory_back=self.models.memory_back,
         )
         # Seed 000 section 14's escalations, acted on by their own thread (`escalations.py`).
         exit_process = self._request_exit if config.unhealthy_exit else None
@@ -298,8 +299,9 @@ class DeviceCore:
         return operator_reset(self.engine.resets, self._reset_hooks, kind, reason, model, settle_timeout_s)
 
     def _unload_unverified(self, rt: ModelRuntime, problem: str) -> None:
-        """An unload did not give back its memory (or left the device unhealthy): stop serving until
-        an operator resets the board, and audit why (seed 000 section 10.3 step 5)."""
+        """An unload did not give back its memory (or left the device unhealthy): stop serving and
+        configure nothing until an operator reset finds the memory back, and audit why (seed 000
+        section 10.3 step 5). Called under the model manager's device lock: it takes no lock of its."""
         reason = f"unload of {rt.alias} generation {rt.generation} ({rt.package_dir.name})"
         note = f"{reason} not verified: {problem}"
         before = self._audit_point()
@@ -363,7 +365,14 @@ class DeviceCore:
         health = health_view(snap, self.device.healthy())
         c = self.config
         identity = (c.board, c.device, self.started_at, c.fault_injection, c.policy)
-        return status_view(snap=snap, health=health, identity=identity, device=device, describe=self._describe)
+        return status_view(
+            snap=snap,
+            health=health,
+            identity=identity,
+            device=device,
+            describe=self._describe,
+            memory_excess=self.models.memory_excess(),
+        )
 
     def load_report(self) -> LoadView:
         snap = self.engine.snapshot()

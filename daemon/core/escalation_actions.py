@@ -16,7 +16,7 @@ from calculet.daemon.core.escalation_watch import Escalation, EscalationKind
 from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY, EscalationActions
 from calculet.daemon.core.golden import GoldenVerdict
 from calculet.daemon.core.models import ModelManager
-from calculet.daemon.core.operator_reset import OperatorHooks, rewarm_all
+from calculet.daemon.core.operator_reset import OperatorHooks, memory_not_back, rewarm_all
 from calculet.daemon.core.reset_audit import AuditPoint, escalation_entry
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError
@@ -78,8 +78,8 @@ class BoardEscalations(EscalationActions):
         self._record("quarantine", escalation.reason, FAULT_NON_FINITE, jobs, before, outcome.serving, outcome.message)
 
     def _unhealthy(self, escalation: Escalation) -> None:
-        """Reset a lost board's device; lift the halt and warm its models again if it answers after,
-        else ask for a process restart."""
+        """Reset a lost board's device; lift the halt and warm its models again if it answers after
+        with its memory back at its baseline, else ask for a process restart."""
         if self._engine.crashed:
             self._restart(escalation.reason, "a device thread crashed; only a restart brings it back")
             return
@@ -96,8 +96,11 @@ class BoardEscalations(EscalationActions):
             except DeviceError as exc:
                 problem = exc
             else:
-                resets.lift_lost()
-                problem = rewarm_all(self._hooks, dropped)
+                # A halt lifts only with the memory back (docs/daemon.md, "Device memory").
+                problem = memory_not_back(self._hooks, "configuration")
+                if problem is None:
+                    resets.lift_lost()
+                    problem = rewarm_all(self._hooks, dropped)
             resets.note_outcome("configuration", problem is None)
         finally:
             resets.end()

@@ -30,14 +30,16 @@ from pathlib import Path
 
 from calculet.daemon.aliases import check_alias
 from calculet.daemon.core.engine import Engine
+from calculet.daemon.core.errors import BoardHalted
 from calculet.daemon.core.golden import AttemptResult, GoldenVerdict, golden_request, judge
 from calculet.daemon.core.golden import recheck as golden_recheck
+from calculet.daemon.core.memory_ledger import MemoryLedger
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.switch import PhaseClock, SwitchSpec, phases_text, switch_entry
-from calculet.daemon.core.unload_check import Footprint, footprint, unload_problem
+from calculet.daemon.core.unload_check import ChipExcess, excess_text, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
-from calculet.daemon.device.errors import ModelReleased, OutOfDeviceMemory
+from calculet.daemon.device.errors import DeviceError, ModelReleased, OutOfDeviceMemory
 from calculet.daemon.errors import (
     Aborted,
     CalculetError,
@@ -93,7 +95,9 @@ class ModelManager:
             healthy one ends within a step), ends it through a reset instead of waiting out the job
             timeout (`DeviceCore.end_if_hung`); `what` names the operation in the audit.
         unload_unverified: `unload_unverified(rt, problem)` when a release did not give back the
-            memory `rt`'s configure took, or left the device unhealthy (the board stops serving).
+            memory `rt`'s configure took, or left the device unhealthy: it halts the board, which
+            then configures nothing until a reset proves the memory back. Called under the device
+            lock, so no configure lands between the release and the halt.
         min_residency_s: a switch does not replace a generation Ready for less than this, unforced.
     """
 
@@ -125,12 +129,17 @@ class ModelManager:
         # re-check after a quarantine rolls back to (only the last one; set and read by load/recheck).
         self._previous: dict[str, tuple[Path, int]] = {}
         self._generations = itertools.count(1)
-        self._footprints: dict[int, Footprint] = {}  # config id -> memory its configure took
+        self._ledger = MemoryLedger(device.memory_usage())  # the baseline: nothing configured yet
         info = device.info()
         self.max_resident = info.capabilities.max_resident_configurations
         self.limits = DeviceLimits.from_device_info(info)
 
     # ---- queries --------------------------------------------------------------------------
+
+    def memory_excess(self) -> tuple[ChipExcess, ...]:
+        """What each chip held above its baseline when last measured (at each configure, release and
+        reset), for Status and the metrics."""
+        return self._ledger.excess
 
     def serving(self, alias: str) -> ModelRuntime | None:
         """The generation published under `alias` (in any state), or None."""
@@ -204,9 +213,13 @@ class ModelManager:
                 the package is invalid, it cannot be configured next to what is loaded, or its golden
                 check failed; a switch's target has been Ready for less than the minimum residency.
             Aborted: the board does not serve the generation a switch expects (another one won).
+            BoardHalted: the board is halted (nothing was done), or it halted while a switch or a
+                replacing load unloaded the old generation (an unload that did not give its memory
+                back): the new package is not configured and the old one not loaded back.
         """
         check_alias(alias)
         package_dir = self.resolve_package(path)
+        self._refuse_if_halted()  # before anything changes: nothing would run its warm-up anyway
         old = self._switch_target(alias, switch) if switch is not None else None
         if not replace and old is None and self.serving(alias) is not None:
             raise FailedPrecondition(f"model {alias!r} is already loaded (use replace to reload it)")
@@ -256,6 +269,7 @@ class ModelManager:
         if make_way is not None:
             try:
                 make_way()
+                self._refuse_if_halted()  # the unload it made left memory behind: configure nothing
             except CalculetError as exc:
                 step.fail(exc)
                 raise
@@ -274,8 +288,11 @@ class ModelManager:
             self.engine.cancel_generation(generation, f"load of {alias} failed")
             self.engine.wait_generation_idle(generation, self.engine.config.job_timeout_s * 2)
             self._discard(rt)
+            if isinstance(exc, BoardHalted):  # refused, not failed: the caller retries elsewhere
+                raise BoardHalted(f"load of {alias!r} stopped: {exc}") from exc
             raise FailedPrecondition(f"load of {alias!r} failed: {exc}") from exc
-        step.move(ModelState.READY, f"generation {generation} serving", done=False)
+        held = excess_text(self._ledger.excess)
+        step.move(ModelState.READY, f"generation {generation} serving" + (f"; {held}" if held else ""), done=False)
         rt.ready_at = time.time()
         old = self.engine.publish(rt)
         if old is not None:
@@ -331,29 +348,69 @@ class ModelManager:
             return self._configure_measured(package_dir, manifest)
 
     def _configure_measured(self, package_dir: Path, manifest: PackageManifest) -> ConfiguredModel:
-        """`device.configure`, noting the memory it took in `_footprints` (by config id)."""
+        """`device.configure`, noting the memory it took in the ledger (by config id) and what the
+        device holds above its baseline then (a warning in Status when it does).
+
+        Raises:
+            BoardHalted: the board is halted (checked under the device lock, which an unload that
+                leaves memory behind holds until it has halted the board).
+            DeviceError: the device refused the package.
+        """
         with self._device_lock:
+            self._refuse_if_halted()
             before = self.device.memory_usage()
             model = self.device.configure(package_dir, manifest)
-            self._footprints[model.config_id] = footprint(before, self.device.memory_usage())
+            after = self.device.memory_usage()
+            self._ledger.configured(model.config_id, footprint(before, after))
+            held = excess_text(self._ledger.measure(after))
+        if held:
+            log.warning("configured %s on a device holding memory no model accounts for: %s", manifest.name, held)
         return model
 
     def _release_verified(self, rt: ModelRuntime, model: ConfiguredModel) -> None:
         """Release `model`, then check that the memory its configure took is free and the device is
-        healthy; if not, tell `unload_unverified`. A configuration reset that already dropped the
-        model (ModelReleased) leaves nothing to check."""
+        healthy; if not, tell `unload_unverified` (before any other configure may run). A
+        configuration reset that already dropped the model (ModelReleased) leaves nothing to check."""
         with self._device_lock:
-            taken = self._footprints.pop(model.config_id, {})
+            taken = self._ledger.released(model.config_id)
             before = self.device.memory_usage()
             try:
                 self.device.release(model)
             except ModelReleased:
                 return
-            problem = unload_problem(taken, before, self.device.memory_usage(), self.device.healthy())
-        if problem is not None:
-            log.error("unload of %s generation %d not verified: %s", rt.alias, rt.generation, problem)
-            if self._unload_unverified is not None:
-                self._unload_unverified(rt, problem)
+            after = self.device.memory_usage()
+            self._ledger.measure(after)
+            problem = unload_problem(taken, before, after, self.device.healthy())
+            if problem is not None:
+                log.error("unload of %s generation %d not verified: %s", rt.alias, rt.generation, problem)
+                if self._unload_unverified is not None:
+                    self._unload_unverified(rt, problem)
+
+    def _refuse_if_halted(self) -> None:
+        """Raises:
+        BoardHalted: the board is halted: it configures nothing until an operator reset lifts the
+            halt, which needs the device's memory back at its baseline (docs/daemon.md)."""
+        refusal = self.engine.resets.refusal()
+        if refusal is not None:
+            raise refusal
+
+    def memory_back(self, configuration: bool) -> str | None:
+        """After a reset: re-measure the device's memory against its baseline.
+
+        Args:
+            configuration: the reset dropped every configuration, with the memory each took.
+
+        Returns:
+            What the chips hold above their baseline; None when the memory is back.
+        """
+        with self._device_lock:
+            if configuration:
+                self._ledger.dropped_all()
+            try:
+                usage = self.device.memory_usage()
+            except DeviceError as exc:
+                return f"it cannot be read ({exc})"
+            return excess_text(self._ledger.measure(usage)) or None
 
     def _make_room(self, alias: str, manifest: PackageManifest, drain_s: float) -> None:
         """Where `manifest` may not be configured beside what the device holds (CalRT 0.7.6 holds one
@@ -474,8 +531,12 @@ class ModelManager:
         return rt
 
     def _switch_back(self, old: ModelRuntime, alias: str, drain_s: float) -> str:
-        """After a failed switch unloaded `old`: load its package again. Returns what happened."""
+        """After a failed switch unloaded `old`: load its package again, unless the board halted
+        (the unload left memory behind: nothing is configured). Returns what happened."""
         path, lanes = self.relative(old.package_dir), old.manifest.kv.lanes
+        refusal = self.engine.resets.refusal()
+        if refusal is not None:
+            return f"{path} not loaded back as {old.alias}: {refusal}"
         try:
             if old.alias == alias:  # this load holds the alias: load it again directly
                 rt = self._load(old.alias, old.package_dir, lambda _p: None, lanes, drain_s)
@@ -498,7 +559,7 @@ class ModelManager:
             are released.
         """
         if rt.model is not None:
-            self._footprints.pop(rt.model.config_id, None)  # the reset dropped it with its memory
+            self._ledger.released(rt.model.config_id)  # the reset dropped it with its memory
         try:
             self.engine.replace_model(rt, self._configure_measured(rt.package_dir, rt.manifest))
             self._golden_check(rt)

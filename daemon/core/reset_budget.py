@@ -4,10 +4,12 @@
   the board stops resetting itself, reports NOT_SERVING and waits for an operator, so a broken
   board cannot reset in a storm. Operator resets (the Reset RPC) are not limited, and a successful
   one clears the budget (observe.proto ResetBudget).
-- `BoardHalt`: why the board stopped serving on its own. AWAITING_OPERATOR (the budget was used up)
-  is lifted by a successful operator reset; LOST (a lost device, a job hung after a reset, a crashed
-  device thread) by the unhealthy escalation's device reset when it restores the board, else by the
-  process restart that escalation asks its supervisor for (`escalations.py`).
+- `BoardHalt`: why the board stopped serving on its own. AWAITING_OPERATOR (the budget was used up,
+  or an unload did not give its memory back) is lifted by a successful operator reset that finds the
+  device's memory back at its baseline; a halted board configures no package meanwhile. LOST (a
+  lost device, a job hung after a reset, a crashed device thread) by the unhealthy escalation's
+  device reset when it restores the board (its memory back too), else by the process restart that
+  escalation asks its supervisor for (`escalations.py`).
 - `ResetState` and `ResetGate`: which reset runs, one at a time (the `ResetController`'s reset
   lifecycle). A Reset while another (operator or automatic) is in progress is refused with
   FAILED_PRECONDITION (operate.proto); an automatic reset never waits for the gate.
@@ -87,7 +89,7 @@ class BoardHalt(Enum):
     snapshot's `device_lost`)."""
 
     NONE = auto()  # not halted
-    AWAITING_OPERATOR = auto()  # the automatic reset budget is used up: an operator reset lifts it
+    AWAITING_OPERATOR = auto()  # budget used up, or an unload leaked: an operator reset with the memory back lifts it
     LOST = auto()  # device lost, unrecoverable after a reset, or a device thread crashed: a device reset or a restart
 
 

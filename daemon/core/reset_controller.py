@@ -14,7 +14,8 @@ What it owns, all of one board:
   One reset at a time: an operator reset meeting another is refused (FAILED_PRECONDITION); an
   automatic one never waits for an operator's and runs without the gate (the state stays the operator's);
 - the halt, `BoardHalt` (table `HALT_TRANSITIONS`): NONE -> AWAITING_OPERATOR when the automatic
-  reset budget is used up, lifted (-> NONE) by a successful operator reset; NONE or
+  reset budget is used up or an unload did not give its memory back, lifted (-> NONE) by a
+  successful operator reset that finds the device's memory back at its baseline (`keeps_halt`); NONE or
   AWAITING_OPERATOR -> LOST (device lost, unrecoverable after a reset, a crashed device thread),
   which only a restart lifts. Independent of the reset lifecycle: an operator reset runs while the
   board is halted, since that is how a halt lifts. The board is `halted` in both halts;
@@ -47,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from calculet.daemon.core.engine_types import EngineConfig
+from calculet.daemon.core.errors import BoardHalted, MemoryNotBack
 from calculet.daemon.core.executor import DeviceJob, Executor
 from calculet.daemon.core.jobs import BufferState
 from calculet.daemon.core.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
@@ -152,12 +154,17 @@ class ResetController:
         """Generations a configuration reset is dropping: none of their jobs is planned meanwhile."""
         return self._reconfiguring
 
-    def halted_error_locked(self) -> Unavailable:
+    def halted_error_locked(self) -> BoardHalted:
         """Why a halted board refuses work: waiting for an operator, or lost until a restart."""
         if self._halt.state is BoardHalt.AWAITING_OPERATOR:
             why = self._halt_note or "automatic reset budget used up"
-            return Unavailable(f"{why}: the board waits for an operator reset")
-        return Unavailable("device lost: board is not serving")
+            return BoardHalted(f"{why}: the board waits for an operator reset")
+        return BoardHalted("device lost: board is not serving")
+
+    def refusal(self) -> BoardHalted | None:
+        """Why the board refuses to configure a package now (it is halted), or None. Takes the lock."""
+        with self._cond:
+            return self.halted_error_locked() if self.halted else None
 
     def budget_locked(self) -> BudgetView:
         return self._budget.view()
@@ -446,6 +453,18 @@ class ResetController:
             self._reconfiguring = frozenset()
             tally = self._gate.tally or ResetTally()  # the running operator reset's record of its hits
             return [rt for rt in configured if self._host.configuration_lost(rt, reason, tally)]
+
+    def keeps_halt(self, memory: MemoryNotBack | None) -> MemoryNotBack | None:
+        """An operator reset re-measured the device's memory: a board waiting for an operator stays
+        halted while it is not back at its baseline (`memory`), since a halt lifts only once the
+        memory is proven back (docs/daemon.md, "Device memory").
+
+        Returns:
+            `memory` when the halt stays for it; None when the memory is back, the board is not
+            halted, or it is LOST (`operator_reset_succeeded` says why that one stays).
+        """
+        with self._cond:
+            return memory if self._halt.state is BoardHalt.AWAITING_OPERATOR else None
 
     def operator_reset_succeeded(self) -> CalculetError | None:
         """After a successful operator reset: lift a halt for a used-up budget (once the jobs given

@@ -12,6 +12,7 @@ from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import BudgetView
+from calculet.daemon.core.unload_check import ChipExcess
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, JobCounters, MemoryUsage
 
 
@@ -176,6 +177,8 @@ class StatusView:
     anomalies: int = 0
     reset_history: tuple[ResetEntry, ...] = ()  # the reset audit trail, oldest first
     utilization: UtilizationView = field(default_factory=UtilizationView)  # device busy ratio, tokens/s
+    memory_excess: tuple[ChipExcess, ...] = ()  # per chip, bytes above its baseline when last measured
+    warnings: tuple[str, ...] = ()  # what an operator should look at (observe.proto StatusResponse.warnings)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from calculet.daemon.core.status import (
     ModelView,
     StatusView,
 )
+from calculet.daemon.core.unload_check import ChipExcess, excess_text
 from calculet.daemon.device.types import DeviceInfo, JobCounters, MemoryUsage
 
 
@@ -110,6 +111,7 @@ def status_view(
     identity: tuple[int, str, float, bool, str],
     device: tuple[DeviceInfo, MemoryUsage, JobCounters],
     describe: Callable[[GenerationView], PackageIdentity],
+    memory_excess: tuple[ChipExcess, ...] = (),
 ) -> StatusView:
     """Status from a snapshot.
 
@@ -117,6 +119,7 @@ def status_view(
         identity: (board, driver, started_at, fault_injection, policy).
         device: the device's identity, memory and counters.
         describe: a generation's package identity.
+        memory_excess: what each chip held above its baseline when last measured.
     """
     board, driver, started_at, fault_injection, policy = identity
     info, memory, counters = device
@@ -150,4 +153,18 @@ def status_view(
         anomalies=snap.anomalies,
         reset_history=snap.reset_history,
         utilization=snap.utilization,
+        memory_excess=memory_excess,
+        warnings=memory_warnings(memory_excess),
+    )
+
+
+def memory_warnings(excess: tuple[ChipExcess, ...]) -> tuple[str, ...]:
+    """Status's warning when a chip holds memory no configured model accounts for (docs/daemon.md,
+    "Device memory"): a leak, or memory held outside the daemon."""
+    held = excess_text(excess)
+    if not held:
+        return ()
+    return (
+        f"device memory above its baseline: {held}, held by no configured model; a configuration reset "
+        "with a model loaded, or a restart, reclaims it",
     )

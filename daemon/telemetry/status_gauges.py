@@ -3,7 +3,8 @@
 Data flow: a scrape takes one `StatusView` (the same snapshot the Status RPC builds: one engine
 snapshot plus three cheap device queries, never under the engine lock) and every callback here reads
 its figure from that view: requests running/waiting, KV lanes, queues, in-flight jobs, buffer pool,
-device busy ratio, model state and generation, build and model info, device counters and memory.
+device busy ratio, model state and generation, build and model info, device counters and memory (and
+memory above its baseline, as last measured by the model manager).
 Counters here (`*_total`) are cumulative values the daemon already keeps.
 
 Each gauge is a row of `GAUGES`: (name, kind, unit, description, function of the view returning
@@ -129,6 +130,15 @@ def _memory(view: StatusView) -> Points:
     return points
 
 
+def _memory_above_baseline(view: StatusView) -> Points:
+    """Per chip, bytes held above its baseline when last measured (0 on a chip that holds no more)."""
+    points = []
+    for c in view.memory_excess:
+        points.append((c.dram, {"chip": str(c.chip), "memory": "dram"}))
+        points.append((c.sram, {"chip": str(c.chip), "memory": "sram"}))
+    return points
+
+
 def _device_jobs(view: StatusView) -> Points:
     c = view.device_counters
     return [(c.pending, {"state": "pending"}), (c.running, {"state": "running"}), (c.left, {"state": "left"})]
@@ -187,6 +197,8 @@ GAUGES: tuple[Gauge, ...] = (
     Gauge("calculet_device_jobs_finished_total", True, "", "Jobs the device finished",
           lambda v: _one(v.device_counters.finished)),
     Gauge("calculet_device_memory_bytes", False, "By", "Chip memory", _memory),
+    Gauge("calculet_device_memory_above_baseline_bytes", False, "By",
+          "Chip memory held by no configured model (above what the chip held when opened)", _memory_above_baseline),
     Gauge("calculet_submit_refusals_total", True, "", "Submits refused, any reason", lambda v: _one(v.rejected)),
     Gauge("calculet_recoveries_total", True, "", "Re-prefills after lost KV", lambda v: _one(v.recoveries)),
     Gauge("calculet_board_serving", False, "", "1 while the board serves", lambda v: _one(float(v.health.serving))),

@@ -24,7 +24,9 @@ _KIND = {
     common_pb2.RESET_KIND_CONFIGURATION: "configuration",
     common_pb2.RESET_KIND_DRAIN: "drain",  # escalations that reset nothing: a submit-error streak,
     common_pb2.RESET_KIND_QUARANTINE: "quarantine",  # repeated non-finite outputs,
-    common_pb2.RESET_KIND_RESTART: "restart",  # a device a reset could not restore
+    common_pb2.RESET_KIND_RESTART: "restart",  # a device a reset could not restore,
+    common_pb2.RESET_KIND_UNLOAD: "unload",  # an unload that did not give its memory back,
+    common_pb2.RESET_KIND_SWITCH: "switch",  # and model switches
 }
 _HEALTH = {
     common_pb2.SERVING_STATUS_SERVING: "serving",

@@ -65,6 +65,7 @@ def _board(s: observe_pb2.StatusResponse) -> Text:
         f"capabilities: max in flight {caps.max_inflight}, ping/pong {_yes(caps.ping_pong)}, "
         f"resident configurations {caps.max_resident_configurations}, lane selection {_yes(caps.lane_selection)}",
     ]  # fmt: skip
+    lines += [f"WARNING: {w}" for w in s.warnings]
     return Text("\n".join(lines))
 
 

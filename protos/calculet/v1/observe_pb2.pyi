@@ -97,7 +97,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("board", "device", "models", "jobs", "device_counters", "job_counters", "buffer_pool", "resets", "policy", "max_inflight", "inflight_submissions", "draining", "health", "utilization")
+    __slots__ = ("board", "device", "models", "jobs", "device_counters", "job_counters", "buffer_pool", "resets", "policy", "max_inflight", "inflight_submissions", "draining", "health", "utilization", "warnings")
     BOARD_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,7 @@ class StatusResponse(_message.Message):
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     board: BoardInfo
     device: DeviceInfo
     models: _containers.RepeatedCompositeFieldContainer[ModelStatus]
@@ -126,7 +127,8 @@ class StatusResponse(_message.Message):
     draining: bool
     health: _common_pb2.ServingStatus
     utilization: DeviceUtilization
-    def __init__(self, board: _Optional[_Union[BoardInfo, _Mapping]] = ..., device: _Optional[_Union[DeviceInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobSummary, _Mapping]]] = ..., device_counters: _Optional[_Union[DeviceJobCounters, _Mapping]] = ..., job_counters: _Optional[_Union[JobCounters, _Mapping]] = ..., buffer_pool: _Optional[_Union[BufferPoolStatus, _Mapping]] = ..., resets: _Optional[_Union[ResetSummary, _Mapping]] = ..., policy: _Optional[_Union[Policy, str]] = ..., max_inflight: _Optional[int] = ..., inflight_submissions: _Optional[int] = ..., draining: _Optional[bool] = ..., health: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., utilization: _Optional[_Union[DeviceUtilization, _Mapping]] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, board: _Optional[_Union[BoardInfo, _Mapping]] = ..., device: _Optional[_Union[DeviceInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobSummary, _Mapping]]] = ..., device_counters: _Optional[_Union[DeviceJobCounters, _Mapping]] = ..., job_counters: _Optional[_Union[JobCounters, _Mapping]] = ..., buffer_pool: _Optional[_Union[BufferPoolStatus, _Mapping]] = ..., resets: _Optional[_Union[ResetSummary, _Mapping]] = ..., policy: _Optional[_Union[Policy, str]] = ..., max_inflight: _Optional[int] = ..., inflight_submissions: _Optional[int] = ..., draining: _Optional[bool] = ..., health: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., utilization: _Optional[_Union[DeviceUtilization, _Mapping]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeviceUtilization(_message.Message):
     __slots__ = ("device_seconds", "busy_seconds", "busy_ratio", "banks", "h2d_seconds", "compute_seconds", "d2h_seconds", "sampling_seconds", "generated_tokens", "tokens_per_second", "recent_busy_ratio", "recent_window_seconds", "d2h_bytes", "sampled_rows", "full_row_reads")

@@ -23,7 +23,7 @@ from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.types import JobStatus
-from calculet.daemon.errors import DeadlineExceeded, ErrorKind, FailedPrecondition
+from calculet.daemon.errors import DeadlineExceeded, ErrorKind, FailedPrecondition, Unavailable
 from calculet.daemon.package.manifest import load_manifest
 
 from .engine_factories import assert_clean, build_models, finish, generate_each, request, running_core, until
@@ -281,7 +281,9 @@ def test_load_on_a_board_that_stopped_serving_fails_at_once_instead_of_waiting_f
         finish(core, core.submit(request((1, 2, 3), 5, seed=1)).job_id, timeout=5.0)
         core.device.submit = original  # type: ignore[method-assign]
         core.models.warm_timeout_s = 10.0
-        with pytest.raises(FailedPrecondition, match="not serving"):
+        # Refused before it configures anything, as UNAVAILABLE (issue 30): it was FAILED_PRECONDITION
+        # once its warm-up probe had been refused.
+        with pytest.raises(Unavailable, match="not serving"):
             core.load("other", "tiny")
         assert core.models.serving("other") is None
 

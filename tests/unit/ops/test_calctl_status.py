@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from rich.console import Console
 
 from calculet.ops.commands.board_rows import board_row, utilization
+from calculet.ops.commands.status_view import render_status
 from calculet.v1 import observe_pb2
 from tests.unit.client import fake_daemon
 from tests.unit.client.fake_daemon import FakeDaemon, status_response
@@ -203,3 +205,11 @@ def test_the_detailed_view_shows_the_utilisation_when_the_daemon_reports_it(
     monkeypatch.setattr(fake_daemon, "status_response", with_utilization(42.5, 0.75, 0.5, 10.0))
     code, out, _ = calctl(capsys, "status", "--daemon", target)
     assert "utilisation: device busy 75% over the last 10 s (50% since start), 42.5 tokens/s" in out
+
+
+def test_one_board_shows_its_warnings(boards: tuple[list[str], list[FakeDaemon]]) -> None:
+    status = status_response(boards[1][0])
+    status.warnings.append("device memory above its baseline: chip 0 holds 4,096 B DRAM and 0 B SRAM above it")
+    console = Console(width=300, record=True)
+    console.print(render_status(status))
+    assert "WARNING: device memory above its baseline: chip 0 holds 4,096 B DRAM" in console.export_text()

@@ -20,3 +20,15 @@ def test_the_table_names_a_drain_escalation_and_each_reset_kind() -> None:
     console.print(reset_table(summary))
     rows = [line for line in console.export_text().splitlines() if "automatic" in line]
     assert [row.split("│")[2].strip() for row in rows] == ["ccu", "configuration", "drain"], rows
+
+
+def test_the_table_names_an_unload_and_a_reset_that_did_not_bring_the_memory_back() -> None:
+    summary = observe_pb2.ResetSummary(count=1)
+    summary.history.add(kind=common_pb2.RESET_KIND_UNLOAD, automatic=True, fault="unload_leak", ok=False)
+    message = "compute units reset: device memory is not back"
+    summary.history.add(kind=common_pb2.RESET_KIND_CCU, fault="operator", ok=False, message=message)
+    console = Console(width=300, record=True)
+    console.print(reset_table(summary))
+    rows = [line for line in console.export_text().splitlines() if "automatic" in line or "operator" in line]
+    assert [row.split("│")[2].strip() for row in rows] == ["unload", "ccu"], rows
+    assert "FAILED: compute units reset: device memory is not back" in rows[1]
