@@ -19,20 +19,21 @@ from calculet.v1 import common_pb2, observe_pb2
 COMMAND = ("resets",)
 HELP = "Show every reset of a board (automatic and operator), with the budget."
 
-_KIND = {
-    common_pb2.RESET_KIND_CCU: "ccu",
-    common_pb2.RESET_KIND_CONFIGURATION: "configuration",
-    common_pb2.RESET_KIND_DRAIN: "drain",  # escalations that reset nothing: a submit-error streak,
-    common_pb2.RESET_KIND_QUARANTINE: "quarantine",  # repeated non-finite outputs,
-    common_pb2.RESET_KIND_RESTART: "restart",  # a device a reset could not restore,
-    common_pb2.RESET_KIND_UNLOAD: "unload",  # an unload that did not give its memory back,
-    common_pb2.RESET_KIND_SWITCH: "switch",  # and model switches
-}
+_KIND_PREFIX = "RESET_KIND_"
 _HEALTH = {
     common_pb2.SERVING_STATUS_SERVING: "serving",
     common_pb2.SERVING_STATUS_DRAINING: "draining",
     common_pb2.SERVING_STATUS_NOT_SERVING: "not serving",
 }
+
+
+def kind_name(kind: int) -> str:
+    """A reset kind as the audit names it: the enum's own name ("ccu", "device", "switch", ...),
+    so a kind the proto gains is named too; a number this build does not know stays a number."""
+    try:
+        return common_pb2.ResetKind.Name(kind).removeprefix(_KIND_PREFIX).lower()  # type: ignore[arg-type]
+    except ValueError:
+        return f"kind {kind}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +53,7 @@ def reset_table(summary: observe_pb2.ResetSummary) -> Table:
             models += f" -> {', '.join(r.generations_after) or '-'}"
         table.add_row(
             at,
-            _KIND.get(r.kind, "?"),
+            kind_name(r.kind),
             "automatic" if r.automatic else "operator",
             f"{r.fault}: {r.reason}" if r.reason else r.fault,
             f"{r.inflight_jobs} ({r.recovered} recovered, {r.failed} failed)",

@@ -36,7 +36,7 @@ class Qwen3DensePreset(SimPreset):
     quantization = "bf16"
     context = QWEN3_4B.calbin_context
     prefill_bucket = QWEN3_4B.calbin_context
-    # 8 lanes of 3,840 tokens fit the chip (16 would leave 1,792 tokens each; 1 lane 30,464).
+    # 8 lanes of 3,584 tokens fit the chip (16 would leave 1,792 tokens each; 1 lane 30,464).
     default_decode_batches = (1, 4, 8)
     min_lanes = 1
     model_max_length = QWEN_TOKENIZER_MAX_LENGTH

@@ -32,3 +32,16 @@ def test_the_table_names_an_unload_and_a_reset_that_did_not_bring_the_memory_bac
     rows = [line for line in console.export_text().splitlines() if "automatic" in line or "operator" in line]
     assert [row.split("│")[2].strip() for row in rows] == ["unload", "ccu"], rows
     assert "FAILED: compute units reset: device memory is not back" in rows[1]
+
+
+def test_every_kind_the_protocol_defines_is_named() -> None:
+    summary = observe_pb2.ResetSummary(count=len(common_pb2.ResetKind.values()))
+    kinds = [k for k in common_pb2.ResetKind.values() if k != common_pb2.RESET_KIND_UNSPECIFIED]
+    for kind in kinds:
+        summary.history.add(kind=kind, automatic=True, fault="f", ok=True)
+    console = Console(width=300, record=True)
+    console.print(reset_table(summary))
+    rows = [line for line in console.export_text().splitlines() if "automatic" in line]
+    names = [row.split("│")[2].strip() for row in rows]
+    assert names == [common_pb2.ResetKind.Name(k).removeprefix("RESET_KIND_").lower() for k in kinds]
+    assert {"device", "switch", "unload"} <= set(names) and "?" not in names

@@ -91,3 +91,11 @@ def test_one_lane_gets_the_largest_context_one_chip_holds(tmp_path: Path) -> Non
     (chip,) = m.memory.chips
     free = 16 * GIB - chip.param_dram_bytes - chip.workspace_bytes
     assert m.kv.lanes == 1 and m.kv.lane_context == free // KV_PER_TOKEN // 256 * 256
+
+
+def test_the_models_doc_gives_the_lane_context_the_builder_writes(dense_pkg: Path) -> None:
+    m = load_manifest(dense_pkg)
+    doc = (Path(__file__).parents[3] / "docs" / "models.md").read_text(encoding="utf-8")
+    lanes, context = m.kv.lanes, f"{m.kv.lane_context:,}"
+    assert f"{lanes} lanes of {context} tokens" in doc
+    assert f"qwen3-4b ({lanes} × {context})" in doc
