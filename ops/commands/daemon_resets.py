@@ -31,7 +31,7 @@ def kind_name(kind: int) -> str:
     """A reset kind as the audit names it: the enum's own name ("ccu", "device", "switch", ...),
     so a kind the proto gains is named too; a number this build does not know stays a number."""
     try:
-        return common_pb2.ResetKind.Name(kind).removeprefix(_KIND_PREFIX).lower()  # type: ignore[arg-type]
+        return common_pb2.ResetKind.Name(kind).removeprefix(_KIND_PREFIX).lower()
     except ValueError:
         return f"kind {kind}"
 
