@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from calculet.daemon.errors import InvalidArgument
+from calculet.gateway.api.tool_schemas import MAX_TOOLS, Tool, ToolCall, ToolChoice, tools_for_template
 
 MAX_N = 16
 # Messages in one chat request: each costs the template a few tokens, so a conversation this long
@@ -24,6 +25,7 @@ MAX_PROMPTS = 2048
 # Chat roles, as OpenAI's API names them; `developer` is OpenAI's newer name for `system`.
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOPS = 16
+MAX_TOOL_CALLS = 128  # calls in one assistant message of the history
 MAX_TOP_LOGPROBS = 20
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
@@ -80,6 +82,9 @@ class ChatMessage(_Lenient):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
+    tool_calls: Annotated[list[ToolCall], Field(max_length=MAX_TOOL_CALLS)] | None = None  # assistant
+    tool_call_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None  # tool
+    reasoning_content: str | None = None  # assistant (llama.cpp's and vLLM's name)
 
     @field_validator("role")
     @classmethod
@@ -87,6 +92,16 @@ class ChatMessage(_Lenient):
         if role not in ROLES:
             raise ValueError(f"unknown role {role[:64]!r}; expected one of {', '.join(ROLES)}")
         return role
+
+    @model_validator(mode="after")
+    def _fields_of_role(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("tool_calls: only assistant messages make tool calls")
+        if self.reasoning_content is not None and self.role != "assistant":
+            raise ValueError("reasoning_content: only assistant messages have it")
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("tool_call_id: a tool message answers a call and names it")
+        return self
 
     def template_view(self) -> dict[str, Any]:
         """The message as the chat template sees it: content as one string.
@@ -109,6 +124,12 @@ class ChatMessage(_Lenient):
         view: dict[str, Any] = {"role": role, "content": content if content is not None else ""}
         if self.name is not None:
             view["name"] = self.name
+        if self.tool_calls:
+            view["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            view["tool_call_id"] = self.tool_call_id
+        if self.reasoning_content:
+            view["reasoning_content"] = self.reasoning_content
         return view
 
 
@@ -118,6 +139,22 @@ class ChatCompletionRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     add_generation_prompt: bool = True
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's name: extra template variables
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _thinking_is_bool(cls, kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+        if kwargs is not None and "enable_thinking" in kwargs and not isinstance(kwargs["enable_thinking"], bool):
+            raise ValueError("enable_thinking must be true or false")
+        return kwargs
+
+    def template_tools(self) -> tuple[list[dict[str, Any]] | None, bool]:
+        """The tools the template is given and whether answers are parsed for tool calls
+        (`tool_schemas.tools_for_template`). Raises: InvalidArgument."""
+        return tools_for_template(self.tools, self.tool_choice)
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -115,6 +115,22 @@ class Prepared:
             runner.close()
 
 
+@dataclass(frozen=True)
+class ChatRender:
+    """What a chat prompt is rendered from (the same for every package that may serve it)."""
+
+    messages: Sequence[Mapping[str, Any]]
+    add_generation_prompt: bool
+    tools: Sequence[Mapping[str, Any]] | None = None
+    template_kwargs: Mapping[str, Any] | None = None
+
+    def prompt(self, text: ModelText) -> str:
+        """The prompt text with `text`'s template. Raises: InvalidArgument (as `render_chat`)."""
+        return text.render_chat(
+            self.messages, self.add_generation_prompt, tools=self.tools, template_kwargs=self.template_kwargs
+        )
+
+
 class GatewayService:
     """The gateway's request logic over a fleet.
 
@@ -161,11 +177,13 @@ class GatewayService:
         """`scope`: the request's id and trace (its attempts' Submit metadata).
 
         Raises: CalculetError (404 unknown model, 503 nothing serves it, 400 bad request)."""
+        tools, _ = req.template_tools()
         packages = await self._packages(req.model)
         messages = [m.template_view() for m in req.messages]
+        render = ChatRender(messages, req.add_generation_prompt, tools, req.chat_template_kwargs)
 
         async def tokenize(package: ModelPackage) -> list[list[int]]:
-            return [await self._chat_tokens(req.model, package, messages, req.add_generation_prompt)]
+            return [await self._chat_tokens(req.model, package, render)]
 
         answers = self.answers if self.answers.enabled else None
         return await self._prepare(req, session, packages, tokenize, "chatcmpl", scope, answers)
@@ -235,9 +253,7 @@ class GatewayService:
             raise errors[0] if errors else Unavailable(f"model {alias!r}: no serving board described it")
         return sorted(groups.values(), key=lambda group: -len(group[1]))
 
-    async def _chat_tokens(
-        self, alias: str, package: ModelPackage, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool
-    ) -> list[int]:
+    async def _chat_tokens(self, alias: str, package: ModelPackage, render: ChatRender) -> list[int]:
         """A chat prompt's ids with `package`: the remembered answers spliced in when the template
         lets them be, else the plain rendering encoded as a whole (exactly as without the memory).
 
@@ -245,7 +261,8 @@ class GatewayService:
             InvalidArgument: the template refuses or fails on the messages.
         """
         text = package.text
-        prompt = text.render_chat(messages, add_generation_prompt=add_generation_prompt)
+        messages = render.messages
+        prompt = render.prompt(text)
         if not self.answers.enabled:
             return await self._encode(text, prompt)
         answers: dict[int, Sequence[int]] = {}
@@ -259,7 +276,10 @@ class GatewayService:
                 misses += 1
             else:
                 answers[i] = ids
-        spliced = splice_chat(text, messages, add_generation_prompt, answers, prompt)
+        spliced = splice_chat(
+            text, messages, render.add_generation_prompt, answers, prompt,
+            tools=render.tools, template_kwargs=render.template_kwargs,
+        )  # fmt: skip
         fallback = bool(answers) and spliced is None
         self.observer.answers_recalled(
             alias, spliced=spliced.spliced if spliced else 0, missed=misses, fallback=fallback

@@ -77,6 +77,9 @@ def splice_chat(
     add_generation_prompt: bool,
     answers: Mapping[int, Sequence[int]],
     rendered: str,
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> SplicedChat | None:
     """The prompt of `messages` with the remembered answers' ids in place of their text.
 
@@ -87,6 +90,7 @@ def splice_chat(
         answers: message index -> the ids remembered for that assistant message's content.
         rendered: the plain rendering of `messages` (`text.render_chat`), to check the splice
             against.
+        tools / template_kwargs: as `rendered` was rendered with them.
     Returns:
         The spliced prompt, or None when the template does not pass the placeholders through
         unchanged (then the plain rendering is encoded as a whole).
@@ -97,7 +101,9 @@ def splice_chat(
         return None
     views = [{**message, "content": placeholder(i)} if i in answers else message for i, message in enumerate(messages)]
     try:
-        with_placeholders = text.render_chat(views, add_generation_prompt=add_generation_prompt)
+        with_placeholders = text.render_chat(
+            views, add_generation_prompt=add_generation_prompt, tools=tools, template_kwargs=template_kwargs
+        )
     except InvalidArgument:
         return None  # the template judged the placeholders, not the content: not ours to splice
     found: list[tuple[int, int]] = []  # (position in the rendering, message index)

@@ -43,6 +43,12 @@ class ModelFacts:
     bos_token_id: int | None = None
 
 
+# Template variables the gateway sets itself; `chat_template_kwargs` may not name them.
+RESERVED_TEMPLATE_VARIABLES = frozenset(
+    {"messages", "add_generation_prompt", "tools", "bos_token", "eos_token", "raise_exception"}
+)
+
+
 def _raise_exception(message: str) -> None:
     # Templates (Hugging Face convention) call raise_exception() to refuse a conversation.
     raise InvalidArgument(f"messages: the chat template refused them: {message}")
@@ -99,19 +105,43 @@ class ModelText:
         fallback `<0xNN>` six for one); computed once, on first use."""
         return max(1, max(map(len, self.tokenizer.get_vocab(with_added_tokens=True)), default=1))
 
-    def render_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> str:
         """The prompt text of a conversation.
 
+        Args:
+            messages: the messages' template views (`ChatMessage.template_view`).
+            add_generation_prompt: open the assistant turn the model answers in.
+            tools: OpenAI's tool list, given to the template as `tools` (None: none; Hugging
+                Face's convention, which templates test with `if tools`).
+            template_kwargs: further template variables (the request's `chat_template_kwargs`,
+                e.g. `enable_thinking`); they cannot replace the variables above.
+
+        Returns:
+            The prompt text, special tokens written as text.
+
         Raises:
-            InvalidArgument: the package has no chat template, or the template refused or failed
-                on these messages.
+            InvalidArgument: the package has no chat template, a kwarg names a reserved variable,
+                or the template refused or failed on these messages.
         """
         if self._template is None:
             raise InvalidArgument(f"model {self.facts.alias!r} has no chat template; use /v1/completions")
+        extra = dict(template_kwargs or {})
+        for name in extra:
+            if name in RESERVED_TEMPLATE_VARIABLES:
+                raise InvalidArgument(f"chat_template_kwargs.{name}: reserved; the request's own field sets it")
         try:
             return self._template.render(
+                **extra,
                 messages=list(messages),
                 add_generation_prompt=add_generation_prompt,
+                tools=list(tools) if tools is not None else None,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
             )

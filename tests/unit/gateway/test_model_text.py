@@ -181,3 +181,25 @@ def test_no_template_refuses_chat(facts: ModelFacts, tokenizer_json: bytes) -> N
     with pytest.raises(InvalidArgument, match="no chat template"):
         t.render_chat([{"role": "user", "content": "hi"}])
     assert t.encode("hi")  # completions still work
+
+
+def test_render_chat_gives_the_template_tools_and_kwargs(text: ModelText) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    messages = [{"role": "user", "content": "Hi"}]
+    rendered = text.render_chat(messages, tools=[tool], template_kwargs={"enable_thinking": False})
+    assert rendered.startswith("<|im_start|>system\n# Tools\n") and '{"function": {"name": "f"' in rendered
+    assert rendered.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    plain = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert text.render_chat(messages, tools=None, template_kwargs={}) == plain
+
+
+@pytest.mark.parametrize("name", ["messages", "tools", "add_generation_prompt", "bos_token"])
+def test_template_kwargs_cannot_replace_the_gateways_variables(text: ModelText, name: str) -> None:
+    with pytest.raises(InvalidArgument, match=f"chat_template_kwargs.{name}: reserved"):
+        text.render_chat([{"role": "user", "content": "Hi"}], template_kwargs={name: "x"})
+
+
+def test_a_package_template_gets_the_kwargs_it_asks_for(facts: ModelFacts, tokenizer_json: bytes) -> None:
+    own = ModelText(facts, tokenizer_json, "{{ custom }}|{{ tools | length if tools else 'none' }}")
+    assert own.render_chat([{"role": "user", "content": "x"}], template_kwargs={"custom": "yes"}) == "yes|none"
+    assert own.render_chat([{"role": "user", "content": "x"}], tools=[{"a": 1}]) == "|1"
