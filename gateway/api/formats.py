@@ -15,7 +15,9 @@ from typing import Any
 
 from calculet.client.types import TokenLogprob
 from calculet.gateway.serving.choice import ChoiceDelta
+from calculet.gateway.text.chat_output import ChatOutput, OutputPiece
 from calculet.gateway.text.model_text import ModelText
+from calculet.gateway.text.tool_calls import ParsedCall
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
@@ -80,7 +82,12 @@ class CompletionLogprobs:
 
 @dataclass
 class ChoiceState:
-    """One choice of a non-streamed answer."""
+    """One choice of a non-streamed answer.
+
+    Attributes:
+        output: reads a chat answer's reasoning and tool calls (None: text completions, whose
+            `text` is the answer).
+    """
 
     index: int
     text: str = ""
@@ -89,6 +96,9 @@ class ChoiceState:
     cached_tokens: int = 0
     chat_lp: list[dict[str, Any]] = field(default_factory=list)
     legacy_lp: CompletionLogprobs = field(default_factory=CompletionLogprobs)
+    output: ChatOutput | None = None
+    reasoning: str = ""
+    calls: list[ParsedCall] = field(default_factory=list)
 
     def add(self, delta: ChoiceDelta, model_text: ModelText, chat: bool) -> None:
         if delta.logprobs:
@@ -96,7 +106,45 @@ class ChoiceState:
                 self.chat_lp.extend(chat_logprobs(model_text, delta.logprobs))
             else:
                 self.legacy_lp.add(model_text, delta.logprobs, len(self.text))
-        self.text += delta.text
+        if self.output is None:
+            self.text += delta.text
+        else:
+            self._take(self.output.feed(delta.text))
+
+    def end(self, finish_reason: str) -> None:
+        """The choice ended with the daemon's `finish_reason` (held text is read, calls counted)."""
+        if self.output is not None:
+            self._take(self.output.finish())
+            finish_reason = self.output.finish_reason(finish_reason)
+        self.finish_reason = finish_reason
+
+    def message(self) -> dict[str, Any]:
+        """The chat answer's `message`: content (null when only tool calls were made),
+        `reasoning_content` when the answer reasoned, `tool_calls` when it called."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.reasoning:
+            message["reasoning_content"] = self.reasoning
+        if self.calls:
+            message["content"] = self.text or None
+            message["tool_calls"] = [tool_call(call) for call in self.calls]
+        return message
+
+    def _take(self, piece: OutputPiece) -> None:
+        self.reasoning += piece.reasoning
+        self.text += piece.content
+        self.calls += piece.calls
+
+
+def tool_call(call: ParsedCall) -> dict[str, Any]:
+    """A call as OpenAI's `message.tool_calls[]` entry."""
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def tool_call_deltas(call: ParsedCall) -> list[dict[str, Any]]:
+    """A call as streamed `delta.tool_calls` entries, one a chunk: index, id and name first (with
+    empty arguments, as OpenAI's first delta of a call), then the arguments."""
+    head = {"index": call.index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+    return [head, {"index": call.index, "function": {"arguments": call.arguments}}]
 
 
 def chat_response(
@@ -111,7 +159,7 @@ def chat_response(
         "choices": [
             {
                 "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
+                "message": c.message(),
                 "logprobs": {"content": c.chat_lp} if logprobs else None,
                 "finish_reason": c.finish_reason,
             }

@@ -99,8 +99,8 @@ class ChatMessage(_Lenient):
             raise ValueError("tool_calls: only assistant messages make tool calls")
         if self.reasoning_content is not None and self.role != "assistant":
             raise ValueError("reasoning_content: only assistant messages have it")
-        if self.role == "tool" and self.tool_call_id is None:
-            raise ValueError("tool_call_id: a tool message answers a call and names it")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise ValueError("tool_call_id: only tool messages answer a call")
         return self
 
     def template_view(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from calculet.gateway.api import formats
 from calculet.gateway.errors import error_body
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, ChoiceEvent
 from calculet.gateway.serving.service import Prepared
+from calculet.gateway.text.chat_output import ChatOutput, OutputPiece
 
 log = logging.getLogger("calculet.gateway.http")
 
@@ -131,26 +132,29 @@ async def sse_chat(
     prepared: Prepared, first: tuple[int, ChoiceEvent] | None, events: Events, *, logprobs: bool, include_usage: bool
 ) -> AsyncIterator[bytes]:
     rid, created, model, text = prepared.request_id, prepared.created, prepared.model, prepared.text
-    started: set[int] = set()
+    outputs: dict[int, ChatOutput] = {}  # by choice, from its first event
     completion_tokens = 0
     cached: dict[int, int] = {}
+
+    def chunk(index: int, delta: dict[str, Any], lp: dict[str, Any] | None = None, reason: str | None = None) -> bytes:
+        choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": reason}
+        return sse(formats.chat_chunk(rid, created, model, choice, include_usage))
+
     try:
         async for index, event in _chain(first, events):
             out = []
-            if index not in started:
-                started.add(index)
-                role = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                        "finish_reason": None}  # fmt: skip
-                out.append(sse(formats.chat_chunk(rid, created, model, role, include_usage)))
+            output = outputs.get(index)
+            if output is None:
+                output = outputs[index] = ChatOutput(prepared.output)
+                out.append(chunk(index, {"role": "assistant", "content": ""}))
             if isinstance(event, ChoiceDelta):
                 lp = {"content": formats.chat_logprobs(text, event.logprobs)} if logprobs else None
-                choice = {"index": index, "delta": {"content": event.text}, "logprobs": lp, "finish_reason": None}
-                out.append(sse(formats.chat_chunk(rid, created, model, choice, include_usage)))
+                out += _piece_chunks(chunk, index, output.feed(event.text), lp)
             elif isinstance(event, ChoiceEnd):
                 completion_tokens += event.completion_tokens
                 cached[index] = event.cached_tokens
-                choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": event.finish_reason}
-                out.append(sse(formats.chat_chunk(rid, created, model, choice, include_usage)))
+                out += _piece_chunks(chunk, index, output.finish(), None, end=True)
+                out.append(chunk(index, {}, reason=output.finish_reason(event.finish_reason)))
             yield b"".join(out)
         if include_usage:
             used = formats.usage(prepared.prompt_token_count, completion_tokens, prepared.cached_token_count(cached))
@@ -161,6 +165,33 @@ async def sse_chat(
     finally:
         prepared.close()
     yield DONE
+
+
+def _piece_chunks(
+    chunk: Callable[[int, dict[str, Any], dict[str, Any] | None], bytes],
+    index: int,
+    piece: OutputPiece,
+    lp: dict[str, Any] | None,
+    *,
+    end: bool = False,
+) -> list[bytes]:
+    """The chunks of one piece of a choice's answer: its reasoning and content as one delta (a
+    content delta, even empty, for every token event, as without reasoning or tools; at the end
+    only what was still held), then each tool call's deltas, a chunk each."""
+    chunks = []
+    delta: dict[str, Any] = {}
+    if piece.reasoning:
+        delta["reasoning_content"] = piece.reasoning
+    if piece.content or not (end or piece.reasoning or piece.calls):
+        delta["content"] = piece.content
+    if delta:
+        chunks.append(chunk(index, delta, lp))
+        lp = None
+    for call in piece.calls:
+        for entry in formats.tool_call_deltas(call):
+            chunks.append(chunk(index, {"tool_calls": [entry]}, lp))
+            lp = None
+    return chunks
 
 
 async def sse_completion(
@@ -201,13 +232,13 @@ async def sse_completion(
 async def collect(prepared: Prepared, events: Events, *, chat: bool) -> list[formats.ChoiceState]:
     """Every choice's whole output (non-streamed answers). Raises: CalculetError."""
     n = len(prepared.runners)
-    states = [formats.ChoiceState(i) for i in range(n)]
+    states = [formats.ChoiceState(i, output=ChatOutput(prepared.output) if chat else None) for i in range(n)]
     async for index, event in events:
         state = states[index]
         if isinstance(event, ChoiceDelta):
             state.add(event, prepared.text, chat)
         else:
-            state.finish_reason = event.finish_reason
+            state.end(event.finish_reason)
             state.completion_tokens = event.completion_tokens
             state.cached_tokens = event.cached_tokens
     return states

@@ -55,7 +55,9 @@ from calculet.gateway.serving.observer import NoObserver, ServingObserver
 from calculet.gateway.serving.tracing import RequestScope
 from calculet.gateway.text.answer_memory import AnswerMemory
 from calculet.gateway.text.answer_splice import SplicedChat, splice_chat
+from calculet.gateway.text.chat_output import OutputSpec
 from calculet.gateway.text.model_text import ModelText
+from calculet.gateway.text.reasoning import prompt_opens_thinking
 from calculet.gateway.text.tokenize_pool import TokenizePool
 
 SEED_SPACE = 2**64
@@ -84,6 +86,8 @@ class Prepared:
     request_id: str
     choices_per_prompt: int = 1
     created: int = field(default_factory=lambda: int(time.time()))
+    output: OutputSpec = field(default_factory=OutputSpec)
+    """How chat answers are read (reasoning, tool calls); text completions leave the default."""
 
     @property
     def prompt_token_count(self) -> int:
@@ -177,16 +181,25 @@ class GatewayService:
         """`scope`: the request's id and trace (its attempts' Submit metadata).
 
         Raises: CalculetError (404 unknown model, 503 nothing serves it, 400 bad request)."""
-        tools, _ = req.template_tools()
+        tools, parse_tools = req.template_tools()
         packages = await self._packages(req.model)
         messages = [m.template_view() for m in req.messages]
         render = ChatRender(messages, req.add_generation_prompt, tools, req.chat_template_kwargs)
+        in_think: dict[ModelText, bool] = {}  # a package's text -> its prompt ended inside a think block
 
         async def tokenize(package: ModelPackage) -> list[list[int]]:
-            return [await self._chat_tokens(req.model, package, render)]
+            ids, prompt = await self._chat_tokens(req.model, package, render)
+            in_think[package.text] = prompt_opens_thinking(prompt)
+            return [ids]
 
         answers = self.answers if self.answers.enabled else None
-        return await self._prepare(req, session, packages, tokenize, "chatcmpl", scope, answers)
+        prepared = await self._prepare(req, session, packages, tokenize, "chatcmpl", scope, answers)
+        prepared.output = OutputSpec(
+            in_think=in_think.get(prepared.text, False),
+            parse_tools=parse_tools,
+            parallel_tool_calls=req.parallel_tool_calls,
+        )
+        return prepared
 
     async def prepare_completion(
         self, req: CompletionRequest, session: str, scope: RequestScope | None = None
@@ -253,9 +266,10 @@ class GatewayService:
             raise errors[0] if errors else Unavailable(f"model {alias!r}: no serving board described it")
         return sorted(groups.values(), key=lambda group: -len(group[1]))
 
-    async def _chat_tokens(self, alias: str, package: ModelPackage, render: ChatRender) -> list[int]:
+    async def _chat_tokens(self, alias: str, package: ModelPackage, render: ChatRender) -> tuple[list[int], str]:
         """A chat prompt's ids with `package`: the remembered answers spliced in when the template
-        lets them be, else the plain rendering encoded as a whole (exactly as without the memory).
+        lets them be, else the plain rendering encoded as a whole (exactly as without the memory);
+        and the rendered prompt text.
 
         Raises:
             InvalidArgument: the template refuses or fails on the messages.
@@ -264,7 +278,7 @@ class GatewayService:
         messages = render.messages
         prompt = render.prompt(text)
         if not self.answers.enabled:
-            return await self._encode(text, prompt)
+            return await self._encode(text, prompt), prompt
         answers: dict[int, Sequence[int]] = {}
         misses = 0
         for i, message in enumerate(messages):
@@ -285,8 +299,8 @@ class GatewayService:
             alias, spliced=spliced.spliced if spliced else 0, missed=misses, fallback=fallback
         )
         if spliced is None:
-            return await self._encode(text, prompt)
-        return await self._encode_spliced(text, spliced)
+            return await self._encode(text, prompt), prompt
+        return await self._encode_spliced(text, spliced), prompt
 
     async def _encode(self, text: ModelText, prompt: str) -> list[int]:
         """Raises: InvalidArgument (the prompt cannot fit), Overloaded (the tokenizer's budget)."""

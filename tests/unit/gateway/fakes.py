@@ -56,6 +56,12 @@ def byte_tokenizer_json() -> bytes:
     return tok.to_str().encode()
 
 
+def script_text(daemon: FakeDaemon, text: str) -> None:
+    """Make `daemon`'s model answer `text` (its UTF-8 bytes, a token each), then EOS."""
+    daemon.script = tuple(text.encode("utf-8"))
+    daemon.eos_at = len(daemon.script)
+
+
 def _byte_of(ch: str) -> int:
     # GPT-2's byte -> unicode table: printable bytes map to themselves, the rest to 256+n.
     printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
@@ -101,6 +107,8 @@ class FakeDaemon(DaemonConnection):
         die_after: if set, the next stream breaks (Unavailable) after this many tokens and the
             daemon is dead from then on.
         eos_at: the completion index at which the model emits EOS (None = never).
+        script: the tokens the model emits first, whatever the seed and prompt (then EOS when
+            `eos_at` is their length): a scripted answer (`script_text` makes one of a text).
         step: an Event the stream waits on before each token when set (a test clock).
         package_hash: which package (tokenizer) this board serves.
         pending_prefill_tokens / prefix_hashes: what its load reports say (other gateways'
@@ -122,6 +130,7 @@ class FakeDaemon(DaemonConnection):
     die_after: int | None = None
     die_plan: list[int] | None = None  # shared between fakes: the next stream started anywhere pops
     eos_at: int | None = None
+    script: tuple[int, ...] = ()
     step: asyncio.Semaphore | None = None
     package_hash: str = "pkg-a"
     pending_prefill_tokens: int = 0
@@ -233,7 +242,7 @@ class FakeStream(DaemonStream):
     async def chunks(self) -> AsyncIterator[TokenChunk]:  # type: ignore[override]
         job, resume = self._record.job, self._record.resume
         seed = job.sampling.seed or 0
-        limit = job.max_tokens if job.max_tokens is not None else CONTEXT - len(job.prompt_tokens)
+        limit = job.max_tokens if job.max_tokens is not None else self._daemon.context - len(job.prompt_tokens)
         index, sent = len(resume), 0
         while index < limit:
             if self._daemon.step is not None:
@@ -244,7 +253,10 @@ class FakeStream(DaemonStream):
                 raise Unavailable(f"{self._daemon.target}: stream broke")
             if self._record.cancelled:
                 break
-            token = EOS if index == self._daemon.eos_at else model_token(seed, job.prompt_tokens, index)
+            if index < len(self._daemon.script):
+                token = self._daemon.script[index]
+            else:
+                token = EOS if index == self._daemon.eos_at else model_token(seed, job.prompt_tokens, index)
             lps = (TokenLogprob(token, -0.5, ((token, -0.5),)),) if job.sampling.logprobs is not None else ()
             yield TokenChunk(sent, index, (token,), lps)
             index, sent = index + 1, sent + 1

@@ -40,7 +40,7 @@ def test_history_with_tool_calls_and_results_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("message", "field"),
     [
-        ({"role": "tool", "content": "18C"}, "tool_call_id"),
+        ({"role": "user", "content": "18C", "tool_call_id": "call_1"}, "tool_call_id"),
         (
             {
                 "role": "user",
