@@ -1,0 +1,94 @@
+"""Tools through a real gateway and a qwen board (calsim, the qwen3-30b-a3b package and its
+Qwen3-convention template), with the official `openai` client: `tools=[...]`, a history of a call
+and its `role: "tool"` result, and `chat_template_kwargs.enable_thinking` are accepted, and the
+prompt the board got is the package template's rendering of exactly them (usage's prompt tokens
+and the seeded text match an oracle that renders and generates without the gateway). The synthetic
+model writes no calls; how calls and reasoning are parsed is tested with scripted answers
+(tests/unit/gateway/test_tools_reasoning_api.py)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import DaemonProcess
+from tests.integration.gateway_process import GatewayProcess, Oracle
+
+pytestmark = pytest.mark.integration
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Oslo?"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "4C and rain"},
+]
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterator[tuple[GatewayProcess, Oracle]]:
+    root = tmp_path_factory.mktemp("tools")
+    (root / "d").mkdir()
+    (root / "gw").mkdir()
+    daemon = DaemonProcess(root / "d", models_root, ["--model", "qwen=qwen"])
+    gateway = GatewayProcess(root / "gw", ["--daemon", daemon.target])
+    try:
+        daemon.wait_serving()
+        gateway.wait_up(ready=True)
+        yield gateway, Oracle(daemon.target, "qwen")
+    finally:
+        for proc in (gateway, daemon):
+            code = proc.stop()
+            if code not in (0, -signal.SIGTERM):
+                print(f"---- log of {proc.workdir} (exit {code}) ----\n{proc.log()}")
+
+
+def _expected(oracle: Oracle, seed: int, **template_vars: Any) -> tuple[list[int], str, str]:
+    """(prompt ids, prompt text, answer text) rendered and generated without the gateway."""
+    views = [*MESSAGES[:2], {**MESSAGES[2], "content": ""}, MESSAGES[3]]
+    text = oracle.template.render(messages=views, add_generation_prompt=True, **template_vars)
+    prompt = list(oracle.tokenizer.encode(text, add_special_tokens=False).ids)
+    return prompt, text, oracle.text(oracle.tokens(prompt, seed=seed, max_tokens=16))
+
+
+def test_tools_and_a_tool_history_reach_the_template(qwen: tuple[GatewayProcess, Oracle]) -> None:
+    gateway, oracle = qwen
+    prompt, text, answer = _expected(oracle, 7, tools=TOOLS)
+    assert "<tools>" in text and "<tool_response>\n4C and rain\n</tool_response>" in text
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
+    with gateway.openai() as client:
+        r = client.chat.completions.create(
+            model="qwen",
+            messages=MESSAGES,
+            tools=TOOLS,
+            max_tokens=16,
+            seed=7,  # type: ignore[arg-type]
+        )
+    assert r.usage is not None and r.usage.prompt_tokens == len(prompt)
+    assert r.choices[0].message.content == answer and r.choices[0].message.tool_calls is None
+
+
+def test_enable_thinking_false_reaches_the_template(qwen: tuple[GatewayProcess, Oracle]) -> None:
+    gateway, oracle = qwen
+    prompt, text, answer = _expected(oracle, 9, tools=TOOLS, enable_thinking=False)
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    with gateway.openai() as client:
+        r = client.chat.completions.create(
+            model="qwen", messages=MESSAGES, tools=TOOLS, max_tokens=16, seed=9,  # type: ignore[arg-type]
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )  # fmt: skip
+    assert r.usage is not None and r.usage.prompt_tokens == len(prompt)
+    assert r.choices[0].message.content == answer
