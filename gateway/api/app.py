@@ -63,7 +63,8 @@ def json_response(obj: Any, status: int = 200) -> Response:
 
 
 def session_key(request: Request, user: str | None) -> str:
-    """Affinity key: the session header, else the OpenAI `user`; hashed to the daemon's 128-byte limit."""
+    """Affinity key: the session header, else `user` (chat: `prompt_cache_key`, else `user`); hashed to
+    the daemon's 128-byte limit."""
     raw = request.headers.get(SESSION_HEADER) or user or ""
     return hashlib.blake2b(raw.encode(), digest_size=16).hexdigest() if raw else ""
 
@@ -186,7 +187,8 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         started = time.perf_counter()
         req = parse_body(ChatCompletionRequest, await request.body())
-        prepare = service_of(request).prepare_chat(req, session_key(request, req.user), request.state.telemetry)
+        key = session_key(request, req.prompt_cache_key or req.user)  # OpenAI: prompt_cache_key replaces user
+        prepare = service_of(request).prepare_chat(req, key, request.state.telemetry)
         return await respond(request, prepare, req.stream, req.include_usage, req.logprobs, chat=True, started=started)
 
     @app.post("/v1/completions")

@@ -3,7 +3,8 @@
 Bodies are validated from the raw JSON with pydantic in strict mode (`parse_body`), so `"5"` is
 not taken for 5 and `true` not for 1, as OpenAI's own API does; a pydantic `ValidationError` or a
 body that is not JSON becomes `InvalidArgument` naming the field, which the one error mapping
-turns into a 400 in OpenAI's shape (never FastAPI's 422). Ranges follow OpenAI where OpenAI has
+turns into a 400 in OpenAI's shape (never FastAPI's 422). Fields OpenAI defines that are not served are
+400s too (`refused_fields.py`, docs/gateway.md "Request fields"). Ranges follow OpenAI where OpenAI has
 them and the daemon's protocol (inference.proto) for the extensions.
 """
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from calculet.daemon.errors import InvalidArgument
+from calculet.gateway.api.lenient import Lenient
+from calculet.gateway.api.refused_fields import ChatRefusals, SamplingRefusals
 from calculet.gateway.api.tool_schemas import MAX_TOOLS, Tool, ToolCall, ToolChoice, tools_for_template
 
 MAX_N = 16
@@ -30,18 +33,12 @@ MAX_TOP_LOGPROBS = 20
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
 
-class _Lenient(BaseModel):
-    """Strict types, unknown fields ignored (OpenAI adds fields; old clients send removed ones)."""
-
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, allow_inf_nan=False)
-
-
-class StreamOptions(_Lenient):
+class StreamOptions(Lenient):
     include_usage: bool = False
 
 
-class _Sampling(_Lenient):
-    """Fields shared by chat and text completions."""
+class _Sampling(SamplingRefusals):
+    """Fields shared by chat and text completions (and the refusals they share)."""
 
     model: Annotated[str, Field(min_length=1, max_length=128)]
     max_tokens: Annotated[int, Field(ge=1, le=2**32 - 1)] | None = None
@@ -73,12 +70,12 @@ class _Sampling(_Lenient):
         return self.stream_options is not None and self.stream_options.include_usage
 
 
-class TextPart(_Lenient):
+class TextPart(Lenient):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(_Lenient):
+class ChatMessage(Lenient):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
@@ -133,7 +130,7 @@ class ChatMessage(_Lenient):
         return view
 
 
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(_Sampling, ChatRefusals):
     messages: Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: Annotated[int, Field(ge=1, le=2**32 - 1)] | None = None
     logprobs: bool = False
@@ -143,6 +140,11 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM's name: extra template variables
+    # Accepted without effect on the answer: the affinity key (`prompt_cache_key`, like `user`),
+    # tags of stored answers (none are stored), an end user's id.
+    prompt_cache_key: Annotated[str, Field(max_length=256)] | None = None
+    metadata: dict[str, str] | None = None
+    safety_identifier: Annotated[str, Field(max_length=256)] | None = None
 
     @field_validator("chat_template_kwargs")
     @classmethod
@@ -206,7 +208,7 @@ class CompletionRequest(_Sampling):
         return list(p)  # type: ignore[arg-type]
 
 
-Body = TypeVar("Body", bound=_Lenient)
+Body = TypeVar("Body", bound=Lenient)
 
 
 def parse_body(cls: type[Body], raw: bytes) -> Body:

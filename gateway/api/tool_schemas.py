@@ -11,19 +11,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from calculet.daemon.errors import InvalidArgument
+from calculet.gateway.api.lenient import Lenient
 
 MAX_TOOLS = 128  # OpenAI's own bound on `tools`
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, allow_inf_nan=False)
-
-
-class FunctionDef(_Lenient):
+class FunctionDef(Lenient):
     name: Annotated[str, Field(pattern=FUNCTION_NAME)]
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -37,16 +34,16 @@ class FunctionDef(_Lenient):
         return parameters
 
 
-class Tool(_Lenient):
+class Tool(Lenient):
     type: Literal["function"]
     function: FunctionDef
 
 
-class _FunctionName(_Lenient):
+class _FunctionName(Lenient):
     name: Annotated[str, Field(pattern=FUNCTION_NAME)]
 
 
-class NamedToolChoice(_Lenient):
+class NamedToolChoice(Lenient):
     type: Literal["function"]
     function: _FunctionName
 
@@ -54,12 +51,12 @@ class NamedToolChoice(_Lenient):
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
-class FunctionCall(_Lenient):
+class FunctionCall(Lenient):
     name: Annotated[str, Field(min_length=1, max_length=64)]
     arguments: str
 
 
-class ToolCall(_Lenient):
+class ToolCall(Lenient):
     """A call in an assistant message of the history (its `arguments` a JSON string, as OpenAI's)."""
 
     id: Annotated[str, Field(min_length=1, max_length=256)]

@@ -1,0 +1,95 @@
+"""OpenAI request fields this gateway knows and does not serve: each is refused with a 400 that
+names it, rather than silently ignored (an ignored `response_format` would hand a client that
+asked for JSON free text). The table in docs/gateway.md ("Request fields") lists every field:
+honoured, honoured in part, accepted without effect, or refused. Fields nobody here knows stay
+ignored (`lenient.Lenient`).
+
+Each field's validator runs only when the field is present, so its message is the 400's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import field_validator
+
+from calculet.gateway.api.lenient import Lenient
+
+NO_GRAMMAR = "needs constrained decoding, which this gateway does not offer yet"
+
+
+def _refuse(why: str) -> Any:
+    def check(value: Any) -> Any:
+        if value is not None:
+            raise ValueError(f"not supported: {why}")
+        return value
+
+    return check
+
+
+class SamplingRefusals(Lenient):
+    """Refused in chat and text completions alike."""
+
+    logit_bias: dict[str, Any] | None = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value:  # {} biases nothing
+            raise ValueError("not supported: the boards' sampling takes no per-token bias")
+        return value
+
+
+class ChatRefusals(Lenient):
+    """Chat completion fields refused, or accepted only in the values that ask for nothing more
+    than what is served."""
+
+    response_format: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    store: bool | None = None
+    service_tier: str | None = None
+
+    _audio = field_validator("audio")(_refuse("audio output is not served (text only)"))
+    _prediction = field_validator("prediction")(_refuse("predicted outputs are not served"))
+    _web = field_validator("web_search_options")(_refuse("no web search here"))
+    _functions = field_validator("functions")(_refuse("deprecated by OpenAI; send `tools`"))
+    _function_call = field_validator("function_call")(_refuse("deprecated by OpenAI; send `tool_choice`"))
+    _effort = field_validator("reasoning_effort")(
+        _refuse("no reasoning budget here; chat_template_kwargs.enable_thinking switches thinking on or off")
+    )
+    _verbosity = field_validator("verbosity")(_refuse("the answer's length is max_tokens' to bound"))
+
+    @field_validator("response_format")
+    @classmethod
+    def _response_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value.get("type") != "text":
+            raise ValueError(f"type {str(value.get('type'))[:32]!r} is not supported ({NO_GRAMMAR}); only 'text'")
+        return value
+
+    @field_validator("modalities")
+    @classmethod
+    def _modalities(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(m != "text" for m in value):
+            raise ValueError("only 'text' is served")
+        return value
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError("not supported: answers are not stored")
+        return value
+
+    @field_validator("service_tier")
+    @classmethod
+    def _service_tier(cls, value: str | None) -> str | None:
+        if value is not None and value not in ("auto", "default"):
+            raise ValueError(f"{value[:32]!r} is not served; 'auto' or 'default' (see the `priority` extension)")
+        return value
