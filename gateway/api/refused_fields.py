@@ -55,6 +55,7 @@ class ChatRefusals(Lenient):
     verbosity: Any = None
     store: bool | None = None
     service_tier: str | None = None
+    prompt_cache_retention: str | None = None
 
     _audio = field_validator("audio")(_refuse("audio output is not served (text only)"))
     _prediction = field_validator("prediction")(_refuse("predicted outputs are not served"))
@@ -85,6 +86,13 @@ class ChatRefusals(Lenient):
     def _store(cls, value: bool | None) -> bool | None:
         if value:
             raise ValueError("not supported: answers are not stored")
+        return value
+
+    @field_validator("prompt_cache_retention")
+    @classmethod
+    def _retention(cls, value: str | None) -> str | None:
+        if value is not None and value != "in_memory":
+            raise ValueError(f"{value[:32]!r} is not served; 'in_memory' (a board keeps KV while its lane is parked)")
         return value
 
     @field_validator("service_tier")

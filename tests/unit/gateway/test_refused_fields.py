@@ -40,6 +40,7 @@ REFUSED: list[tuple[str, Any]] = [
     ("verbosity", "low"),
     ("store", True),
     ("service_tier", "flex"),
+    ("prompt_cache_retention", "24h"),
 ]
 
 
@@ -71,6 +72,7 @@ ACCEPTED: dict[str, Any] = {
     "metadata": {"team": "a"},
     "safety_identifier": "u-1",
     "prompt_cache_key": "conv-1",
+    "prompt_cache_retention": "in_memory",
     "some_future_field": {"anything": 1},  # unknown: ignored
 }
 
