@@ -1,6 +1,7 @@
 """The FastAPI application: routes that parse, call `GatewayService`, and format.
 
-Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`, `GET /health`
+Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /tokenize` and
+`POST /detokenize` (vLLM's, `serving/tokenize.py`), `GET /v1/models`, `GET /health`
 (the process answers), `GET /ready` (some board can serve: 200, else 503; the body also shows each
 board's state and what the router sees of it), `GET /metrics` (the
 gateway's Prometheus metrics, `telemetry.metrics`; every request is counted by its middleware).
@@ -41,10 +42,12 @@ from calculet.gateway.api import formats, streaming
 from calculet.gateway.api.auth import ApiKeyAuth
 from calculet.gateway.api.body_limit import BodyLimit
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
+from calculet.gateway.api.tokenize_schemas import DetokenizeRequest, TokenizeRequest
 from calculet.gateway.api.worker_header import WorkerHeader
 from calculet.gateway.config import DEFAULT_MAX_BODY_BYTES
 from calculet.gateway.errors import error_response, internal_error_response
 from calculet.gateway.fleet.board import Board
+from calculet.gateway.serving import tokenize as tokenizing
 from calculet.gateway.serving.service import GatewayService, Prepared
 from calculet.gateway.telemetry.metrics import GatewayMetrics
 from calculet.gateway.telemetry.middleware import MetricsMiddleware
@@ -198,6 +201,16 @@ def create_app(
         prepare = service_of(request).prepare_completion(req, session_key(request, req.user), request.state.telemetry)
         logprobs = req.logprobs is not None
         return await respond(request, prepare, req.stream, req.include_usage, logprobs, chat=False, started=started)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        req = parse_body(TokenizeRequest, await request.body())
+        return json_response(await tokenizing.tokenize(service_of(request), req))
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        req = parse_body(DetokenizeRequest, await request.body())
+        return json_response(await tokenizing.detokenize(service_of(request), req))
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

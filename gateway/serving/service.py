@@ -213,7 +213,7 @@ class GatewayService:
             token_lists = []
             for i, prompt in enumerate(prompts):
                 if isinstance(prompt, str):
-                    token_lists.append(await self._encode(text, prompt))
+                    token_lists.append(await self.encode(text, prompt))
                     continue
                 bad = next((t for t in prompt if not 0 <= t < text.facts.vocab_size), None)
                 if bad is not None:
@@ -278,7 +278,7 @@ class GatewayService:
         messages = render.messages
         prompt = render.prompt(text)
         if not self.answers.enabled:
-            return await self._encode(text, prompt), prompt
+            return await self.encode(text, prompt), prompt
         answers: dict[int, Sequence[int]] = {}
         misses = 0
         for i, message in enumerate(messages):
@@ -299,11 +299,13 @@ class GatewayService:
             alias, spliced=spliced.spliced if spliced else 0, missed=misses, fallback=fallback
         )
         if spliced is None:
-            return await self._encode(text, prompt), prompt
+            return await self.encode(text, prompt), prompt
         return await self._encode_spliced(text, spliced), prompt
 
-    async def _encode(self, text: ModelText, prompt: str) -> list[int]:
-        """Raises: InvalidArgument (the prompt cannot fit), Overloaded (the tokenizer's budget)."""
+    async def encode(self, text: ModelText, prompt: str) -> list[int]:
+        """`prompt`'s ids, on the tokenizer's threads.
+
+        Raises: InvalidArgument (the prompt cannot fit), Overloaded (the tokenizer's budget)."""
         _check_chars(text, len(prompt))
         return await self.tokenize.run(len(prompt), lambda: text.encode(prompt))
 

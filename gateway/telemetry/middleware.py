@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from calculet.gateway.telemetry.metrics import GatewayMetrics
 
 COMPLETION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
-ROUTES = COMPLETION_ROUTES | {"/v1/models", "/health", "/ready", "/metrics"}
+ROUTES = COMPLETION_ROUTES | {"/v1/models", "/health", "/ready", "/metrics", "/tokenize", "/detokenize"}
 
 
 class MetricsMiddleware:
