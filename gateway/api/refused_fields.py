@@ -28,9 +28,30 @@ def _refuse(why: str) -> Any:
 
 
 class SamplingRefusals(Lenient):
-    """Refused in chat and text completions alike."""
+    """Refused in chat and text completions alike: OpenAI's, and vLLM's structured output
+    extensions (this gateway takes vLLM's names for its extensions, so a vLLM client's
+    `guided_json` must not pass as free text)."""
 
     logit_bias: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
+
+    _guided_json = field_validator("guided_json")(_refuse(NO_GRAMMAR))
+    _guided_regex = field_validator("guided_regex")(_refuse(NO_GRAMMAR))
+    _guided_choice = field_validator("guided_choice")(_refuse(NO_GRAMMAR))
+    _guided_grammar = field_validator("guided_grammar")(_refuse(NO_GRAMMAR))
+    _structured = field_validator("structured_outputs")(_refuse(NO_GRAMMAR))
+
+    @field_validator("response_format")
+    @classmethod
+    def _response_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value.get("type") != "text":
+            raise ValueError(f"type {str(value.get('type'))[:32]!r} is not supported ({NO_GRAMMAR}); only 'text'")
+        return value
 
     @field_validator("logit_bias")
     @classmethod
@@ -44,7 +65,6 @@ class ChatRefusals(Lenient):
     """Chat completion fields refused, or accepted only in the values that ask for nothing more
     than what is served."""
 
-    response_format: dict[str, Any] | None = None
     modalities: list[str] | None = None
     audio: Any = None
     prediction: Any = None
@@ -66,13 +86,6 @@ class ChatRefusals(Lenient):
         _refuse("no reasoning budget here; chat_template_kwargs.enable_thinking switches thinking on or off")
     )
     _verbosity = field_validator("verbosity")(_refuse("the answer's length is max_tokens' to bound"))
-
-    @field_validator("response_format")
-    @classmethod
-    def _response_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and value.get("type") != "text":
-            raise ValueError(f"type {str(value.get('type'))[:32]!r} is not supported ({NO_GRAMMAR}); only 'text'")
-        return value
 
     @field_validator("modalities")
     @classmethod

@@ -41,6 +41,11 @@ REFUSED: list[tuple[str, Any]] = [
     ("store", True),
     ("service_tier", "flex"),
     ("prompt_cache_retention", "24h"),
+    ("guided_json", {"type": "object"}),
+    ("guided_regex", "[a-z]+"),
+    ("guided_choice", ["yes", "no"]),
+    ("guided_grammar", "root ::= 'x'"),
+    ("structured_outputs", {"json": {"type": "object"}}),
 ]
 
 
@@ -54,12 +59,17 @@ def test_a_field_not_served_is_400_naming_it(field: str, value: Any) -> None:
     assert daemon.submitted == []
 
 
-def test_logit_bias_is_refused_in_completions_too() -> None:
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("logit_bias", {"1": 5}), ("response_format", {"type": "json_object"}), ("guided_json", {"type": "object"})],
+)
+def test_sampling_refusals_hold_in_completions_too(field: str, value: Any) -> None:
     daemon = FakeDaemon("a")
     with gateway(daemon) as client:
-        body = {"model": ALIAS, "prompt": "hi", "max_tokens": 2, "logit_bias": {"1": 5}}
+        body = {"model": ALIAS, "prompt": "hi", "max_tokens": 2, field: value}
         resp = client.post("/v1/completions", json=body)
-    assert resp.status_code == 400 and resp.json()["error"]["message"].startswith("logit_bias: ")
+    assert resp.status_code == 400 and resp.json()["error"]["message"].startswith(f"{field}: ")
+    assert daemon.submitted == []
 
 
 ACCEPTED: dict[str, Any] = {
