@@ -2,7 +2,8 @@
 Qwen3-convention template), with the official `openai` client: `tools=[...]`, a history of a call
 and its `role: "tool"` result, and `chat_template_kwargs.enable_thinking` are accepted, and the
 prompt the board got is the package template's rendering of exactly them (usage's prompt tokens
-and the seeded text match an oracle that renders and generates without the gateway). The synthetic
+and the seeded text match an oracle that renders and generates without the gateway), and `/tokenize`
+gives those ids, `/detokenize` their text. The synthetic
 model writes no calls; how calls and reasoning are parsed is tested with scripted answers
 (tests/unit/gateway/test_tools_reasoning_api.py)."""
 
@@ -92,3 +93,13 @@ def test_enable_thinking_false_reaches_the_template(qwen: tuple[GatewayProcess, 
         )  # fmt: skip
     assert r.usage is not None and r.usage.prompt_tokens == len(prompt)
     assert r.choices[0].message.content == answer
+
+
+def test_tokenize_gives_the_ids_a_chat_request_submits(qwen: tuple[GatewayProcess, Oracle]) -> None:
+    gateway, oracle = qwen
+    prompt, text, _ = _expected(oracle, 7, tools=TOOLS)
+    with gateway.http() as client:
+        got = client.post("/tokenize", json={"model": "qwen", "messages": MESSAGES, "tools": TOOLS}).json()
+        back = client.post("/detokenize", json={"model": "qwen", "tokens": got["tokens"]}).json()
+    assert got["tokens"] == prompt and got["count"] == len(prompt) and got["max_model_len"] > len(prompt)
+    assert back == {"prompt": text}
