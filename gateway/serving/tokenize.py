@@ -23,8 +23,8 @@ async def model_text(service: GatewayService, alias: str) -> ModelText:
     """The tokenizer and template of `alias` as a serving board's package has them.
 
     Raises:
-        ModelNotFound: no board and no catalog entry knows the model.
-        Unavailable: it is served nowhere now.
+        ModelNotFound: no board and no catalog entry knows the model (and some board is up).
+        Unavailable: it is served nowhere now, or no board is reachable.
         CalculetError: every serving board's GetModel failed (the first failure).
     """
     failure: CalculetError | None = None
@@ -37,6 +37,8 @@ async def model_text(service: GatewayService, alias: str) -> ModelText:
         raise failure
     if alias in service.fleet.known_models() or any(m.alias == alias for m in service.catalog):
         raise Unavailable(f"model {alias!r} is not ready on any board")
+    if not service.fleet.any_up():
+        raise Unavailable("no board is reachable")  # the model may well exist: nobody can say
     raise ModelNotFound(f"model {alias!r} does not exist on any board")
 
 
