@@ -27,6 +27,11 @@ Chat choices remember the ids behind the text they returned (their runners are g
 a chat prompt whose assistant messages are remembered is spliced (`text/answer_splice.py`): those
 messages become the remembered ids, so the prompt starts with exactly what the previous turn's lane
 holds. Hits, misses and fallbacks go to the observer. Text completions neither remember nor splice.
+
+Chat tools and reasoning (docs/gateway.md, "Tools and reasoning"): the request's tools (unless
+`tool_choice` is "none") and `chat_template_kwargs` go to the template; `Prepared.output` says how
+the HTTP layer reads the answers (parse tool calls or not; whether the chosen package's prompt
+ended inside an opened think block).
 """
 
 from __future__ import annotations
