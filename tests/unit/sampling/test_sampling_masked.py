@@ -87,7 +87,7 @@ def reference(x_row: np.ndarray, row: RowSampling) -> tuple[int, float | None]:
     return token, lp
 
 
-def _reference_draw(x, xm, row, m, probs, padded, total):  # type: ignore[no-untyped-def]  # noqa: PLR0913
+def _reference_draw(x, xm, row, m, probs, padded, total):  # type: ignore[no-untyped-def]
     p = row.params
     vocab = x.shape[0]
     ids = np.arange(vocab)
