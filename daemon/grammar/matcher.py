@@ -82,6 +82,10 @@ class GrammarMatcher:
                     "attempt had already finished"
                 )
             self.consume(token)
+        if tokens and self.state is MatcherState.STOPPED:
+            raise InvalidArgument(
+                f"resume_tokens: complete the {self.field} constraint, so the earlier attempt had already finished"
+            )
 
     def allowed(self) -> np.ndarray:
         """bool [vocab_size]: the tokens allowed next (a fresh array; EOS when the grammar accepts).

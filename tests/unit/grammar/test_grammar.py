@@ -199,12 +199,12 @@ def test_a_replay_the_grammar_refuses_names_the_resume_token(compiler: GrammarCo
 
 
 def test_size_bounds_and_shapes_are_refused_naming_the_field() -> None:
-    with pytest.raises(InvalidArgument, match="^constraint.lark: at most 65536 bytes"):
+    with pytest.raises(InvalidArgument, match=r"^constraint\.lark: at most 65536 bytes"):
         check_sizes("lark", "x" * (MAX_GRAMMAR_BYTES + 1), ())
-    with pytest.raises(InvalidArgument, match=f"^constraint.choice: at most {MAX_CHOICES} choices"):
+    with pytest.raises(InvalidArgument, match=rf"^constraint\.choice: at most {MAX_CHOICES} choices"):
         check_sizes("choice", "", ["a"] * (MAX_CHOICES + 1))
     check_sizes("choice", "", ["a"] * MAX_CHOICES)
-    with pytest.raises(InvalidArgument, match="^constraint.choice"):
+    with pytest.raises(InvalidArgument, match=r"^constraint\.choice"):
         Constraint(ConstraintKind.CHOICE)
-    with pytest.raises(InvalidArgument, match="^constraint.regex"):
+    with pytest.raises(InvalidArgument, match=r"^constraint\.regex"):
         Constraint(ConstraintKind.REGEX)
