@@ -94,8 +94,8 @@ class GrammarMatcher:
         sequence instead of asking).
         """
         fill_next_token_bitmask(self._m, self._bits)
-        unpacked = np.unpackbits(self._bits[0].view(np.uint8), bitorder="little")
-        return unpacked[: self.vocab_size].astype(bool)
+        unpacked = np.unpackbits(self._bits[0].view(np.uint8), count=self.vocab_size, bitorder="little")
+        return unpacked.view(np.bool_)  # 0/1 bytes: a bool array without a copy
 
     def consume(self, token: int) -> None:
         """Advance past an accepted token (one the mask allowed; any other makes it FAILED)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from calculet.daemon.sampling.draw import draw_candidates
-from calculet.daemon.sampling.rejection import HEAD_RANK, MAX_TRIALS, first_above
+from calculet.daemon.sampling.rejection import HEAD_RANK, MAX_TRIALS, first_above, tail_token
 from calculet.daemon.sampling.rng import uniform_at
 from calculet.daemon.sampling.rowmath import RowMath
 from calculet.daemon.sampling.source import RowSource
@@ -51,7 +51,8 @@ class MaskedRow(RowSource):
         self.size = size
         self.inner: RowSource | None = None
         self.allowed = np.zeros(size, dtype=bool)
-        self.allowed_ids = np.zeros(0, dtype=np.intp)
+        self.n_allowed = 0
+        self._ids: np.ndarray | None = None
         self._dense = np.empty(size, dtype=np.float32)
         self._dense_ready = False
         self._all = np.arange(size)
@@ -60,9 +61,17 @@ class MaskedRow(RowSource):
         """Serve `inner` masked by `allowed` (bool [size], at least one True; read only until the next load)."""
         self.inner = inner
         self.allowed = allowed
-        self.allowed_ids = np.flatnonzero(allowed)
+        self.n_allowed = int(np.count_nonzero(allowed))
+        self._ids = None
         self._dense_ready = False
         return self
+
+    @property
+    def allowed_ids(self) -> np.ndarray:
+        """The allowed ids, ascending (found on first use: most rows never need them)."""
+        if self._ids is None:
+            self._ids = np.flatnonzero(self.allowed)
+        return self._ids
 
     def _src(self) -> RowSource:
         assert self.inner is not None, "MaskedRow used before load"
@@ -87,7 +96,7 @@ class MaskedRow(RowSource):
         return self._dense
 
     def upper_set(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
-        n_allowed = self.allowed_ids.shape[0]
+        n_allowed = self.n_allowed
         if rank > n_allowed:  # an upper set reaching a -inf token holds every -inf token: the whole row
             return self._all, self.dense()
         src = self._src()
@@ -121,7 +130,7 @@ def draw_masked_row(rm: RowMath, src: MaskedRow, seed: int, step: int) -> int:
     top_ids, top_vals = inner.top_k(HEAD_RANK)  # of the unmasked row: the head does not depend on the mask
     keep = src.allowed[top_ids]
     head_ids, head_vals = top_ids[keep], top_vals[keep]
-    n_tail = src.allowed_ids.shape[0] - head_ids.shape[0]
+    n_tail = src.n_allowed - head_ids.shape[0]
     if n_tail <= 0:
         return draw_candidates(head_ids, rm.probs(head_vals), uniform_at(seed, step, 0))
     # Every allowed token outside the head is <= the head's least value and <= the masked maximum.
@@ -130,16 +139,18 @@ def draw_masked_row(rm: RowMath, src: MaskedRow, seed: int, step: int) -> int:
     head_cum = np.cumsum(rm.probs(head_vals), dtype=np.float64)
     head_mass = float(head_cum[-1]) if head_cum.shape[0] else 0.0
     total = head_mass + n_tail * p_t
-    tail_ids: np.ndarray | None = None
+    below: np.ndarray | None = None
     for k in range(MAX_TRIALS):
         point = uniform_at(seed, step, 2 * k) * total
         if point < head_mass:
             return int(head_ids[first_above(head_cum, point)])
         if p_t <= 0.0:
             continue
-        if tail_ids is None:
-            tail_ids = src.allowed_ids[~np.isin(src.allowed_ids, head_ids, assume_unique=True)]
-        token = int(tail_ids[min(int((point - head_mass) / p_t), n_tail - 1)])
+        allowed_ids = src.allowed_ids
+        if below is None:  # allowed tail tokens below each head id (head ids are allowed ids)
+            below = np.searchsorted(allowed_ids, head_ids) - np.arange(head_ids.shape[0])
+        j = min(int((point - head_mass) / p_t), n_tail - 1)
+        token = int(allowed_ids[tail_token(below, j)])
         bar = uniform_at(seed, step, 2 * k + 1) * p_t
         # As in `rejection.py`: rejected by a bound when it can be, so a top-k source reads its full
         # row only for a proposal its tail maximum cannot reject.
