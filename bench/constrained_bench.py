@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from calculet.daemon.grammar import GrammarCompiler
@@ -74,7 +75,6 @@ def main() -> None:
     print(f"vocab {vocab}: tokenizer build + first compile {time.perf_counter() - t0:.2f} s")
     sampler = Sampler(vocab, 1)
     rng = np.random.default_rng(0)
-    import ml_dtypes
 
     print(f"{'constraint':20} {'tokens':>6} | us/token median p90: {'mask':>17} {'sample+':>17} {'advance':>17}")
     for name, c in CONSTRAINTS.items():
@@ -107,9 +107,8 @@ def main() -> None:
             adv_t.append(t4 - t3)
             if stops or token in eos:
                 matcher = compiler.matcher(c)  # start another output
-        print(
-            f"{name:20} {len(mask_t):6} |  {_us(mask_t)} {_us(extra_t)} {_us(adv_t)}   (compile {compile_s * 1e3:.1f} ms)"
-        )
+        row = f"{name:20} {len(mask_t):6} |  {_us(mask_t)} {_us(extra_t)} {_us(adv_t)}"
+        print(f"{row}   (compile {compile_s * 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":

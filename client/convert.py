@@ -81,7 +81,9 @@ def constraint_to_pb(c: Constraint) -> inference_pb2.Constraint:
         return inference_pb2.Constraint(json_object=True)
     if c.kind == "choice":
         return inference_pb2.Constraint(choice=inference_pb2.ConstraintChoice(options=list(c.choices)))
-    return inference_pb2.Constraint(**{c.kind: c.text})
+    pb = inference_pb2.Constraint()
+    setattr(pb, c.kind, c.text)  # json_schema, regex or lark: the kind names the oneof field
+    return pb
 
 
 def constraint_from_pb(pb: inference_pb2.Constraint) -> Constraint | None:

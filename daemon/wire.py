@@ -132,7 +132,9 @@ def constraint_to_pb(c: Constraint) -> inference_pb2.Constraint:
         return inference_pb2.Constraint(json_object=True)
     if c.kind is ConstraintKind.CHOICE:
         return inference_pb2.Constraint(choice=inference_pb2.ConstraintChoice(options=list(c.choices)))
-    return inference_pb2.Constraint(**{c.kind.value: c.text})
+    pb = inference_pb2.Constraint()
+    setattr(pb, c.kind.value, c.text)  # json_schema, regex or lark: the kind names the oneof field
+    return pb
 
 
 def sampling_to_pb(p: SamplingParams) -> inference_pb2.SamplingParams:

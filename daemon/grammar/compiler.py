@@ -20,6 +20,7 @@ import json
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import llguidance
 
@@ -27,11 +28,14 @@ from calculet.daemon.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.grammar.matcher import GrammarMatcher
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
 DEFAULT_CACHE_SIZE = 64
 ANY_OBJECT_SCHEMA = '{"type": "object"}'
 # Compact JSON (no whitespace between tokens) unless the schema's `x-guidance` asks otherwise: a
 # model is never steered into runs of whitespace, and the output is one canonical layout.
-JSON_OPTIONS = {"whitespace_flexible": False}
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
 
 
 class GrammarCompiler:

@@ -11,6 +11,7 @@ transport's check (`server/checks.py`), made before anything is compiled.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -61,7 +62,7 @@ class Constraint:
         return f"constraint.{self.kind.value}"
 
 
-def check_sizes(kind: str, text: str, choices: list[str] | tuple[str, ...]) -> None:
+def check_sizes(kind: str, text: str, choices: Sequence[str]) -> None:
     """The size bounds, on the raw fields before a `Constraint` is built.
 
     Args:

@@ -46,7 +46,7 @@ def test_a_json_schema_request_validates_and_a_broken_schema_is_invalid_argument
             tokens = [t for e in events if isinstance(e, TokenChunk) for t in e.tokens]
             jsonschema.validate(json.loads(tok.decode(tokens, skip_special_tokens=True)), SCHEMA)
         broken = SamplingParams(seed=1, constraint=Constraint.of_json_schema('{"type": "objx"}'))
-        with pytest.raises(InvalidArgument, match="constraint.json_schema"):
+        with pytest.raises(InvalidArgument, match=r"constraint\.json_schema"):
             c.submit("tiny", (5, 6, 7), sampling=broken, max_tokens=10)
         counters = c.status().job_counters  # the refusal queued nothing
         assert (counters.accepted, counters.rejected, counters.completed) == (4, 1, 4)

@@ -86,7 +86,7 @@ def test_sizes_over_the_bounds_are_refused_before_conversion(pb: inference_pb2.C
 def test_the_client_checks_the_shape_only() -> None:
     for bad in (lambda: ClientConstraint("sql", "x"), lambda: ClientConstraint.of_choice([]),
                 lambda: ClientConstraint("regex"), lambda: ClientConstraint("json_object", "x")):  # fmt: skip
-        with pytest.raises(InvalidArgument, match="^constraint"):
+        with pytest.raises(InvalidArgument, match=r"^constraint"):
             bad()
-    with pytest.raises(InvalidArgument, match="^constraint: must be a calculet.client.Constraint"):
+    with pytest.raises(InvalidArgument, match=r"^constraint: must be a calculet\.client\.Constraint"):
         ClientSampling(constraint="[a-z]+")  # type: ignore[arg-type]
