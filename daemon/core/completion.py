@@ -187,10 +187,11 @@ def _rows(seqs: list[Sequence]) -> tuple[list[RowSampling], tuple[str | None, ..
     for s in seqs:
         allowed = None
         problem = None
-        if s.grammar is not None:
-            allowed = s.grammar.allowed() if s.grammar.state is MatcherState.ACTIVE else None
+        g = s.grammar  # read once: a sequence that ends drops its matcher (`Sequence.finish`)
+        if g is not None:
+            allowed = g.allowed() if g.state is MatcherState.ACTIVE else None
             if allowed is None or not allowed.any():
-                problem = f"the {s.grammar.field} matcher allows no token ({s.grammar.error or s.grammar.state.name})"
+                problem = f"the {g.field} matcher allows no token ({g.error or g.state.name})"
                 allowed = None
         rows.append(RowSampling(s.request.sampling, s.step, s.history, allowed))
         failed.append(problem)
@@ -204,7 +205,8 @@ def _grammar_stops(
     stops = []
     for s, res, problem in zip(seqs, results, failed, strict=True):
         token = res.token if res is not None else None
-        stops.append(s.grammar is not None and problem is None and token is not None and s.grammar.would_stop(token))
+        g = s.grammar
+        stops.append(g is not None and problem is None and token is not None and g.would_stop(token))
     return tuple(stops)
 
 

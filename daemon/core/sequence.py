@@ -178,6 +178,7 @@ class Sequence:
         OVERLOADED Final's retry hint."""
         if self.state is not SeqState.DONE:
             self.lifecycle.move(SeqState.DONE)
+        self.grammar = None  # a finished job keeps no parser state through its retention
         return self.log.finish(reason, self.usage(), self.timings(), error_kind, message, retry_after_s)
 
     def usage(self) -> Usage:

@@ -4,7 +4,8 @@ completes ends the job STOP, max_tokens first ends it LENGTH; a full and a top-k
 tokens for every kind of request; a request resumed after k tokens continues with the undisturbed
 run's tokens (its matcher replays them); a refused constraint is INVALID_ARGUMENT naming its field,
 leaves nothing behind, and a resume the grammar refuses is refused too; the NaN recovery of a
-constrained step keeps its tokens."""
+constrained step keeps its tokens; idempotency keys, cancellation and prefix reuse behave as for any
+request."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ import pytest
 from tokenizers import Tokenizer
 
 from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.ops.sim_packages.build import build_sim_package
+from tests.unit.server.held_device import HeldSubmitDevice
 
 from .engine_factories import assert_clean, finish, request, running_core
 
@@ -176,3 +179,51 @@ def test_a_resume_the_grammar_refuses_is_invalid_argument(full: DeviceCore, deco
     with pytest.raises(InvalidArgument, match=r"^resume_tokens: "):
         full.submit(dataclasses.replace(constrained(CHOICE, 2), resume_tokens=tuple(tokens)))
     assert_clean(full)
+
+
+def test_idempotency_keys_cover_the_constraint(full: DeviceCore) -> None:
+    req = dataclasses.replace(constrained(CHOICE, 4), client_request_id="same-key")
+    first = full.submit(req)
+    again = full.submit(req)
+    assert again.deduplicated and again.job_id == first.job_id
+    other = dataclasses.replace(req, sampling=dataclasses.replace(req.sampling, constraint=REGEX))
+    with pytest.raises(FailedPrecondition):
+        full.submit(other)
+    finish(full, first.job_id)
+    assert_clean(full)
+
+
+def test_a_constrained_job_cancelled_in_flight_ends_cancelled_and_frees_everything(models: Path) -> None:
+    device = HeldSubmitDevice()
+    core = DeviceCore(DaemonConfig(models_root=models, models=(("tiny", "tiny"),)), device=device)
+    core.start()
+    try:
+        device.hold()  # the job's prefill reaches the device and waits there
+        job = core.submit(constrained(JSON_SCHEMA, 5)).job_id
+        assert device.entered.wait(60), "the prefill was never submitted"
+        assert core.cancel(job)
+        device.let_go()
+        tokens, final = finish(core, job)
+        assert final.reason is FinishReason.CANCELLED and len(tokens) <= 1
+        assert_clean(core)
+        done = core.engine._jobs.get(job)  # white box: a finished job keeps no parser state
+        assert done is not None and done.grammar is None
+    finally:
+        core.close()
+
+
+def test_prefix_reuse_serves_a_constrained_next_turn_with_the_cold_runs_tokens(models: Path) -> None:
+    def play(core: DeviceCore) -> list[tuple[list[int], int]]:
+        first = constrained(JSON_SCHEMA, 8, temperature=1.0)
+        tokens, one = finish(core, core.submit(first).job_id)
+        turn = dataclasses.replace(first, prompt_tokens=(*PROMPT, *tokens, 1, 2, 3))
+        tokens2, two = finish(core, core.submit(turn).job_id)
+        return [(tokens, one.usage.cached_tokens), (tokens2, two.usage.cached_tokens)]
+
+    with running_core(models, prefix_reuse=False) as cold:
+        want = play(cold)
+    with running_core(models) as warm:
+        got = play(warm)
+        assert_clean(warm)
+    assert [t for t, _ in got] == [t for t, _ in want]
+    assert got[1][1] > 0 and want[1][1] == 0  # the next turn's prefix came from the parked lane
