@@ -35,6 +35,7 @@ import numpy as np
 
 from calculet.daemon.core.events import FinishReason, TokenLogprob
 from calculet.daemon.core.executor import DeviceJob
+from calculet.daemon.core.row_masks import RowMasks
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.utilization import JobCopies
@@ -158,6 +159,14 @@ class BoardFacts:
     expected_left: int = 0
 
 
+def prepare_masks(job: DeviceJob) -> None:
+    """Compute the job's constrained rows' masks now, while the device runs it (the waiting thread
+    calls this between the job's submit and its wait): the matchers cannot change before its
+    settlement, because only accepting one of this job's tokens advances them."""
+    if job.masks is None and any(s.grammar is not None for s in job.plan.seqs):
+        job.masks = row_masks(job.plan.seqs)
+
+
 def sample(job: DeviceJob) -> Sampled:
     """Sample one token per row from the job's logits (no lock: the job's buffers are the completion
     thread's until the settlement is applied)."""
@@ -172,17 +181,16 @@ def sample(job: DeviceJob) -> Sampled:
     if any(chunks):  # a prefill job has one row: a chunk is checked, never sampled
         finite = [rt.sampler.finite(logits[i]) for i in range(len(seqs))]
         return Sampled([None] * len(seqs), [None] * len(seqs), finite)
-    rows, failed = _rows(seqs)
+    rows, failed = _rows(job)
     results: list[RowResult | None] = list(rt.sampler.sample(logits, rows))
     captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
     return Sampled(results, captured, [True] * len(seqs), _grammar_stops(seqs, results, failed), failed)
 
 
-def _rows(seqs: list[Sequence]) -> tuple[list[RowSampling], tuple[str | None, ...]]:
-    """Each row's sampling, a constrained one's with the mask its matcher allows now (computed here,
-    at sampling time: docs/daemon.md "Constrained decoding"); and, per row, why a matcher allows
+def row_masks(seqs: list[Sequence]) -> RowMasks:
+    """Per row, the mask its matcher allows next (None: unconstrained), and why a matcher allows
     nothing (a FAILED matcher: such a row is sampled unconstrained and its token never used)."""
-    rows: list[RowSampling] = []
+    masks: list[np.ndarray | None] = []
     failed: list[str | None] = []
     for s in seqs:
         allowed = None
@@ -193,9 +201,18 @@ def _rows(seqs: list[Sequence]) -> tuple[list[RowSampling], tuple[str | None, ..
             if allowed is None or not allowed.any():
                 problem = f"the {g.field} matcher allows no token ({g.error or g.state.name})"
                 allowed = None
-        rows.append(RowSampling(s.request.sampling, s.step, s.history, allowed))
+        masks.append(allowed)
         failed.append(problem)
-    return rows, tuple(failed)
+    return RowMasks(tuple(masks), tuple(failed))
+
+
+def _rows(job: DeviceJob) -> tuple[list[RowSampling], tuple[str | None, ...]]:
+    """Each row's sampling, a constrained one's under its mask (`prepare_masks`'s, or computed now
+    for a job sampled without that wait)."""
+    seqs = job.plan.seqs
+    masks = job.masks if job.masks is not None else row_masks(seqs)
+    rows = [RowSampling(s.request.sampling, s.step, s.history, m) for s, m in zip(seqs, masks.allowed, strict=True)]
+    return rows, masks.failed
 
 
 def _grammar_stops(
@@ -238,7 +255,7 @@ def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
         submission.read_logits_row(r, row_buffer[0])
         return row_buffer[0]
 
-    rows, failed = _rows(seqs)
+    rows, failed = _rows(job)
     results, tally = sampler.sample_topk(top, rows, read_full)
     job.full_row_reads = tally.full_reads
     captured = [read_full(i).astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]

@@ -716,6 +716,8 @@ class Engine(EngineGenerations):
     def _wait_and_complete(self, job: DeviceJob, *, launch_next: bool = False) -> None:
         assert job.submission is not None
         status: JobStatus | None
+        # Constrained rows' masks while the device runs the job, off the step's critical path.
+        completion.prepare_masks(job)
         try:
             status = job.submission.wait(self._config.job_timeout_s)
         except WaitTimeout:

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -24,7 +25,10 @@ from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest
+from calculet.daemon.device.api import ConfiguredModel
+from calculet.daemon.device.types import EngineSlot, JobSpec
 from calculet.daemon.errors import FailedPrecondition, InvalidArgument
+from calculet.daemon.grammar import GrammarMatcher
 from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.ops.sim_packages.build import build_sim_package
@@ -227,3 +231,44 @@ def test_prefix_reuse_serves_a_constrained_next_turn_with_the_cold_runs_tokens(m
         assert_clean(warm)
     assert [t for t, _ in got] == [t for t, _ in want]
     assert got[1][1] > 0 and want[1][1] == 0  # the next turn's prefix came from the parked lane
+
+
+class WaitLogDevice(HeldSubmitDevice):
+    """calsim that logs "wait" each time the engine starts waiting for a device job."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def submit(self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO) -> Any:
+        sub = super().submit(model, job, engine_slot)
+        inner = sub.wait
+
+        def wait(timeout: float | None = None) -> Any:
+            self.log.append("wait")
+            return inner(timeout)
+
+        sub.wait = wait  # type: ignore[method-assign]
+        return sub
+
+
+def test_each_mask_is_computed_while_the_device_runs_the_step(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The completion thread computes a constrained row's mask after its job is submitted and before
+    it waits for it: every wait of the request's jobs follows its mask, none precedes it."""
+    log: list[str] = []
+    core = DeviceCore(DaemonConfig(models_root=models, models=(("tiny", "tiny"),)), device=WaitLogDevice(log))
+    core.start()
+    try:
+        allowed = GrammarMatcher.allowed
+
+        def logged(self: GrammarMatcher) -> Any:
+            log.append("mask")
+            return allowed(self)
+
+        monkeypatch.setattr(GrammarMatcher, "allowed", logged)
+        log.clear()  # the warm-up probes' jobs
+        tokens, final = finish(core, core.submit(constrained(JSON_SCHEMA, 6)).job_id)
+        assert final.reason is FinishReason.STOP
+        assert log == ["mask", "wait"] * len(tokens), log[:8]
+    finally:
+        core.close()
