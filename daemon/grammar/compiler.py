@@ -16,19 +16,19 @@ two identical first requests compile once).
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import llguidance
+from typing import TYPE_CHECKING, Any
 
 from calculet.daemon.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.grammar.matcher import GrammarMatcher
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 
 if TYPE_CHECKING:
+    import llguidance
     from llguidance._lib import JsonCompileOptions
 
 DEFAULT_CACHE_SIZE = 64
@@ -36,6 +36,12 @@ ANY_OBJECT_SCHEMA = '{"type": "object"}'
 # Compact JSON (no whitespace between tokens) unless the schema's `x-guidance` asks otherwise: a
 # model is never steered into runs of whitespace, and the output is one canonical layout.
 JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
+
+
+def _llguidance() -> Any:
+    """llguidance, imported on the first compile: a board that serves no constraint never pays its
+    import (about 40 ms of a daemon start)."""
+    return importlib.import_module("llguidance")
 
 
 class GrammarCompiler:
@@ -93,10 +99,11 @@ class GrammarCompiler:
             grammar = grammar_text(constraint)
         except (ValueError, TypeError) as exc:  # llguidance's own refusal of the source text
             raise InvalidArgument(f"{constraint.field}: {exc}") from None
-        problem = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
+        lib = _llguidance()
+        problem = lib.LLMatcher.validate_grammar(grammar, tokenizer)
         if problem:
             raise InvalidArgument(f"{constraint.field}: {problem.strip()}")
-        matcher = llguidance.LLMatcher(tokenizer, grammar)
+        matcher: llguidance.LLMatcher = lib.LLMatcher(tokenizer, grammar)
         if matcher.is_error():
             raise InvalidArgument(f"{constraint.field}: {matcher.get_error().strip()}")
         return matcher
@@ -105,7 +112,7 @@ class GrammarCompiler:
         if self._tokenizer is None:
             try:
                 text = self.tokenizer_json.read_text(encoding="utf-8")
-                self._tokenizer = llguidance.LLTokenizer(text, n_vocab=self.vocab_size, eos_token=list(self.eos_ids))
+                self._tokenizer = _llguidance().LLTokenizer(text, n_vocab=self.vocab_size, eos_token=list(self.eos_ids))
             except (OSError, ValueError, RuntimeError) as exc:
                 raise FailedPrecondition(f"the package's tokenizer {self.tokenizer_json.name}: {exc}") from None
         return self._tokenizer
@@ -118,13 +125,14 @@ def grammar_text(constraint: Constraint) -> str:
         ValueError: llguidance cannot read the source (e.g. a JSON schema that is not JSON).
     """
     kind = constraint.kind
+    matcher = _llguidance().LLMatcher
     if kind is ConstraintKind.JSON_SCHEMA:
-        return str(llguidance.LLMatcher.grammar_from_json_schema(constraint.text, defaults=JSON_OPTIONS))
+        return str(matcher.grammar_from_json_schema(constraint.text, defaults=JSON_OPTIONS))
     if kind is ConstraintKind.JSON_OBJECT:
-        return str(llguidance.LLMatcher.grammar_from_json_schema(ANY_OBJECT_SCHEMA, defaults=JSON_OPTIONS))
+        return str(matcher.grammar_from_json_schema(ANY_OBJECT_SCHEMA, defaults=JSON_OPTIONS))
     if kind is ConstraintKind.REGEX:
-        return str(llguidance.LLMatcher.grammar_from_regex(constraint.text))
+        return str(matcher.grammar_from_regex(constraint.text))
     if kind is ConstraintKind.CHOICE:
         literals = " | ".join(json.dumps(c, ensure_ascii=False) for c in constraint.choices)
-        return str(llguidance.LLMatcher.grammar_from_lark(f"start: {literals}"))
-    return str(llguidance.LLMatcher.grammar_from_lark(constraint.text))
+        return str(matcher.grammar_from_lark(f"start: {literals}"))
+    return str(matcher.grammar_from_lark(constraint.text))

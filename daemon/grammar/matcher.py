@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum, auto
+from typing import TYPE_CHECKING
 
-import llguidance
 import numpy as np
-from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.lifecycle import Lifecycle, table
+
+if TYPE_CHECKING:  # imported for real by the compiler that made the matcher (`compiler.py`)
+    import llguidance
 
 
 class MatcherState(Enum):
@@ -50,6 +52,9 @@ class GrammarMatcher:
         self._m = matcher
         self.vocab_size = vocab_size
         self.field = field
+        from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+        self._fill = fill_next_token_bitmask
         self._bits = allocate_token_bitmask(1, vocab_size)
         self.lifecycle: Lifecycle[MatcherState] = Lifecycle(
             f"matcher {field}", MatcherState.ACTIVE, MATCHER_TRANSITIONS
@@ -93,7 +98,7 @@ class GrammarMatcher:
         An ACTIVE matcher always allows some token; a FAILED one allows none (the caller ends the
         sequence instead of asking).
         """
-        fill_next_token_bitmask(self._m, self._bits)
+        self._fill(self._m, self._bits)
         unpacked = np.unpackbits(self._bits[0].view(np.uint8), count=self.vocab_size, bitorder="little")
         return unpacked.view(np.bool_)  # 0/1 bytes: a bool array without a copy
 
