@@ -103,6 +103,8 @@ def test_json_schema_outputs_validate_and_end_stop(full: DeviceCore, decode) -> 
         tokens, final = finish(full, job_id)
         assert final.reason is FinishReason.STOP, (final, decode(tokens))
         jsonschema.validate(json.loads(decode(tokens)), SCHEMA)
+    rt = full.models.serving("tiny")
+    assert rt is not None and rt.grammar.compiles == 1  # 24 requests, one schema: compiled once
     assert_clean(full)
 
 

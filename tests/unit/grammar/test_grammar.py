@@ -14,6 +14,8 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from calculet.daemon.errors import InvalidArgument
@@ -208,3 +210,28 @@ def test_size_bounds_and_shapes_are_refused_naming_the_field() -> None:
         Constraint(ConstraintKind.CHOICE)
     with pytest.raises(InvalidArgument, match=r"^constraint\.regex"):
         Constraint(ConstraintKind.REGEX)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(
+        [ConstraintKind.JSON_SCHEMA, ConstraintKind.REGEX, ConstraintKind.LARK, ConstraintKind.CHOICE]
+    ),
+    text=st.lists(
+        st.sampled_from([*'ab{}[]()"\\:,*+?|^$.-/ \n%', "start:", '"type"', "é"]), min_size=1, max_size=20
+    ).map("".join),
+)
+def test_any_text_compiles_or_is_invalid_argument_naming_the_field(
+    package: Path, kind: ConstraintKind, text: str
+) -> None:
+    """Nothing llguidance is given escapes as another error (which the transport would report INTERNAL)."""
+    m = load_manifest(package)
+    compiler = GrammarCompiler(package / m.tokenizer.path, VOCAB, (2,))
+    c = Constraint(kind, choices=(text,)) if kind is ConstraintKind.CHOICE else Constraint(kind, text)
+    try:
+        matcher = compiler.matcher(c)
+    except InvalidArgument as exc:
+        assert str(exc).startswith(f"{c.field}: ")
+        assert len(compiler) == 0
+    else:
+        assert matcher.state in (MatcherState.ACTIVE, MatcherState.STOPPED)
