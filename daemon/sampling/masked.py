@@ -77,6 +77,11 @@ class MaskedRow(RowSource):
         assert self.inner is not None, "MaskedRow used before load"
         return self.inner
 
+    @property
+    def unmasked(self) -> RowSource:
+        """The row without the mask (the source this view was loaded with)."""
+        return self._src()
+
     def argmax(self) -> int:
         """The first maximum of `x'` (the highest-ranked allowed token)."""
         ids, _ = self.top_k(1)
@@ -126,7 +131,7 @@ def draw_masked_row(rm: RowMath, src: MaskedRow, seed: int, step: int) -> int:
         src: the masked row.
         seed / step: the row's RNG key; the draw uses `uniform_at(seed, step, k)` for k = 0, 1, ...
     """
-    inner = src._src()
+    inner = src.unmasked
     top_ids, top_vals = inner.top_k(HEAD_RANK)  # of the unmasked row: the head does not depend on the mask
     keep = src.allowed[top_ids]
     head_ids, head_vals = top_ids[keep], top_vals[keep]

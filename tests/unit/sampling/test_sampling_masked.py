@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.sampling import RowSampling, Sampler, SamplingParams
+from calculet.daemon.sampling import RowSampling, Sampler, SamplingParams, SamplingPolicy
 from calculet.daemon.sampling.draw import FullMass
 from calculet.daemon.sampling.penalties import apply_penalties
 from calculet.daemon.sampling.rejection import HEAD_RANK, MAX_TRIALS
@@ -167,8 +167,10 @@ def test_the_sampler_draws_the_reference_token_of_the_masked_row(
 ) -> None:
     x = llm_like_logits(3, VOCAB, seed) if llm else logits(3, VOCAB, seed)
     rows = constrained([data.draw(row_strategy(VOCAB)) for _ in range(3)], masks(VOCAB, seed, sizes))
+    serial = Sampler(VOCAB, 3, policy=SamplingPolicy.SERIAL).sample(x, rows)
     for path in (x, x.astype(np.float32)):
         results = Sampler(VOCAB, 3).sample(path, rows)
+        assert results == serial
         for r, (res, row) in enumerate(zip(results, rows, strict=True)):
             token, lp = reference(x[r], row)
             assert res.token == token
