@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
@@ -27,8 +28,9 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.types import EngineSlot, JobSpec
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
+from calculet.daemon.errors import ErrorKind, FailedPrecondition, InvalidArgument
 from calculet.daemon.grammar import GrammarMatcher
+from calculet.daemon.grammar.matcher import MatcherState
 from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.ops.sim_packages.build import build_sim_package
@@ -272,5 +274,29 @@ def test_each_mask_is_computed_while_the_device_runs_the_step(models: Path, monk
         tokens, final = finish(core, core.submit(constrained(JSON_SCHEMA, 6)).job_id)
         assert final.reason is FinishReason.STOP
         assert log == ["mask", "wait"] * len(tokens), log[:8]
+    finally:
+        core.close()
+
+
+def test_a_failed_matcher_ends_its_job_with_an_error_not_an_unconstrained_token(models: Path) -> None:
+    """White box: a matcher llguidance reports an error for (no token drawn from its own mask can do
+    that) allows nothing; its row ends ERROR INTERNAL naming the matcher, and nothing leaks."""
+    device = HeldSubmitDevice()
+    core = DeviceCore(DaemonConfig(models_root=models, models=(("tiny", "tiny"),)), device=device)
+    core.start()
+    try:
+        device.hold()
+        job = core.submit(constrained(CHOICE, 5)).job_id
+        assert device.entered.wait(60), "the prefill was never submitted"
+        seq = core.engine._jobs.get(job)
+        assert seq is not None and seq.grammar is not None
+        forbidden = int(np.flatnonzero(~seq.grammar.allowed())[0])
+        seq.grammar.consume(forbidden)  # the job is held in submit: nothing else reads the matcher now
+        assert seq.grammar.state is MatcherState.FAILED
+        device.let_go()
+        tokens, final = finish(core, job)
+        assert final.reason is FinishReason.ERROR and final.error_kind is ErrorKind.INTERNAL
+        assert "constraint.choice matcher allows no token" in final.error_message and tokens == []
+        assert_clean(core)
     finally:
         core.close()
