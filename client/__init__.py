@@ -17,6 +17,7 @@ from calculet.client.generation import AsyncGeneration, Generation, StreamState
 from calculet.client.messages import SubmitResult
 from calculet.client.sync_client import DaemonClient
 from calculet.client.types import (
+    Constraint,
     Event,
     FinalEvent,
     FinishReason,
@@ -52,6 +53,7 @@ __all__ = [
     "AsyncGeneration",
     "CalculetError",
     "Cancelled",
+    "Constraint",
     "DaemonClient",
     "DeadlineExceeded",
     "ErrorKind",

@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2
 
 from calculet.client.prefix import BLOCK_TOKENS
 from calculet.client.types import (
+    Constraint,
     Event,
     FinalEvent,
     FinishReason,
@@ -69,7 +70,32 @@ def sampling_to_pb(params: SamplingParams) -> inference_pb2.SamplingParams:
         pb.repetition_penalty = params.repetition_penalty
     if params.logprobs is not None:
         pb.logprobs = params.logprobs
+    if params.constraint is not None:
+        pb.constraint.CopyFrom(constraint_to_pb(params.constraint))
     return pb
+
+
+def constraint_to_pb(c: Constraint) -> inference_pb2.Constraint:
+    """The wire form of a `Constraint` (its `kind` is the oneof field's name)."""
+    if c.kind == "json_object":
+        return inference_pb2.Constraint(json_object=True)
+    if c.kind == "choice":
+        return inference_pb2.Constraint(choice=inference_pb2.ConstraintChoice(options=list(c.choices)))
+    pb = inference_pb2.Constraint()
+    setattr(pb, c.kind, c.text)  # json_schema, regex or lark: the kind names the oneof field
+    return pb
+
+
+def constraint_from_pb(pb: inference_pb2.Constraint) -> Constraint | None:
+    """The client form of a wire Constraint (None when no field is set)."""
+    which = pb.WhichOneof("kind")
+    if which is None:
+        return None
+    if which == "json_object":
+        return Constraint("json_object")
+    if which == "choice":
+        return Constraint("choice", choices=tuple(pb.choice.options))
+    return Constraint(which, getattr(pb, which))
 
 
 def sampling_from_pb(pb: inference_pb2.SamplingParams) -> SamplingParams:
@@ -87,6 +113,7 @@ def sampling_from_pb(pb: inference_pb2.SamplingParams) -> SamplingParams:
         presence_penalty=pb.presence_penalty,
         frequency_penalty=pb.frequency_penalty,
         logprobs=pb.logprobs if pb.HasField("logprobs") else None,
+        constraint=constraint_from_pb(pb.constraint) if pb.HasField("constraint") else None,
     )
 
 

@@ -15,13 +15,83 @@ rather than failing a whole stream: `FinishReason.ERROR`, `ModelState.UNKNOWN`,
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import ClassVar
 
 from calculet.daemon.errors import CalculetError, InvalidArgument
 
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a completion must match (inference.proto `Constraint`; docs/daemon.md "Constrained decoding").
+
+    Build one with a class method, exactly one form per constraint:
+        Constraint.of_json_schema(schema)   # a JSON schema, as a dict or its JSON text
+        Constraint.of_json_object()         # any JSON object
+        Constraint.of_regex(pattern)        # Rust regex syntax; the whole output matches it
+        Constraint.of_choice(["yes", "no"]) # exactly one of the strings
+        Constraint.of_lark(grammar)         # llguidance's Lark dialect; the output matches `start`
+    and pass it as `SamplingParams(constraint=...)`. The daemon compiles it with llguidance against
+    the model package's tokenizer (once per package and constraint) and draws every token from the
+    logits with the forbidden tokens removed; EOS is allowed only where the constraint is complete, and
+    a token after which nothing may follow ends the job with `FinishReason.STOP`. JSON is compact
+    unless the schema's "x-guidance" options say otherwise.
+
+    Attributes (read only; the class methods set them):
+        kind: "json_schema", "json_object", "regex", "choice" or "lark" (the proto's field name).
+        text: the schema (JSON text), regex or grammar; "" for json_object and choice.
+        choices: the strings of a choice, else ().
+
+    Only the shape is checked here (one form, strings, a non-empty choice); the daemon refuses a schema,
+    regex or grammar llguidance cannot compile, over 64 KiB of text (all choices together) or over 256
+    choices, with `InvalidArgument` naming the field (e.g. "constraint.regex: ...").
+
+    Raises:
+        InvalidArgument: an unknown kind, a non-string, or text/choices not matching the kind.
+    """
+
+    kind: str
+    text: str = ""
+    choices: tuple[str, ...] = ()
+
+    KINDS: ClassVar[tuple[str, ...]] = ("json_schema", "json_object", "regex", "choice", "lark")
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise InvalidArgument(f"constraint: kind must be one of {', '.join(self.KINDS)}, got {self.kind!r}")
+        if not isinstance(self.text, str) or not all(isinstance(c, str) for c in self.choices):
+            raise InvalidArgument(f"constraint.{self.kind}: must be text")
+        if self.kind == "choice":
+            if not self.choices or self.text:
+                raise InvalidArgument("constraint.choice: at least one string")
+        elif self.choices or (self.kind != "json_object") != bool(self.text):
+            raise InvalidArgument(f"constraint.{self.kind}: needs its text and nothing else")
+
+    @classmethod
+    def of_json_schema(cls, schema: dict[str, object] | str) -> Constraint:
+        return cls("json_schema", schema if isinstance(schema, str) else json.dumps(schema))
+
+    @classmethod
+    def of_json_object(cls) -> Constraint:
+        return cls("json_object")
+
+    @classmethod
+    def of_regex(cls, pattern: str) -> Constraint:
+        return cls("regex", pattern)
+
+    @classmethod
+    def of_choice(cls, choices: Iterable[str]) -> Constraint:
+        return cls("choice", choices=tuple(choices))
+
+    @classmethod
+    def of_lark(cls, grammar: str) -> Constraint:
+        return cls("lark", grammar)
 
 
 @dataclass(frozen=True)
@@ -37,6 +107,7 @@ class SamplingParams:
         repetition_penalty: None = 1.0 (none).
         presence_penalty / frequency_penalty: OpenAI penalties; 0 = none.
         logprobs: None = none; N = the sampled token's logprob and the N most likely.
+        constraint: None = none; else what the completion must match (`Constraint`).
 
     Only what protobuf cannot carry is checked here (types, uint32/uint64 ranges); the daemon
     judges the values (temperature >= 0, 0 < top_p <= 1, logprobs <= 20, ...) and refuses with
@@ -55,8 +126,13 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logprobs: int | None = None
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
+        if self.constraint is not None and not isinstance(self.constraint, Constraint):
+            raise InvalidArgument(
+                f"constraint: must be a calculet.client.Constraint, got {type(self.constraint).__name__}"
+            )
         if self.seed is not None:
             check_integer("seed", self.seed, 0, UINT64_MAX)
         check_integer("top_k", self.top_k, 0, UINT32_MAX)

@@ -40,6 +40,7 @@ from calculet.daemon.error_codes import RETRY_AFTER_KEY as RETRY_AFTER_KEY
 from calculet.daemon.error_codes import error_from_kind as error_from_kind
 from calculet.daemon.error_codes import kind_from_pb, kind_to_pb
 from calculet.daemon.errors import ErrorKind, InvalidArgument
+from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.v1 import common_pb2, inference_pb2
 
@@ -104,7 +105,36 @@ def sampling_from_pb(pb: inference_pb2.SamplingParams) -> SamplingParams:
         presence_penalty=pb.presence_penalty,
         frequency_penalty=pb.frequency_penalty,
         logprobs=pb.logprobs if pb.HasField("logprobs") else None,
+        constraint=constraint_from_pb(pb.constraint) if pb.HasField("constraint") else None,
     )
+
+
+def constraint_from_pb(pb: inference_pb2.Constraint) -> Constraint:
+    """The domain constraint (sizes were checked by `server.checks.constraint_sizes`).
+
+    Raises:
+        InvalidArgument: no field set, json_object false, or an empty schema/regex/grammar/choice.
+    """
+    which = pb.WhichOneof("kind")
+    if which is None:
+        raise InvalidArgument("constraint: set one of json_schema, json_object, regex, choice, lark")
+    if which == "json_object":
+        if not pb.json_object:
+            raise InvalidArgument("constraint.json_object: must be true when set")
+        return Constraint(ConstraintKind.JSON_OBJECT)
+    if which == "choice":
+        return Constraint(ConstraintKind.CHOICE, choices=tuple(pb.choice.options))
+    return Constraint(ConstraintKind(which), getattr(pb, which))
+
+
+def constraint_to_pb(c: Constraint) -> inference_pb2.Constraint:
+    if c.kind is ConstraintKind.JSON_OBJECT:
+        return inference_pb2.Constraint(json_object=True)
+    if c.kind is ConstraintKind.CHOICE:
+        return inference_pb2.Constraint(choice=inference_pb2.ConstraintChoice(options=list(c.choices)))
+    pb = inference_pb2.Constraint()
+    setattr(pb, c.kind.value, c.text)  # json_schema, regex or lark: the kind names the oneof field
+    return pb
 
 
 def sampling_to_pb(p: SamplingParams) -> inference_pb2.SamplingParams:
@@ -120,6 +150,8 @@ def sampling_to_pb(p: SamplingParams) -> inference_pb2.SamplingParams:
     )
     if p.logprobs is not None:
         pb.logprobs = p.logprobs
+    if p.constraint is not None:
+        pb.constraint.CopyFrom(constraint_to_pb(p.constraint))
     return pb
 
 

@@ -35,11 +35,13 @@ import numpy as np
 
 from calculet.daemon.core.events import FinishReason, TokenLogprob
 from calculet.daemon.core.executor import DeviceJob
+from calculet.daemon.core.row_masks import RowMasks
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.utilization import JobCopies
 from calculet.daemon.device.types import JobStatus, TaskType
 from calculet.daemon.errors import ErrorKind
+from calculet.daemon.grammar.matcher import MatcherState
 from calculet.daemon.sampling.sampler import Sampler
 from calculet.daemon.sampling.topk import TopkRows
 from calculet.daemon.sampling.types import RowResult, RowSampling
@@ -127,11 +129,15 @@ class Settlement:
 @dataclass(frozen=True)
 class Sampled:
     """The sampled rows of a DONE job and the captured logits (None where not captured). A row that
-    is a non-final prefill chunk has no result: `chunk_finite` says whether its logits were finite."""
+    is a non-final prefill chunk has no result: `chunk_finite` says whether its logits were finite.
+    A constrained row's `grammar_stop`: its token completes the grammar (the sequence ends STOP);
+    `grammar_failed`: why its matcher allowed no token (it ends with an error; empty: none did)."""
 
     results: list[RowResult | None]
     captured: list[np.ndarray | None]
     chunk_finite: list[bool]
+    grammar_stop: tuple[bool, ...] = ()
+    grammar_failed: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,14 @@ class BoardFacts:
     expected_left: int = 0
 
 
+def prepare_masks(job: DeviceJob) -> None:
+    """Compute the job's constrained rows' masks now, while the device runs it (the waiting thread
+    calls this between the job's submit and its wait): the matchers cannot change before its
+    settlement, because only accepting one of this job's tokens advances them."""
+    if job.masks is None and any(s.grammar is not None for s in job.plan.seqs):
+        job.masks = row_masks(job.plan.seqs)
+
+
 def sample(job: DeviceJob) -> Sampled:
     """Sample one token per row from the job's logits (no lock: the job's buffers are the completion
     thread's until the settlement is applied)."""
@@ -167,10 +181,50 @@ def sample(job: DeviceJob) -> Sampled:
     if any(chunks):  # a prefill job has one row: a chunk is checked, never sampled
         finite = [rt.sampler.finite(logits[i]) for i in range(len(seqs))]
         return Sampled([None] * len(seqs), [None] * len(seqs), finite)
-    rows = [RowSampling(s.request.sampling, s.step, s.history) for s in seqs]
+    rows, failed = _rows(job)
     results: list[RowResult | None] = list(rt.sampler.sample(logits, rows))
     captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
-    return Sampled(results, captured, [True] * len(seqs))
+    return Sampled(results, captured, [True] * len(seqs), _grammar_stops(seqs, results, failed), failed)
+
+
+def row_masks(seqs: list[Sequence]) -> RowMasks:
+    """Per row, the mask its matcher allows next (None: unconstrained), and why a matcher allows
+    nothing (a FAILED matcher: such a row is sampled unconstrained and its token never used)."""
+    masks: list[np.ndarray | None] = []
+    failed: list[str | None] = []
+    for s in seqs:
+        allowed = None
+        problem = None
+        g = s.grammar  # read once: a sequence that ends drops its matcher (`Sequence.finish`)
+        if g is not None:
+            allowed = g.allowed() if g.state is MatcherState.ACTIVE else None
+            if allowed is None or not allowed.any():
+                problem = f"the {g.field} matcher allows no token ({g.error or g.state.name})"
+                allowed = None
+        masks.append(allowed)
+        failed.append(problem)
+    return RowMasks(tuple(masks), tuple(failed))
+
+
+def _rows(job: DeviceJob) -> tuple[list[RowSampling], tuple[str | None, ...]]:
+    """Each row's sampling, a constrained one's under its mask (`prepare_masks`'s, or computed now
+    for a job sampled without that wait)."""
+    seqs = job.plan.seqs
+    masks = job.masks if job.masks is not None else row_masks(seqs)
+    rows = [RowSampling(s.request.sampling, s.step, s.history, m) for s, m in zip(seqs, masks.allowed, strict=True)]
+    return rows, masks.failed
+
+
+def _grammar_stops(
+    seqs: list[Sequence], results: list[RowResult | None] | list[RowResult], failed: tuple[str | None, ...]
+) -> tuple[bool, ...]:
+    """Per row, whether its drawn token completes its grammar (checked without advancing it)."""
+    stops = []
+    for s, res, problem in zip(seqs, results, failed, strict=True):
+        token = res.token if res is not None else None
+        g = s.grammar
+        stops.append(g is not None and problem is None and token is not None and g.would_stop(token))
+    return tuple(stops)
 
 
 def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
@@ -201,11 +255,11 @@ def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
         submission.read_logits_row(r, row_buffer[0])
         return row_buffer[0]
 
-    rows = [RowSampling(s.request.sampling, s.step, s.history) for s in seqs]
+    rows, failed = _rows(job)
     results, tally = sampler.sample_topk(top, rows, read_full)
     job.full_row_reads = tally.full_reads
     captured = [read_full(i).astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
-    return Sampled(list(results), captured, [True] * n)
+    return Sampled(list(results), captured, [True] * n, _grammar_stops(seqs, results, failed), failed)
 
 
 def copies(job: DeviceJob, sampled: Sampled) -> JobCopies:
@@ -290,10 +344,15 @@ def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
         if seq.cancel_requested:
             rows.append(RowOutcome(row, seq, KvEffect.COMMIT, _cancelled(seq), first_logits=first))
             continue
+        problem = sampled.grammar_failed[row] if sampled.grammar_failed else None
+        if problem is not None:  # never expected: every token it consumed came from its own mask
+            rows.append(RowOutcome(row, seq, KvEffect.COMMIT, End(FinishReason.ERROR, ErrorKind.INTERNAL, problem)))
+            continue
         logprob = None
         if seq.request.sampling.logprobs is not None and res.logprob is not None:
             logprob = TokenLogprob(res.token, res.logprob, res.top_logprobs)
-        then = _after_token(seq, res.token, now, facts)
+        grammar_stop = bool(sampled.grammar_stop) and sampled.grammar_stop[row]
+        then = End(FinishReason.STOP) if grammar_stop else _after_token(seq, res.token, now, facts)
         rows.append(RowOutcome(row, seq, KvEffect.COMMIT, then, res.token, logprob, first))
     if facts.device_left is not None and facts.device_left > facts.expected_left:
         # The device may be ahead of us (the other bank finished too), never behind.

@@ -375,6 +375,11 @@ class Engine(EngineGenerations):
         seq.internal = runtime is not None
         if req.sampling.has_penalties:
             seq.history = TokenHistory(limits.vocab_size, req.prompt_tokens, seq.generated)
+        if req.sampling.constraint is not None:
+            # Compiled once per (package, constraint) and cached (`grammar/compiler.py`); a resumed
+            # request's matcher replays the tokens it already has (InvalidArgument if it cannot).
+            seq.grammar = rt.grammar.matcher(req.sampling.constraint)
+            seq.grammar.replay(req.resume_tokens)
         if self._config.policy.prefix_reuse and runtime is None:
             seq.prefill_array()  # O(prompt), outside the lock: matched against parked lanes under it
         with self._cond:
@@ -711,6 +716,8 @@ class Engine(EngineGenerations):
     def _wait_and_complete(self, job: DeviceJob, *, launch_next: bool = False) -> None:
         assert job.submission is not None
         status: JobStatus | None
+        # Constrained rows' masks while the device runs the job, off the step's critical path.
+        completion.prepare_masks(job)
         try:
             status = job.submission.wait(self._config.job_timeout_s)
         except WaitTimeout:

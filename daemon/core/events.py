@@ -25,7 +25,7 @@ from calculet.daemon.errors import ErrorKind, InvalidArgument
 
 
 class FinishReason(Enum):
-    STOP = "stop"  # EOS or a stop token id
+    STOP = "stop"  # EOS, a stop token id, or a token that completed the request's constraint
     LENGTH = "length"  # max_tokens reached
     CANCELLED = "cancelled"
     DEADLINE = "deadline"

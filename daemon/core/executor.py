@@ -42,6 +42,7 @@ import numpy as np
 from calculet.daemon.core.ids import DeviceJobId
 from calculet.daemon.core.jobs import BufferState, JobContext, JobPool
 from calculet.daemon.core.kv import LaneState, Reservation
+from calculet.daemon.core.row_masks import RowMasks
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan
 from calculet.daemon.device.api import Submission, VirtualDevice
@@ -64,6 +65,8 @@ class DeviceJob:
         reset_hit: a reset ended (or may have ended) it: its CCU exception is the reset's doing, not a
             device anomaly.
         full_row_reads: rows of a top-k job whose full logits sampling read from the device.
+        masks: its constrained rows' next-token masks, computed while the device runs it
+            (`completion.prepare_masks`); None until then.
     """
 
     device_job_id: DeviceJobId
@@ -81,6 +84,7 @@ class DeviceJob:
     kv_lost: bool = False
     reset_hit: bool = False
     full_row_reads: int = 0
+    masks: RowMasks | None = None
 
     @property
     def submitted(self) -> bool:

@@ -3,7 +3,7 @@
 A `ModelRuntime` is created by the ModelManager when a package is configured and lives until
 that generation is unloaded. It bundles what the engine needs per generation: the device's
 `ConfiguredModel`, the `KVManager` for its lanes, the `JobPool` of its host buffers, the
-`Sampler`, the submodels chosen for prefill and decode, its prefill chunk size and its prefix
+`Sampler`, the constraint compiler, the submodels chosen for prefill and decode, its prefill chunk size and its prefix
 reuse figures. Nothing in it outlives the generation; a completion carrying another generation never
 touches it.
 """
@@ -21,6 +21,7 @@ from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.types import EngineSlot, SubmodelInfo, TaskType
 from calculet.daemon.errors import FailedPrecondition
+from calculet.daemon.grammar import GrammarCompiler
 from calculet.daemon.lifecycle import Lifecycle
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.sampling.sampler import Sampler, SamplingPolicy
@@ -77,6 +78,12 @@ class ModelRuntime:
         self.prefill: SubmodelInfo | None = None
         self.decodes: list[SubmodelInfo] = []
         self.eos_ids = frozenset(manifest.tokenizer.eos_token_ids)
+        # Constraints compiled against this package's tokenizer (its tokenizer is built on first use).
+        self.grammar = GrammarCompiler(
+            package_dir / manifest.tokenizer.path,
+            manifest.architecture.vocab_size,
+            tuple(manifest.tokenizer.eos_token_ids),
+        )
         self.message = ""
         self.ready_at: float | None = None  # unix time of publication
         self.drained_jobs = 0  # jobs that finished while it drained for unload

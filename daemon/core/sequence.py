@@ -28,6 +28,7 @@ from calculet.client.prefix import BLOCK_TOKENS, block_hashes
 from calculet.daemon.core.events import EventLog, FinishReason, Timings, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.errors import ErrorKind
+from calculet.daemon.grammar import GrammarMatcher
 from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.daemon.sampling.history import TokenHistory
 
@@ -75,6 +76,9 @@ class Sequence:
         self._array: np.ndarray | None = None  # prefill_array's cache
         self.expected_uncached = 0  # prefill tokens no parked lane held when it was queued (its class)
         self.history: TokenHistory | None = None  # penalties' view of prompt + generated (engine sets it)
+        # The constraint's matcher over `generated` (engine sets it; owned by this sequence, consumed in
+        # `accept` only, so a lost or cancelled step never advances it).
+        self.grammar: GrammarMatcher | None = None
         self.capture_logits = False  # warm-up probes keep the first step's logits
         self.internal = False  # a warm-up probe, not a client request (not counted in Status)
         self.first_logits: np.ndarray | None = None
@@ -157,6 +161,8 @@ class Sequence:
         self.generated.append(token)
         if self.history is not None:
             self.history.append(token)
+        if self.grammar is not None:
+            self.grammar.consume(token)
         if self.t_first is None:
             self.t_first = time.monotonic()
         self.log.append_tokens((token,), (logprob,) if logprob is not None else ())
@@ -172,6 +178,7 @@ class Sequence:
         OVERLOADED Final's retry hint."""
         if self.state is not SeqState.DONE:
             self.lifecycle.move(SeqState.DONE)
+        self.grammar = None  # a finished job keeps no parser state through its retention
         return self.log.finish(reason, self.usage(), self.timings(), error_kind, message, retry_after_s)
 
     def usage(self) -> Usage:

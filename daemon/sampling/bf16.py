@@ -84,6 +84,9 @@ class Bf16Row(RowSource):
     def value(self, i: int) -> np.float32:
         return np.float32(self._row[i])
 
+    def values(self, ids: np.ndarray) -> np.ndarray:
+        return self._row[ids].astype(np.float32)
+
     def dense(self) -> np.ndarray:
         if not self._dense:
             to_float32(self._row, self._workspace)

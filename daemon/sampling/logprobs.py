@@ -43,7 +43,8 @@ def token_logprob(x_token: np.float32, row_max: np.float32, inv_temperature: np.
 def top_logprobs(
     src: RowSource, n: int, row_max: np.float32, inv_temperature: np.float32, log_total: float
 ) -> tuple[tuple[int, float], ...]:
-    """The n most likely `(token, logprob)`, most likely first, ties by lower id.
+    """The n most likely `(token, logprob)`, most likely first, ties by lower id (fewer when a
+    constrained row allows fewer than n tokens).
 
     Args:
         src: the row's penalised logits.
@@ -53,4 +54,5 @@ def top_logprobs(
     ids, vals = src.top_k(n)
     order = rank_order(ids, vals)
     z = scaled(vals[order], row_max, inv_temperature).astype(np.float64) - log_total
-    return tuple(zip(ids[order].tolist(), z.tolist(), strict=True))
+    finite = np.isfinite(z)  # a constrained row's forbidden tokens (-inf) are not alternatives
+    return tuple(zip(ids[order][finite].tolist(), z[finite].tolist(), strict=True))

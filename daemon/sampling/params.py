@@ -20,6 +20,8 @@ min-p -> draw; see `calculet.daemon.sampling.row`):
 - logprobs: None = none; 0 = the chosen token's logprob; N (1..20) = that plus the N most likely.
 - seed: keys the counter-based RNG with the step index; a request without a seed should be
   given a random one by whoever admits it, and keep it across retries and failover.
+- constraint: None, or what the output must match (`constraint.py`); the row is then sampled from
+  its masked logits (`masked.py`: penalties -> mask -> temperature -> ...).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numbers
 from dataclasses import dataclass
 
 from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.sampling.constraint import Constraint
 
 MAX_SEED = 2**64 - 1
 MAX_LOGPROBS = 20
@@ -54,6 +57,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logprobs: int | None = None
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -101,6 +105,8 @@ class SamplingParams:
                 raise InvalidArgument(f"{name}: must be in [-{PENALTY_LIMIT:g}, {PENALTY_LIMIT:g}], got {v}")
         if self.logprobs is not None:
             _integer("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+        if self.constraint is not None and not isinstance(self.constraint, Constraint):
+            raise InvalidArgument(f"constraint: must be a Constraint, got {self.constraint!r}")
 
 
 def _integer(name: str, value: object, low: int, high: int | None) -> int:

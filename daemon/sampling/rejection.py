@@ -54,7 +54,7 @@ def draw_whole_row(rm: RowMath, seed: int, step: int) -> int:
     for k in range(MAX_TRIALS):
         point = uniform_at(seed, step, 2 * k) * total
         if point < head_mass:
-            return int(ids[_first_above(head_cum, point)])
+            return int(ids[first_above(head_cum, point)])
         token = tail_token(below, min(int((point - head_mass) / p_t), n_tail - 1))
         bar = uniform_at(seed, step, 2 * k + 1) * p_t
         # Rejected by a bound alone when it can be: p_j <= p(bound) <= bar. Where the source holds
@@ -74,6 +74,6 @@ def tail_token(below: np.ndarray, j: int) -> int:
     return j + int(np.searchsorted(below, j, side="right"))
 
 
-def _first_above(cum: np.ndarray, target: float) -> int:
+def first_above(cum: np.ndarray, target: float) -> int:
     """First index whose cumulative mass exceeds `target` (a zero-probability token never wins)."""
     return min(int(np.searchsorted(cum, target, side="right")), cum.shape[0] - 1)

@@ -16,6 +16,9 @@ read in place, or an FP32 row), so they draw the same tokens. Order, for a row w
    off), rejection sampling from the exact head of the ranking and a bound on the tail instead
    (`rejection.py`: the same distribution, without an `exp` of the whole row).
 
+A constrained row (`masked.py`) runs the same steps over its masked logits: forbidden tokens are
+-inf after step 1, so every later step sees only allowed tokens.
+
 Steps 3-5 each keep the argmax, so the candidate set is never empty. Logprobs: see `logprobs.py`.
 The whole row's probabilities are computed only for a top-p without top-k (the normaliser) and
 for logprobs.
@@ -31,6 +34,7 @@ import numpy as np
 
 from calculet.daemon.sampling.draw import draw_candidates
 from calculet.daemon.sampling.logprobs import token_logprob, top_logprobs
+from calculet.daemon.sampling.masked import MaskedRow, draw_masked_row
 from calculet.daemon.sampling.nucleus import nucleus
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.daemon.sampling.rejection import draw_whole_row
@@ -88,6 +92,8 @@ class RowFinisher:
             ids, vals = nucleus(src, p.top_p, rm)
         elif min_p_floor is not None:
             ids, vals = src.at_least(np.float32(min_p_floor))
+        elif isinstance(src, MaskedRow):
+            return draw_masked_row(rm, src, p.seed, step)
         else:
             return draw_whole_row(rm, p.seed, step)
         if min_p_floor is not None:

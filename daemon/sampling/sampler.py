@@ -19,6 +19,9 @@ Why row by row rather than one [B, vocab] conversion followed by batched passes:
 [16, vocab] block (9.7 MB as FP32) is re-read from L3/DRAM by every batched pass, and the batched
 layout was never faster. Costs per row: `bench/sampler_bench.py`.
 
+A row with `allowed` (a constraint's mask) is finished over its masked view (`masked.py`): the
+same steps on the logits with forbidden tokens at -inf, on every path.
+
 `sample_topk` samples a top-k device output instead (`topk.py`): each row from its K largest
 logits when they decide, else from its full row, read on demand; the same tokens either way.
 
@@ -43,10 +46,11 @@ import numpy as np
 
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.bf16 import BF16, NEG_NONFINITE, POS_NONFINITE, Bf16Row, to_float32
+from calculet.daemon.sampling.masked import MaskedRow
 from calculet.daemon.sampling.penalties import apply_penalties
 from calculet.daemon.sampling.row import DEFAULT_GROUP, RowFinisher
 from calculet.daemon.sampling.rowmath import RowScratch
-from calculet.daemon.sampling.source import F32Row
+from calculet.daemon.sampling.source import F32Row, RowSource
 from calculet.daemon.sampling.topk import FullRowReader, NeedFullRow, TopkRow, TopkRows, TopkTally
 from calculet.daemon.sampling.types import ANOMALY, RowResult, RowSampling
 
@@ -92,6 +96,7 @@ class Sampler:
         self._f32 = F32Row(vocab_size, stride, self._scratch.mask)
         self._bf16 = Bf16Row(vocab_size, stride, self._row, self._scratch.mask)
         self._topk = TopkRow(vocab_size)
+        self._masked = MaskedRow(vocab_size)
 
     @property
     def workspace(self) -> np.ndarray:
@@ -147,7 +152,7 @@ class Sampler:
                     results.append(ANOMALY)
                     continue
                 p = row.params
-                if p.greedy and p.logprobs is None and not p.has_penalties:
+                if p.greedy and p.logprobs is None and not p.has_penalties and row.allowed is None:
                     # What `finish` returns for such a row, without loading it: its argmax is the
                     # top K's first (rank order), so no argsort or copy of the row's K values.
                     results.append(RowResult(int(top.ids[r, 0])))
@@ -156,7 +161,7 @@ class Sampler:
                 if not p.has_penalties:
                     try:
                         src = self._topk.load(top, r)
-                        results.append(self._finisher.finish(src, int(top.ids[r][0]), row, self._scratch))
+                        results.append(self._finish(src, int(top.ids[r][0]), row))
                         tally.from_topk += 1
                         continue
                     except NeedFullRow:
@@ -182,7 +187,7 @@ class Sampler:
             found = src.finite_argmax()
             if found is None:
                 return ANOMALY
-            return self._finisher.finish(src, found, row, self._scratch)
+            return self._finish(src, found, row)
         x = self._row
         if logits_row.dtype == BF16:
             to_float32(logits_row, x)
@@ -194,7 +199,15 @@ class Sampler:
         if history is not None:
             apply_penalties(x, row.params, history)
             best = int(np.argmax(x))
-        return self._finisher.finish(self._f32.load(x), best, row, self._scratch)
+        return self._finish(self._f32.load(x), best, row)
+
+    def _finish(self, src: RowSource, argmax: int, row: RowSampling) -> RowResult:
+        """The finisher on the row, or on its masked view when the row is constrained (`masked.py`);
+        `argmax` is the unmasked row's."""
+        if row.allowed is None:
+            return self._finisher.finish(src, argmax, row, self._scratch)
+        masked = self._masked.load(src, row.allowed)
+        return self._finisher.finish(masked, masked.argmax(), row, self._scratch)
 
     def _sample_serial(self, logits: np.ndarray, rows: Sequence[RowSampling]) -> list[RowResult]:
         full = logits.astype(np.float32)  # today's path: a fresh full-batch FP32 copy per token
@@ -207,8 +220,12 @@ class Sampler:
             if row.history is not None and row.params.has_penalties:
                 apply_penalties(x, row.params, row.history)
             scratch = RowScratch(self.vocab_size)  # fresh temporaries per row, as today
-            src = F32Row(self.vocab_size, self._group, scratch.mask).load(x)
-            results.append(self._finisher.finish(src, int(np.argmax(x)), row, scratch))
+            src: RowSource = F32Row(self.vocab_size, self._group, scratch.mask).load(x)
+            best = int(np.argmax(x))
+            if row.allowed is not None:
+                masked = MaskedRow(self.vocab_size).load(src, row.allowed)
+                src, best = masked, masked.argmax()
+            results.append(self._finisher.finish(src, best, row, scratch))
         return results
 
     def _check(self, logits: np.ndarray, rows: Sequence[RowSampling]) -> None:
@@ -233,6 +250,10 @@ class Sampler:
                 )
             if p.has_penalties and row.history is None:
                 raise InvalidArgument(f"rows[{i}].history: penalties need the generation's token history")
+            if row.allowed is not None and (
+                row.allowed.shape != (self.vocab_size,) or row.allowed.dtype != np.bool_ or not row.allowed.any()
+            ):
+                raise InvalidArgument(f"rows[{i}].allowed: must be bool [{self.vocab_size}] allowing some token")
             if row.history is not None and row.history.vocab_size != self.vocab_size:
                 raise InvalidArgument(
                     f"rows[{i}].history: built for vocab {row.history.vocab_size}, the sampler's is {self.vocab_size}"

@@ -51,6 +51,17 @@ class RowSource(ABC):
         """
         return self.value(i)
 
+    def values(self, ids: np.ndarray) -> np.ndarray:
+        """The logits of several tokens (a source with a cheaper gather overrides this).
+
+        Args:
+            ids: token ids in [0, size).
+
+        Returns:
+            float32 [len(ids)], `value(i)` for each.
+        """
+        return np.asarray([self.value(int(i)) for i in ids], dtype=np.float32)
+
     @abstractmethod
     def dense(self) -> np.ndarray:
         """The whole row as float32 [size] (read only; a source may materialise it on first use).
@@ -131,6 +142,9 @@ class F32Row(RowSource):
 
     def value(self, i: int) -> np.float32:
         return np.float32(self._x[i])
+
+    def values(self, ids: np.ndarray) -> np.ndarray:
+        return self._x[ids]
 
     def dense(self) -> np.ndarray:
         return self._x

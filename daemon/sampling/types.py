@@ -10,6 +10,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.params import SamplingParams
@@ -24,6 +26,9 @@ class RowSampling:
         step: how many completion tokens the request has already (resumed ones included); the
             RNG counter of the token being drawn now.
         history: the generation's token history; required when `params` has penalties.
+        allowed: bool [vocab], the tokens the request's constraint allows now (None: unconstrained);
+            the row is sampled from its masked logits (`masked.py`). Owned by the caller, read
+            only during `sample()`.
 
     Raises (on construction):
         InvalidArgument: `step` is not an integer in [0, 2^64).
@@ -32,6 +37,7 @@ class RowSampling:
     params: SamplingParams
     step: int
     history: TokenHistory | None = None
+    allowed: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.step, bool) or not isinstance(self.step, numbers.Integral) or not 0 <= self.step < 2**64:

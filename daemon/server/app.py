@@ -15,7 +15,7 @@ thread. A Unix socket is only ever taken over from a dead daemon, and removed at
 it is still this process's (`ownership`).
 
 Transport bounds: the receive limit defaults to the largest valid request for a 40,960-token context
-(`checks.request_bytes`, 212,992 bytes), so a prompt far beyond any context is refused by grpc before
+(`checks.request_bytes`, 279,568 bytes), so a prompt far beyond any context is refused by grpc before
 it is parsed; the send limit is gRPC's default receive limit, so no answer is larger than a stock
 client takes (GetModel streams the tokenizer in pieces well below it). Every method
 answers INVALID_ARGUMENT for a request that does not parse (`errors.StrictDecoding`).
@@ -53,7 +53,7 @@ from calculet.v1 import daemon_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MESSAGE_BYTES = request_bytes(REFERENCE_CONTEXT)  # what a client may send: 212,992 bytes
+DEFAULT_MAX_MESSAGE_BYTES = request_bytes(REFERENCE_CONTEXT)  # what a client may send: 279,568 bytes
 MAX_SEND_BYTES = 4 * 1024 * 1024  # what the daemon may send: a stock client's receive limit
 # Calls gRPC holds before the servicer takes them. Past its bound (1,000 by default) gRPC cancels new
 # calls itself: a burst of 1,200 Submits got CANCELLED, which a client reads as its own cancel (a

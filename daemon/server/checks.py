@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from calculet.daemon.core.events import EventLog, TokenChunk
 from calculet.daemon.errors import InvalidArgument, NotFound
-from calculet.v1 import common_pb2, operate_pb2
+from calculet.daemon.sampling.constraint import MAX_CHOICES, MAX_GRAMMAR_BYTES, check_sizes
+from calculet.v1 import common_pb2, inference_pb2, operate_pb2
 
 MAX_WINDOW_MS = 3_600_000  # longest drain window operate.proto allows
 WATCH_INTERVAL_MS = (50, 60_000)  # WatchLoadRequest.interval_ms range; 0 = the default below
@@ -30,17 +31,37 @@ MAX_JOB_ID_CHARS = 64  # inference.proto SubmitResponse.job_id: at most 64 ASCII
 # of CalRT 0.7.6 packages (seed 001 section 5, DESIGN.md section 4).
 REFERENCE_CONTEXT = 40_960
 TOKEN_ID_BYTES = 5  # a uint32 token id as a protobuf varint, at most
-# Every SubmitRequest field but the token lists, each at its wire limit, is about 1 KiB (alias,
-# client_request_id and session_id at 128 bytes, 64 stop ids, sampling, priority, deadline); the
-# largest other request, a LoadRequest with a 4,095-byte package path, about 4.3 KiB. Rounded up to
-# 8 KiB, so the limit covers every request type whatever the context (the unit test builds them).
-REQUEST_FIELDS_BYTES = 8192
+# Every SubmitRequest field but the token lists and the constraint, each at its wire limit, is about
+# 1 KiB (alias, client_request_id and session_id at 128 bytes, 64 stop ids, sampling, priority,
+# deadline); the largest other request, a LoadRequest with a 4,095-byte package path, about 4.3 KiB.
+# Rounded up to 8 KiB, so the limit covers every request type whatever the context (the unit test
+# builds them). A constraint adds its text (at most MAX_GRAMMAR_BYTES) and its framing: a tag and a
+# length of up to 3 bytes per choice, plus the messages around them.
+CONSTRAINT_BYTES = MAX_GRAMMAR_BYTES + 4 * MAX_CHOICES + 16
+REQUEST_FIELDS_BYTES = 8192 + CONSTRAINT_BYTES
 
 
 def request_bytes(context: int) -> int:
     """The size of the largest valid request to a model of `context` tokens: prompt + resume ids (at
     most `context` of them, 5 bytes each) plus every other field at its limit."""
     return context * TOKEN_ID_BYTES + REQUEST_FIELDS_BYTES
+
+
+def constraint_sizes(sampling: inference_pb2.SamplingParams) -> None:
+    """A Submit's constraint within its size bounds (inference.proto Constraint), checked before it
+    is converted or compiled.
+
+    Raises:
+        InvalidArgument: more than MAX_GRAMMAR_BYTES of text or MAX_CHOICES choices; names the field.
+    """
+    if not sampling.HasField("constraint"):
+        return
+    c = sampling.constraint
+    which = c.WhichOneof("kind")
+    if which == "choice":
+        check_sizes("choice", "", c.choice.options)
+    elif which in ("json_schema", "regex", "lark"):
+        check_sizes(which, getattr(c, which), ())
 
 
 def job_id(value: str) -> str:

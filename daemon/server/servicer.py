@@ -41,6 +41,7 @@ from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.daemon.server.changes import StateChanges, signature
 from calculet.daemon.server.checks import (
     REFERENCE_CONTEXT,
+    constraint_sizes,
     drain_window_s,
     job_id,
     package_path,
@@ -211,8 +212,12 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         # A model that does not serve now is refused by the core; bound its prompt by what any could take.
         bound = limits.context if limits is not None else max(self.core.largest_context(), REFERENCE_CONTEXT)
         check_submit_sizes(request, bound)  # O(1), before any token id is read
+        constraint_sizes(request.sampling)
         trace = trace_from_metadata(context.invocation_metadata())
-        if len(request.prompt_tokens) + len(request.resume_tokens) <= INLINE_TOKENS:
+        # A constraint may compile (milliseconds, and the tokenizer's first build about a second): never
+        # on the event loop.
+        small = len(request.prompt_tokens) + len(request.resume_tokens) <= INLINE_TOKENS
+        if small and not request.sampling.HasField("constraint"):
             result = self._submit_checked(request, limits, trace)
         else:
             loop = asyncio.get_running_loop()

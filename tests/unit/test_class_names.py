@@ -33,6 +33,7 @@ CLIENT_MIRRORS: frozenset[tuple[str, str]] = frozenset(
         ("Timings", "calculet.client.types"),  # daemon/core/events.py
         ("FinalEvent", "calculet.client.types"),  # daemon/core/events.py
         ("SamplingParams", "calculet.client.types"),  # daemon/sampling/params.py
+        ("Constraint", "calculet.client.types"),  # daemon/sampling/constraint.py
         ("ModelState", "calculet.client.types"),  # daemon/core/model_state.py
     }
 )

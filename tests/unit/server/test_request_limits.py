@@ -17,6 +17,7 @@ import pytest
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.errors import InvalidArgument, NotFound
+from calculet.daemon.sampling.constraint import MAX_CHOICES, MAX_GRAMMAR_BYTES, check_sizes
 from calculet.daemon.server import app
 from calculet.daemon.server import servicer as servicer_module
 from calculet.daemon.server.checks import MAX_PATH_BYTES, REFERENCE_CONTEXT, job_id, request_bytes
@@ -48,6 +49,12 @@ def _largest_valid_submit(context: int) -> inference_pb2.SubmitRequest:
             frequency_penalty=-2.0,
             logprobs=20,
             return_logits=True,
+            # The framing-heaviest constraint: every choice, one holding nearly all the bytes.
+            constraint=inference_pb2.Constraint(
+                choice=inference_pb2.ConstraintChoice(
+                    options=["x" * (MAX_GRAMMAR_BYTES - 255 * 4)] + ["yyyy"] * (MAX_CHOICES - 1)
+                )
+            ),
         ),
         stopping=inference_pb2.StoppingParams(max_tokens=LARGEST_ID, stop_token_ids=[LARGEST_ID] * 64, ignore_eos=True),
         priority=-1000,  # a negative int32 is a 10-byte varint
@@ -57,14 +64,18 @@ def _largest_valid_submit(context: int) -> inference_pb2.SubmitRequest:
 
 @pytest.mark.parametrize("context", [1, 256, 4096, REFERENCE_CONTEXT, 131_072])
 def test_the_largest_valid_submit_fits_the_derived_limit(context: int) -> None:
+    choices = _largest_valid_submit(context).sampling.constraint.choice.options
+    check_sizes("choice", "", choices)  # within the bounds: the largest valid constraint
     size = _largest_valid_submit(context).ByteSize()
     assert size <= request_bytes(context)
     assert request_bytes(context) - size < 8192  # derived, not a guess: little is left over
 
 
 def test_the_default_receive_limit_is_what_a_40960_token_context_needs() -> None:
-    assert app.DEFAULT_MAX_MESSAGE_BYTES == request_bytes(40_960) == 212_992
-    assert app.DEFAULT_MAX_MESSAGE_BYTES < 4 * 1024 * 1024 // 19  # the old 4 MiB held a 4.19M-token prompt
+    assert app.DEFAULT_MAX_MESSAGE_BYTES == request_bytes(40_960) == 279_568
+    # The old 4 MiB held a 4.19M-token prompt; the limit is 15 times smaller (19 before a Submit could
+    # carry a 64 KiB constraint).
+    assert app.DEFAULT_MAX_MESSAGE_BYTES < 4 * 1024 * 1024 // 15
     # No answer larger than a stock client takes (GetModel streams tokenizer.json in pieces below it).
     assert app.MAX_SEND_BYTES == 4 * 1024 * 1024
 

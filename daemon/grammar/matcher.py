@@ -1,0 +1,130 @@
+"""One constrained sequence's grammar state: llguidance's matcher over the tokens it has so far.
+
+Ownership: the `Sequence` owns its `GrammarMatcher` (made by `GrammarCompiler.matcher`, a copy of the
+compiled template, so no two sequences share state). Like the sequence's tokens it changes only
+where they change: `consume` when the engine accepts a token (under its lock), and it is read by the
+completion thread while a device job carries the sequence (`allowed`, `would_stop`), when nothing
+else touches it. Not thread-safe by itself.
+
+Lifecycle (`MatcherState`): ACTIVE while tokens may follow; STOPPED once the grammar is complete and
+nothing may follow (the sequence ends STOP); FAILED if llguidance reports an error (a bug, not a
+client's: every consumed token came from the mask), after which it allows nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum, auto
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.lifecycle import Lifecycle, table
+
+if TYPE_CHECKING:  # imported for real by the compiler that made the matcher (`compiler.py`)
+    import llguidance
+
+
+class MatcherState(Enum):
+    ACTIVE = auto()
+    STOPPED = auto()
+    FAILED = auto()
+
+
+MATCHER_TRANSITIONS = table(
+    [
+        (MatcherState.ACTIVE, [MatcherState.STOPPED, MatcherState.FAILED]),
+    ]
+)
+
+
+class GrammarMatcher:
+    """The constraint's state for one sequence.
+
+    Args:
+        matcher: a fresh llguidance matcher of the compiled grammar (this object owns it).
+        vocab_size: the model's vocabulary (the mask's width; ids past the tokenizer's are never allowed).
+        field: the constraint's field name, for error messages (e.g. `constraint.json_schema`).
+    """
+
+    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int, field: str) -> None:
+        self._m = matcher
+        self.vocab_size = vocab_size
+        self.field = field
+        from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+        self._fill = fill_next_token_bitmask
+        self._bits = allocate_token_bitmask(1, vocab_size)
+        self.lifecycle: Lifecycle[MatcherState] = Lifecycle(
+            f"matcher {field}", MatcherState.ACTIVE, MATCHER_TRANSITIONS
+        )
+        self._sync()
+
+    @property
+    def state(self) -> MatcherState:
+        return self.lifecycle.state
+
+    @property
+    def error(self) -> str:
+        """llguidance's error message (empty unless FAILED)."""
+        return self._m.get_error() if self._m.is_error() else ""
+
+    def replay(self, tokens: Sequence[int]) -> None:
+        """Consume the tokens an earlier attempt produced (a resumed request), checking each.
+
+        Raises:
+            InvalidArgument: `resume_tokens[i]` is not allowed there, or the grammar was already
+                complete before the last one (the earlier attempt would have stopped).
+        """
+        ok = self._m.validate_tokens(list(tokens))
+        if ok < len(tokens):
+            raise InvalidArgument(f"resume_tokens[{ok}]: {tokens[ok]} is not allowed by the {self.field} constraint")
+        for i, token in enumerate(tokens):
+            if self.state is MatcherState.STOPPED:
+                raise InvalidArgument(
+                    f"resume_tokens[{i}]: the {self.field} constraint was complete before it, so the earlier "
+                    "attempt had already finished"
+                )
+            self.consume(token)
+        if tokens and self.state is MatcherState.STOPPED:
+            raise InvalidArgument(
+                f"resume_tokens: complete the {self.field} constraint, so the earlier attempt had already finished"
+            )
+
+    def allowed(self) -> np.ndarray:
+        """bool [vocab_size]: the tokens allowed next (a fresh array; EOS when the grammar accepts).
+
+        An ACTIVE matcher always allows some token; a FAILED one allows none (the caller ends the
+        sequence instead of asking).
+        """
+        self._fill(self._m, self._bits)
+        unpacked = np.unpackbits(self._bits[0].view(np.uint8), count=self.vocab_size, bitorder="little")
+        return unpacked.view(np.bool_)  # 0/1 bytes: a bool array without a copy
+
+    def consume(self, token: int) -> None:
+        """Advance past an accepted token (one the mask allowed; any other makes it FAILED)."""
+        self._m.consume_token(token)
+        self._sync()
+
+    def would_stop(self, token: int) -> bool:
+        """Whether accepting `token` completes the grammar (nothing may follow), without changing
+        the state: consumed, checked, rolled back."""
+        if not self._m.consume_token(token):
+            self._sync()
+            return False
+        stopped = self._m.is_stopped()
+        self._m.rollback(1)
+        self._sync()
+        return stopped
+
+    def _sync(self) -> None:
+        target = (
+            MatcherState.FAILED
+            if self._m.is_error()
+            else MatcherState.STOPPED
+            if self._m.is_stopped()
+            else MatcherState.ACTIVE
+        )
+        if target is not self.state:
+            self.lifecycle.move(target)
