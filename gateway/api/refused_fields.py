@@ -1,6 +1,6 @@
 """OpenAI request fields this gateway knows and does not serve: each is refused with a 400 that
-names it, rather than silently ignored (an ignored `response_format` would hand a client that
-asked for JSON free text). The table in docs/gateway.md ("Request fields") lists every field:
+names it, rather than silently ignored (an ignored `guided_json` would hand a client that asked
+for JSON free text). The table in docs/gateway.md ("Request fields") lists every field:
 honoured, honoured in part, accepted without effect, or refused. Fields nobody here knows stay
 ignored (`lenient.Lenient`).
 
@@ -15,7 +15,7 @@ from pydantic import field_validator
 
 from calculet.gateway.api.lenient import Lenient
 
-NO_GRAMMAR = "needs constrained decoding, which this gateway does not offer yet"
+OLD_GUIDED = 'vLLM\'s older name; send `structured_outputs` (docs/gateway.md, "Structured outputs")'
 
 
 def _refuse(why: str) -> Any:
@@ -28,36 +28,39 @@ def _refuse(why: str) -> Any:
 
 
 class SamplingRefusals(Lenient):
-    """Refused in chat and text completions alike: OpenAI's, and vLLM's structured output
-    extensions (this gateway takes vLLM's names for its extensions, so a vLLM client's
-    `guided_json` must not pass as free text)."""
+    """Refused in chat and text completions alike: OpenAI's `logit_bias`, and vLLM's older
+    structured output fields (this gateway takes vLLM's names for its extensions, so a vLLM client's
+    `guided_json` must not pass as free text; `structured_outputs` is served, `structured.py`)."""
 
     logit_bias: dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
     guided_json: Any = None
     guided_regex: Any = None
     guided_choice: Any = None
     guided_grammar: Any = None
-    structured_outputs: Any = None
 
-    _guided_json = field_validator("guided_json")(_refuse(NO_GRAMMAR))
-    _guided_regex = field_validator("guided_regex")(_refuse(NO_GRAMMAR))
-    _guided_choice = field_validator("guided_choice")(_refuse(NO_GRAMMAR))
-    _guided_grammar = field_validator("guided_grammar")(_refuse(NO_GRAMMAR))
-    _structured = field_validator("structured_outputs")(_refuse(NO_GRAMMAR))
-
-    @field_validator("response_format")
-    @classmethod
-    def _response_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and value.get("type") != "text":
-            raise ValueError(f"type {str(value.get('type'))[:32]!r} is not supported ({NO_GRAMMAR}); only 'text'")
-        return value
+    _guided_json = field_validator("guided_json")(_refuse(OLD_GUIDED))
+    _guided_regex = field_validator("guided_regex")(_refuse(OLD_GUIDED))
+    _guided_choice = field_validator("guided_choice")(_refuse(OLD_GUIDED))
+    _guided_grammar = field_validator("guided_grammar")(_refuse(OLD_GUIDED))
 
     @field_validator("logit_bias")
     @classmethod
     def _logit_bias(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value:  # {} biases nothing
             raise ValueError("not supported: the boards' sampling takes no per-token bias")
+        return value
+
+
+class CompletionRefusals(Lenient):
+    """Text completion fields refused: OpenAI's legacy completions have no `response_format`."""
+
+    response_format: dict[str, Any] | None = None
+
+    @field_validator("response_format")
+    @classmethod
+    def _response_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value.get("type") != "text":
+            raise ValueError("chat completions only; send `structured_outputs` here")
         return value
 
 

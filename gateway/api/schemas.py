@@ -14,9 +14,11 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from calculet.client import Constraint
 from calculet.daemon.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
-from calculet.gateway.api.refused_fields import ChatRefusals, SamplingRefusals
+from calculet.gateway.api.refused_fields import ChatRefusals, CompletionRefusals, SamplingRefusals
+from calculet.gateway.api.structured import ResponseFormat, StructuredFields
 from calculet.gateway.api.tool_schemas import MAX_TOOLS, Tool, ToolCall, ToolChoice, tools_for_template
 
 MAX_N = 16
@@ -37,7 +39,7 @@ class StreamOptions(Lenient):
     include_usage: bool = False
 
 
-class _Sampling(SamplingRefusals):
+class _Sampling(SamplingRefusals, StructuredFields):
     """Fields shared by chat and text completions (and the refusals they share)."""
 
     model: Annotated[str, Field(min_length=1, max_length=128)]
@@ -145,6 +147,19 @@ class ChatCompletionRequest(_Sampling, ChatRefusals):
     prompt_cache_key: Annotated[str, Field(max_length=256)] | None = None
     metadata: dict[str, str] | None = None
     safety_identifier: Annotated[str, Field(max_length=256)] | None = None
+    response_format: ResponseFormat | None = None
+
+    def answer_constraint(self) -> Constraint | None:
+        """What the answer must match (`response_format` or `structured_outputs`), or None.
+
+        Raises:
+            InvalidArgument: both are given, or a constraint with tools offered (the answer could
+                then never be a call).
+        """
+        constraint = self.constraint(self.response_format)
+        if constraint is not None and self.tools and (self.tool_choice is None or self.tool_choice != "none"):
+            raise InvalidArgument("response_format: not served together with tools (unless tool_choice is 'none')")
+        return constraint
 
     @field_validator("chat_template_kwargs")
     @classmethod
@@ -170,12 +185,16 @@ class ChatCompletionRequest(_Sampling, ChatRefusals):
         return self.top_logprobs or 0
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(_Sampling, CompletionRefusals):
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     echo: bool = False
     suffix: str | None = None
     best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
+
+    def answer_constraint(self) -> Constraint | None:
+        """What each completion must match (`structured_outputs`), or None."""
+        return self.constraint()
 
     def token_limit(self) -> int | None:
         # OpenAI's legacy default is 16 tokens.

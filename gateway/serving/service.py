@@ -333,6 +333,7 @@ class GatewayService:
         the first placement on); `answers`: where chat choices remember their answers (None: not).
 
         Raises: InvalidArgument (every package refused the prompt), Unavailable (no board left)."""
+        req.answer_constraint()  # a refusal of its fields comes before any tokenizing
         max_tokens = req.token_limit()
         options: list[tuple[ModelPackage, list[list[int]]]] = []
         refusal: InvalidArgument | None = None
@@ -425,6 +426,7 @@ def _choice_job(
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
         logprobs=req.logprobs_count(),
+        constraint=req.answer_constraint(),
     )
     return ChoiceSubmit(
         model=req.model,

@@ -27,8 +27,6 @@ def chat(**fields: Any) -> dict[str, Any]:
 
 
 REFUSED: list[tuple[str, Any]] = [
-    ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
     ("logit_bias", {"50256": -100}),
     ("audio", {"voice": "alloy", "format": "wav"}),
     ("modalities", ["text", "audio"]),
@@ -45,7 +43,6 @@ REFUSED: list[tuple[str, Any]] = [
     ("guided_regex", "[a-z]+"),
     ("guided_choice", ["yes", "no"]),
     ("guided_grammar", "root ::= 'x'"),
-    ("structured_outputs", {"json": {"type": "object"}}),
 ]
 
 
