@@ -19,6 +19,7 @@ from calculet.daemon.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
 from calculet.gateway.api.refused_fields import ChatRefusals, CompletionRefusals, SamplingRefusals
 from calculet.gateway.api.structured import ResponseFormat, StructuredFields
+from calculet.gateway.api.tool_grammar import TEXT_TAGS, tool_call_constraint
 from calculet.gateway.api.tool_schemas import MAX_TOOLS, Tool, ToolCall, ToolChoice, tools_for_template
 
 MAX_N = 16
@@ -149,16 +150,21 @@ class ChatCompletionRequest(_Sampling, ChatRefusals):
     safety_identifier: Annotated[str, Field(max_length=256)] | None = None
     response_format: ResponseFormat | None = None
 
-    def answer_constraint(self) -> Constraint | None:
-        """What the answer must match (`response_format` or `structured_outputs`), or None.
+    def answer_constraint(self, tags: tuple[str, str] = TEXT_TAGS) -> Constraint | None:
+        """What the answer must match, or None: `response_format` or `structured_outputs`; or,
+        with tools, calls of the offered functions when `tool_choice` is `required` or names one
+        (`tool_grammar.py`; `tags`: its terms for the block's tags, `tool_grammar.call_tags`).
 
         Raises:
-            InvalidArgument: both are given, or a constraint with tools offered (the answer could
-                then never be a call).
+            InvalidArgument: both `response_format` and `structured_outputs`, or either with tools
+                offered (the answer could then never be a call).
         """
         constraint = self.constraint(self.response_format)
-        if constraint is not None and self.tools and (self.tool_choice is None or self.tool_choice != "none"):
+        offered = bool(self.tools) and self.tool_choice != "none"
+        if constraint is not None and offered:
             raise InvalidArgument("response_format: not served together with tools (unless tool_choice is 'none')")
+        if offered:
+            return tool_call_constraint(self.tools, self.tool_choice, self.parallel_tool_calls, tags)
         return constraint
 
     @field_validator("chat_template_kwargs")
@@ -192,8 +198,9 @@ class CompletionRequest(_Sampling, CompletionRefusals):
     suffix: str | None = None
     best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
 
-    def answer_constraint(self) -> Constraint | None:
-        """What each completion must match (`structured_outputs`), or None."""
+    def answer_constraint(self, tags: tuple[str, str] = TEXT_TAGS) -> Constraint | None:
+        """What each completion must match (`structured_outputs`), or None (`tags`: unused, as
+        completions take no tools)."""
         return self.constraint()
 
     def token_limit(self) -> int | None:

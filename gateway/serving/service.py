@@ -45,6 +45,7 @@ from typing import Any
 from calculet.client import SamplingParams
 from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
+from calculet.gateway.api.tool_grammar import call_tags
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.catalog import CatalogModel
@@ -390,12 +391,13 @@ class GatewayService:
         remembers its answer in `answers` (if given) when it ends normally.
 
         Raises: Unavailable: no board left for the first choice (they went away meanwhile)."""
+        tags = call_tags(package.text.tokenizer.token_to_id)
         seed = secrets.randbits(63) if req.seed is None else req.seed % SEED_SPACE
         runners: list[ChoiceRunner] = []
         try:
             for tokens, route in prompts:
                 for i in range(req.n):
-                    job = _choice_job(req, session, tokens, (seed + i) % SEED_SPACE)
+                    job = _choice_job(req, session, tokens, (seed + i) % SEED_SPACE, tags)
                     placement = self.router.place(route)
                     if placement is None:
                         raise Unavailable(f"model {req.model!r}: no board is left to serve it")
@@ -412,9 +414,10 @@ class GatewayService:
 
 
 def _choice_job(
-    req: ChatCompletionRequest | CompletionRequest, session: str, tokens: list[int], seed: int
+    req: ChatCompletionRequest | CompletionRequest, session: str, tokens: list[int], seed: int, tags: tuple[str, str]
 ) -> ChoiceSubmit:
-    """What one choice submits: the prompt's tokens and the request's limits, with its own seed."""
+    """What one choice submits: the prompt's tokens and the request's limits, with its own seed and
+    its constraint (`tags`: how a tool grammar names the call blocks' tags in this package)."""
     top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
     sampling = SamplingParams(
         seed=seed,
@@ -426,7 +429,7 @@ def _choice_job(
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
         logprobs=req.logprobs_count(),
-        constraint=req.answer_constraint(),
+        constraint=req.answer_constraint(tags),
     )
     return ChoiceSubmit(
         model=req.model,

@@ -9,6 +9,7 @@ model writes no calls; how calls and reasoning are parsed is tested with scripte
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,3 +104,58 @@ def test_tokenize_gives_the_ids_a_chat_request_submits(qwen: tuple[GatewayProces
         back = client.post("/detokenize", json={"model": "qwen", "tokens": got["tokens"]}).json()
     assert got["tokens"] == prompt and got["count"] == len(prompt) and got["max_model_len"] > len(prompt)
     assert back == {"prompt": text}
+
+
+BOUNDED = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"enum": ["Oslo", "Rome"]},
+                    "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                },
+                "required": ["city", "days"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "get_time"}},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_and_named_tool_choice_are_enforced(qwen: tuple[GatewayProcess, Oracle], stream: bool) -> None:
+    """The synthetic model writes random tokens: every call here was made so by the board's grammar."""
+    gateway, _ = qwen
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    messages = [{"role": "user", "content": "Weather in Oslo?"}]
+    with gateway.openai() as client:
+        for seed, choice in [(s, c) for s in range(3) for c in ("required", named)]:
+            kwargs: dict[str, Any] = dict(model="qwen", messages=messages, tools=BOUNDED, tool_choice=choice,
+                                          parallel_tool_calls=False, max_tokens=64, seed=seed)  # fmt: skip
+            if stream:
+                calls: dict[int, dict[str, str]] = {}
+                finish = None
+                for chunk in client.chat.completions.create(stream=True, **kwargs):
+                    for delta in chunk.choices[0].delta.tool_calls or () if chunk.choices else ():
+                        entry = calls.setdefault(delta.index, {"name": "", "arguments": ""})
+                        entry["name"] += delta.function.name or "" if delta.function else ""
+                        entry["arguments"] += delta.function.arguments or "" if delta.function else ""
+                    if chunk.choices and chunk.choices[0].finish_reason:
+                        finish = chunk.choices[0].finish_reason
+                got = [(c["name"], c["arguments"]) for _, c in sorted(calls.items())]
+            else:
+                r = client.chat.completions.create(**kwargs)
+                finish = r.choices[0].finish_reason
+                got = [(c.function.name, c.function.arguments) for c in r.choices[0].message.tool_calls or ()]
+            assert finish == "tool_calls", (seed, choice, got)
+            ((name, arguments),) = got
+            args = json.loads(arguments)
+            if choice == named or name == "get_weather":
+                assert name == "get_weather" and args["city"] in ("Oslo", "Rome") and 1 <= args["days"] <= 7
+                assert set(args) == {"city", "days"}
+            else:
+                assert (name, args) == ("get_time", {})
