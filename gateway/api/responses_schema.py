@@ -20,7 +20,14 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from calculet.daemon.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
 from calculet.gateway.api.refused_fields import NO_EFFORT, StorageRefusals, check_output_format, refuse
-from calculet.gateway.api.schemas import MAX_MESSAGES, MAX_TOOL_CALLS, ChatCompletionRequest, validation_error
+from calculet.gateway.api.schemas import (
+    MAX_MESSAGES,
+    MAX_TOOL_CALLS,
+    SEED_MAX,
+    SEED_MIN,
+    ChatCompletionRequest,
+    validation_error,
+)
 from calculet.gateway.api.tool_schemas import MAX_TOOLS, FunctionDef
 
 STATELESS = "no response is stored here (stateless): send the whole conversation as `input`"
@@ -117,7 +124,7 @@ class ReasoningConfig(Lenient):
 
 
 class ResponsesRequest(StorageRefusals):
-    """`POST /v1/responses` (OpenAI's fields; `chat_template_kwargs` is vLLM's extension, as in chat)."""
+    """`POST /v1/responses`: OpenAI's fields, and chat's `chat_template_kwargs` and `seed` as extensions."""
 
     model: Annotated[str, Field(min_length=1, max_length=128)]
     input: str | list[dict[str, Any]]
@@ -135,7 +142,9 @@ class ResponsesRequest(StorageRefusals):
     prompt_cache_key: Annotated[str, Field(max_length=256)] | None = None
     metadata: dict[str, str] | None = None
     safety_identifier: Annotated[str, Field(max_length=256)] | None = None
+    # Extensions, as chat takes them: template variables (vLLM's name) and a seed (reproducible answers).
     chat_template_kwargs: dict[str, Any] | None = None
+    seed: Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)] | None = None
     # Refused: state this gateway does not keep, and features it does not serve here.
     previous_response_id: Any = None
     conversation: Any = None
@@ -213,6 +222,7 @@ class ResponsesRequest(StorageRefusals):
             "prompt_cache_key": self.prompt_cache_key,
             "parallel_tool_calls": self.parallel_tool_calls,
             "chat_template_kwargs": self.chat_template_kwargs,
+            "seed": self.seed,
             "stream": self.stream,
         }
         if self.tools:

@@ -349,6 +349,7 @@ def test_the_official_client_reads_a_call_and_sends_its_output_back() -> None:
         ({"service_tier": "flex"}, "service_tier"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"temperature": "1"}, "temperature"),
+        ({"seed": -(2**63) - 1}, "seed"),
         ({"input": []}, "input"),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
@@ -390,6 +391,7 @@ def test_what_asks_for_nothing_unserved_is_accepted() -> None:
         "parallel_tool_calls": False,
         "temperature": 0.5,
         "top_p": 0.9,
+        "seed": 11,
         "tools": [FLAT_TOOL],
         "tool_choice": {"type": "function", "name": "get_weather"},
     }
@@ -398,7 +400,7 @@ def test_what_asks_for_nothing_unserved_is_accepted() -> None:
     assert resp["status"] == "completed" and resp["user"] == "u1" and resp["temperature"] == 0.5
     assert resp["tool_choice"] == {"type": "function", "name": "get_weather"} and resp["parallel_tool_calls"] is False
     job = daemon.submitted[0].job
-    assert job.sampling.temperature == 0.5 and job.sampling.top_p == pytest.approx(0.9)
+    assert job.sampling.temperature == 0.5 and job.sampling.top_p == pytest.approx(0.9) and job.sampling.seed == 11
 
 
 def test_unknown_models_are_404_as_in_chat() -> None:
