@@ -408,3 +408,15 @@ def test_unknown_models_are_404_as_in_chat() -> None:
     with gateway(daemon) as client:
         resp = client.post("/v1/responses", json={"model": "nope", "input": "x"})
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
+
+
+def test_responses_are_counted_and_timed_as_completions_are() -> None:
+    daemon = board("Hi.")
+    with gateway(daemon) as client:
+        post(client, ask())
+        assert client.post("/v1/responses", json=ask(store=True)).status_code == 400
+        lines = client.get("/metrics").text.splitlines()
+    assert 'calculet_gateway_requests_total{route="/v1/responses",status="200"} 1.0' in lines
+    assert 'calculet_gateway_requests_total{route="/v1/responses",status="400"} 1.0' in lines
+    e2e = 'calculet_gateway_e2e_request_latency_seconds_count{route="/v1/responses"}'
+    assert any(line.startswith(e2e) for line in lines)
