@@ -4,7 +4,8 @@ with either, as server-sent events (`event:` and `data:` lines, no `[DONE]`, as 
 or one JSON object (docs/gateway.md "Responses API").
 
 Output items come in the answer's order: a `reasoning` item for the think block, a `message` item
-for content, a `function_call` item per call (content between calls opens a new message item).
+for content, a `function_call` item per call (content between calls opens a new message item); an
+answer with none of them is one empty message item.
 Each item goes `output_item.added` -> its content part's `added` and deltas -> `done` events ->
 `output_item.done`; a call goes out whole when its block closes (`function_call_arguments.delta`
 with every argument, then `.done`). The stream starts `response.created`, `response.in_progress`
@@ -77,6 +78,8 @@ class ResponseBuilder:
             self._count(before, len(event.tokens))
             return self._piece(piece)
         events = self._piece(self._output.finish())
+        if not self._items and self._open is None:
+            events += self._add(MESSAGE)  # an empty answer is an empty message, as chat's content ""
         incomplete = event.finish_reason == "length"
         events += self._close(incomplete)
         prepared = self._prepared

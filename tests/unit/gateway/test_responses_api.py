@@ -202,6 +202,23 @@ def test_an_answer_cut_by_max_output_tokens_is_incomplete() -> None:
     assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
 
 
+def test_an_empty_answer_is_one_empty_message() -> None:
+    daemon = board("")
+    with gateway(daemon) as client:
+        resp = post(client, ask())
+        events = events_of(client, ask())
+    [message] = resp["output"]
+    assert message["type"] == "message" and message["content"][0]["text"] == "" and resp["status"] == "completed"
+    assert kinds(events)[2:] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+
+
 def test_the_stream_sends_openai_events_in_order() -> None:
     daemon = board(HELLO)
     with gateway(daemon) as client:
