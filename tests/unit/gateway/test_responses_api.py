@@ -190,6 +190,21 @@ def test_a_history_of_calls_and_outputs_renders_as_chat_tool_history() -> None:
     assert "<tool_response>\n18C\n</tool_response>\n<tool_response>\n21C\n</tool_response>" in prompt_of(daemon, 0)
 
 
+def test_a_reasoning_item_goes_to_the_assistant_turn_after_it_or_nowhere() -> None:
+    summary = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Greet back."}]}
+    hi = {"role": "user", "content": "Hi"}
+    reasoned = {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet back."}
+    daemon = board("Fine.")
+    with gateway(daemon) as client:
+        post(client, {"model": ALIAS, "input": [hi, summary, {"role": "assistant", "content": "Hello."}]})
+        client.post("/v1/chat/completions", json={"model": ALIAS, "messages": [hi, reasoned]})
+        post(client, {"model": ALIAS, "input": [hi, summary]})  # nothing follows it
+        post(client, {"model": ALIAS, "input": [hi]})
+    assert prompt_of(daemon, 0) == prompt_of(daemon, 1)
+    assert "<think>\nGreet back.\n</think>\n\nHello." in prompt_of(daemon, 0)  # the summary, as no content is
+    assert prompt_of(daemon, 2) == prompt_of(daemon, 3)
+
+
 def test_an_answer_cut_by_max_output_tokens_is_incomplete() -> None:
     daemon = board("A long answer that goes on.")
     with gateway(daemon) as client:
