@@ -1,6 +1,7 @@
 """The FastAPI application: routes that parse, call `GatewayService`, and format.
 
-Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /tokenize` and
+Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/responses`
+(`responses_stream.py`), `POST /tokenize` and
 `POST /detokenize` (vLLM's, `serving/tokenize.py`), `GET /v1/models`, `GET /health`
 (the process answers), `GET /ready` (some board can serve: 200, else 503; the body also shows each
 board's state and what the router sees of it), `GET /metrics` (the
@@ -38,9 +39,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 
 from calculet.daemon.errors import CalculetError, ErrorKind
-from calculet.gateway.api import formats, streaming
+from calculet.gateway.api import formats, responses_stream, streaming
 from calculet.gateway.api.auth import ApiKeyAuth
 from calculet.gateway.api.body_limit import BodyLimit
+from calculet.gateway.api.responses_schema import ResponsesRequest
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
 from calculet.gateway.api.tokenize_schemas import DetokenizeRequest, TokenizeRequest
 from calculet.gateway.api.worker_header import WorkerHeader
@@ -58,7 +60,6 @@ from calculet.gateway.workers.identity import WorkerIdentity
 log = logging.getLogger("calculet.gateway.http")
 
 SESSION_HEADER = "x-session-id"
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
@@ -96,7 +97,8 @@ async def respond(
         prepared, events, first = await streaming.unless_disconnected(request, head, streaming.close_head)
         sse = streaming.sse_chat if chat else streaming.sse_completion
         body = sse(prepared, first, events, logprobs=logprobs, include_usage=include_usage)
-        return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)  # the body closes it
+        # The body closes the `Prepared`.
+        return StreamingResponse(body, media_type="text/event-stream", headers=streaming.SSE_HEADERS)
     prepared = await streaming.unless_disconnected(request, prepare, Prepared.close)
     try:
         events = metrics.watch(prepared.events(), prepared.model, prepared.prompt_token_count, started)
@@ -193,6 +195,16 @@ def create_app(
         key = session_key(request, req.prompt_cache_key or req.user)  # OpenAI: prompt_cache_key replaces user
         prepare = service_of(request).prepare_chat(req, key, request.state.telemetry)
         return await respond(request, prepare, req.stream, req.include_usage, req.logprobs, chat=True, started=started)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        """OpenAI's Responses API, stateless, served as a chat request (`responses_schema.py`)."""
+        started = time.perf_counter()
+        req = parse_body(ResponsesRequest, await request.body())
+        chat = req.to_chat()
+        key = session_key(request, chat.prompt_cache_key or chat.user)
+        prepare = service_of(request).prepare_chat(chat, key, request.state.telemetry)
+        return await responses_stream.respond(request, prepare, req, request.app.state.metrics, started)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

@@ -16,9 +16,26 @@ from pydantic import field_validator
 from calculet.gateway.api.lenient import Lenient
 
 OLD_GUIDED = 'vLLM\'s older name; send `structured_outputs` (docs/gateway.md, "Structured outputs")'
+SERVED_FORMATS = ("text", "json_object", "json_schema")
+NO_EFFORT = "no reasoning budget here; chat_template_kwargs.enable_thinking switches thinking on or off"
 
 
-def _refuse(why: str) -> Any:
+def check_output_format(kind: Any) -> None:
+    """The one check of an answer's requested format's type: the Responses API's `text.format` (chat's
+    `response_format` is parsed whole by `structured.ResponseFormat`, which allows the same types).
+
+    Args:
+        kind: the format object's `type`.
+    Raises:
+        ValueError: `kind` is not a served format (the caller's validator names the field).
+    """
+    if kind not in SERVED_FORMATS:
+        raise ValueError(f"type {str(kind)[:32]!r} is not supported; one of {', '.join(SERVED_FORMATS)}")
+
+
+def refuse(why: str) -> Any:
+    """A field validator refusing any value but null (`why` follows "not supported: ")."""
+
     def check(value: Any) -> Any:
         if value is not None:
             raise ValueError(f"not supported: {why}")
@@ -38,10 +55,10 @@ class SamplingRefusals(Lenient):
     guided_choice: Any = None
     guided_grammar: Any = None
 
-    _guided_json = field_validator("guided_json")(_refuse(OLD_GUIDED))
-    _guided_regex = field_validator("guided_regex")(_refuse(OLD_GUIDED))
-    _guided_choice = field_validator("guided_choice")(_refuse(OLD_GUIDED))
-    _guided_grammar = field_validator("guided_grammar")(_refuse(OLD_GUIDED))
+    _guided_json = field_validator("guided_json")(refuse(OLD_GUIDED))
+    _guided_regex = field_validator("guided_regex")(refuse(OLD_GUIDED))
+    _guided_choice = field_validator("guided_choice")(refuse(OLD_GUIDED))
+    _guided_grammar = field_validator("guided_grammar")(refuse(OLD_GUIDED))
 
     @field_validator("logit_bias")
     @classmethod
@@ -64,38 +81,13 @@ class CompletionRefusals(Lenient):
         return value
 
 
-class ChatRefusals(Lenient):
-    """Chat completion fields refused, or accepted only in the values that ask for nothing more
-    than what is served."""
+class StorageRefusals(Lenient):
+    """Refused in chat and in the Responses API alike: stored answers and service tiers that are
+    not served, accepted only in the values that ask for nothing more than what is."""
 
-    modalities: list[str] | None = None
-    audio: Any = None
-    prediction: Any = None
-    web_search_options: Any = None
-    functions: Any = None
-    function_call: Any = None
-    reasoning_effort: Any = None
-    verbosity: Any = None
     store: bool | None = None
     service_tier: str | None = None
     prompt_cache_retention: str | None = None
-
-    _audio = field_validator("audio")(_refuse("audio output is not served (text only)"))
-    _prediction = field_validator("prediction")(_refuse("predicted outputs are not served"))
-    _web = field_validator("web_search_options")(_refuse("no web search here"))
-    _functions = field_validator("functions")(_refuse("deprecated by OpenAI; send `tools`"))
-    _function_call = field_validator("function_call")(_refuse("deprecated by OpenAI; send `tool_choice`"))
-    _effort = field_validator("reasoning_effort")(
-        _refuse("no reasoning budget here; chat_template_kwargs.enable_thinking switches thinking on or off")
-    )
-    _verbosity = field_validator("verbosity")(_refuse("the answer's length is max_tokens' to bound"))
-
-    @field_validator("modalities")
-    @classmethod
-    def _modalities(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and any(m != "text" for m in value):
-            raise ValueError("only 'text' is served")
-        return value
 
     @field_validator("store")
     @classmethod
@@ -116,4 +108,33 @@ class ChatRefusals(Lenient):
     def _service_tier(cls, value: str | None) -> str | None:
         if value is not None and value not in ("auto", "default"):
             raise ValueError(f"{value[:32]!r} is not served; 'auto' or 'default' (see the `priority` extension)")
+        return value
+
+
+class ChatRefusals(StorageRefusals):
+    """Chat completion fields refused, or accepted only in the values that ask for nothing more
+    than what is served."""
+
+    modalities: list[str] | None = None
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+
+    _audio = field_validator("audio")(refuse("audio output is not served (text only)"))
+    _prediction = field_validator("prediction")(refuse("predicted outputs are not served"))
+    _web = field_validator("web_search_options")(refuse("no web search here"))
+    _functions = field_validator("functions")(refuse("deprecated by OpenAI; send `tools`"))
+    _function_call = field_validator("function_call")(refuse("deprecated by OpenAI; send `tool_choice`"))
+    _effort = field_validator("reasoning_effort")(refuse(NO_EFFORT))
+    _verbosity = field_validator("verbosity")(refuse("the answer's length is max_tokens' to bound"))
+
+    @field_validator("modalities")
+    @classmethod
+    def _modalities(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(m != "text" for m in value):
+            raise ValueError("only 'text' is served")
         return value

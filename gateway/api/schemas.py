@@ -247,8 +247,13 @@ def parse_body(cls: type[Body], raw: bytes) -> Body:
     try:
         return cls.model_validate_json(raw, strict=True)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        if first["type"] == "json_invalid":
-            raise InvalidArgument(f"body: not valid JSON ({first['msg']})") from err
-        raise InvalidArgument(f"{where}: {first['msg']}") from err
+        if err.errors()[0]["type"] == "json_invalid":
+            raise InvalidArgument(f"body: not valid JSON ({err.errors()[0]['msg']})") from err
+        raise validation_error(err) from err
+
+
+def validation_error(err: ValidationError, prefix: str = "") -> InvalidArgument:
+    """`err` as the 400 naming its first offending field (`prefix` before its path, if given)."""
+    first = err.errors()[0]
+    where = ".".join([prefix, *(str(p) for p in first["loc"])] if prefix else [str(p) for p in first["loc"]])
+    return InvalidArgument(f"{where or 'body'}: {first['msg']}")

@@ -35,6 +35,7 @@ log = logging.getLogger("calculet.gateway.http")
 T = TypeVar("T")
 Events = AsyncIterator[tuple[int, ChoiceEvent]]
 DONE = b"data: [DONE]\n\n"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class ChoiceWatcher(Protocol):
@@ -121,7 +122,8 @@ def close_head(head: Head) -> None:
     head[0].close()
 
 
-async def _chain(first: tuple[int, ChoiceEvent] | None, events: Events) -> Events:
+async def chain(first: tuple[int, ChoiceEvent] | None, events: Events) -> Events:
+    """`first` (unless None), then `events`: a head's events whole again."""
     if first is not None:
         yield first
     async for item in events:
@@ -141,7 +143,7 @@ async def sse_chat(
         return sse(formats.chat_chunk(rid, created, model, choice, include_usage))
 
     try:
-        async for index, event in _chain(first, events):
+        async for index, event in chain(first, events):
             out = []
             output = outputs.get(index)
             if output is None:
@@ -202,7 +204,7 @@ async def sse_completion(
     cached: dict[int, int] = {}
     offsets: dict[int, int] = {}
     try:
-        async for index, event in _chain(first, events):
+        async for index, event in chain(first, events):
             if isinstance(event, ChoiceDelta):
                 lp = None
                 if logprobs:

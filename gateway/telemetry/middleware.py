@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from calculet.gateway.telemetry.metrics import GatewayMetrics
 
-COMPLETION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
+COMPLETION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 ROUTES = COMPLETION_ROUTES | {"/v1/models", "/health", "/ready", "/metrics", "/tokenize", "/detokenize"}
 
 

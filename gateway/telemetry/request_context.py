@@ -6,10 +6,10 @@ one (32 hex digits); echoed in the response's `x-request-id` header, given to th
 on the gateway's log line for the request (and the daemon's for its job).
 
 Traces (only with a tracer provider, i.e. `OTEL_TRACES_EXPORTER` set): one SERVER span per
-completion request, `POST /v1/chat/completions`, child of the client's W3C `traceparent` when it
-sent one, from the first byte in to the last byte out (streams included), with one CLIENT span
-`calculet.submit` per board attempt whose context travels to the daemon. Without a provider no
-span is created.
+completion request (`POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`), child of the
+client's W3C `traceparent` when it sent one, from the first byte in to the last byte out (streams
+included), with one CLIENT span `calculet.submit` per board attempt whose context travels to the
+daemon. Without a provider no span is created.
 
 A pure ASGI middleware (like `MetricsMiddleware`), so it sees a streamed body's true end.
 """

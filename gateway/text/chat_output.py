@@ -57,6 +57,11 @@ class ChatOutput:
         """Whether the answer made a tool call."""
         return self._tools is not None and bool(self._tools.calls)
 
+    @property
+    def part(self) -> str:
+        """Where the text fed so far ends (`ReasoningSplitter.part`)."""
+        return self._reasoning.part
+
     def feed(self, text: str) -> OutputPiece:
         """The next text of the answer: what of it may be sent now."""
         reasoning, content = self._reasoning.feed(text)

@@ -18,6 +18,7 @@ from calculet.gateway.text.tags import held_tail
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _START, _THINK, _AFTER, _CONTENT = range(4)
+_PARTS = ("undecided", "reasoning", "layout", "content")
 
 
 def prompt_opens_thinking(prompt: str) -> bool:
@@ -36,6 +37,12 @@ class ReasoningSplitter:
         self._state = _THINK if in_think else _START
         self._fresh = True  # in the block, nothing of it emitted yet (its leading newlines are dropped)
         self._held = ""
+
+    @property
+    def part(self) -> str:
+        """Where the text fed so far ends: "undecided" (it may still open a think block),
+        "reasoning" (inside the block), "layout" (the whitespace after its close tag) or "content"."""
+        return _PARTS[self._state]
 
     def feed(self, text: str) -> tuple[str, str]:
         """The next piece of the answer.

@@ -146,3 +146,16 @@ def test_length_is_kept_as_the_finish_reason_even_after_a_call() -> None:
     out = ChatOutput(TOOLS)
     out.feed(f"<tool_call>{WEATHER}</tool_call>")
     assert out.called and out.finish_reason("length") == "length" and out.finish_reason("stop") == "tool_calls"
+
+
+def test_the_splitter_says_where_the_answer_is() -> None:
+    splitter = ReasoningSplitter()
+    parts = [splitter.part]
+    for text in ("<thi", "nk>\nstep", "</think>\n", "\n", "Answer"):
+        splitter.feed(text)
+        parts.append(splitter.part)
+    assert parts == ["undecided", "undecided", "reasoning", "layout", "layout", "content"]
+    plain = ChatOutput(OutputSpec())
+    plain.feed("Hi")
+    assert plain.part == "content"
+    assert ChatOutput(OutputSpec(in_think=True)).part == "reasoning"
