@@ -9,7 +9,6 @@ body got the gateway killed for memory, and 3,000 prompts got a 499 while the cl
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 
 from calculet.client import DaemonClient
 from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import GatewayProcess
+from tests.integration.gateway_process import GatewayProcess, local_fleet
 
 pytestmark = pytest.mark.integration
 RSS_BOUND = 512 << 20  # what the gateway may hold after the hostile bodies (it starts near 100 MiB)
@@ -29,25 +28,9 @@ MB = 1 << 20
 def fleet(
     tmp_path_factory: pytest.TempPathFactory, models_root: Path
 ) -> Iterator[tuple[list[DaemonProcess], GatewayProcess]]:
-    root = tmp_path_factory.mktemp("bounds")
-    daemons = []
-    for i in range(2):
-        (root / f"d{i}").mkdir()
-        args = ["--board", str(i), "--model", "tiny=tiny", "--queue-depth", "4"]
-        daemons.append(DaemonProcess(root / f"d{i}", models_root, args))
-    (root / "gw").mkdir()
-    gateway = GatewayProcess(root / "gw", [flag for d in daemons for flag in ("--daemon", d.target)])
-    try:
-        for d in daemons:
-            d.wait_serving()
-        gateway.wait_up(ready=True)
-        gateway.wait_until(lambda body: sorted(body["boards"].values()) == ["up", "up"], "both boards up")
-        yield daemons, gateway
-    finally:
-        for proc in (gateway, *daemons):
-            code = proc.stop()
-            if code not in (0, -signal.SIGTERM):
-                print(f"---- log of {proc.workdir} (exit {code}) ----\n{proc.log()}")
+    boards = [["--board", str(i), "--model", "tiny=tiny", "--queue-depth", "4"] for i in range(2)]
+    with local_fleet(tmp_path_factory.mktemp("bounds"), models_root, boards) as running:
+        yield running
 
 
 def body_of(size: int) -> bytes:

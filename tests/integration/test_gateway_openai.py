@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 
 from calculet.client import DaemonClient
 from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import GatewayProcess, Oracle
+from tests.integration.gateway_process import GatewayProcess, Oracle, local_fleet
 
 pytestmark = pytest.mark.integration
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story about a fox."}]
@@ -30,24 +29,9 @@ def fleet(
     tmp_path_factory: pytest.TempPathFactory, models_root: Path
 ) -> Iterator[tuple[list[DaemonProcess], GatewayProcess, Oracle]]:
     """Two tiny boards and a gateway, shared by this module's tests (each leaves them serving)."""
-    root = tmp_path_factory.mktemp("tiny-fleet")
-    daemons = []
-    for i in range(2):
-        (root / f"d{i}").mkdir()
-        daemons.append(DaemonProcess(root / f"d{i}", models_root, ["--board", str(i), "--model", "tiny=tiny"]))
-    (root / "gw").mkdir()
-    gateway = GatewayProcess(root / "gw", [flag for d in daemons for flag in ("--daemon", d.target)])
-    try:
-        for d in daemons:
-            d.wait_serving()
-        gateway.wait_up(ready=True)
-        gateway.wait_until(lambda body: sorted(body["boards"].values()) == ["up", "up"], "both boards up")
+    boards = [["--board", str(i), "--model", "tiny=tiny"] for i in range(2)]
+    with local_fleet(tmp_path_factory.mktemp("tiny-fleet"), models_root, boards) as (daemons, gateway):
         yield daemons, gateway, Oracle(daemons[0].target, "tiny")
-    finally:
-        for proc in (gateway, *daemons):
-            code = proc.stop()
-            if code not in (0, -signal.SIGTERM):
-                print(f"---- log of {proc.workdir} (exit {code}) ----\n{proc.log()}")
 
 
 def test_chat_non_stream_and_stream_match_the_daemon(fleet: tuple[Any, GatewayProcess, Oracle]) -> None:

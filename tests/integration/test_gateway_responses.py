@@ -8,15 +8,13 @@ How calls and reasoning in answers become output items is tested with scripted a
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import GatewayProcess, Oracle
+from tests.integration.gateway_process import GatewayProcess, Oracle, local_fleet
 from tests.integration.test_gateway_tools import MESSAGES, TOOLS
 
 pytestmark = pytest.mark.integration
@@ -31,20 +29,8 @@ MAX_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterator[tuple[GatewayProcess, Oracle]]:
-    root = tmp_path_factory.mktemp("responses")
-    (root / "d").mkdir()
-    (root / "gw").mkdir()
-    daemon = DaemonProcess(root / "d", models_root, ["--model", "qwen=qwen"])
-    gateway = GatewayProcess(root / "gw", ["--daemon", daemon.target])
-    try:
-        daemon.wait_serving()
-        gateway.wait_up(ready=True)
-        yield gateway, Oracle(daemon.target, "qwen")
-    finally:
-        for proc in (gateway, daemon):
-            code = proc.stop()
-            if code not in (0, -signal.SIGTERM):
-                print(f"---- log of {proc.workdir} (exit {code}) ----\n{proc.log()}")
+    with local_fleet(tmp_path_factory.mktemp("responses"), models_root, [["--model", "qwen=qwen"]]) as (daemons, gw):
+        yield gw, Oracle(daemons[0].target, "qwen")
 
 
 def _expected(oracle: Oracle, seed: int) -> tuple[list[int], list[int]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -15,8 +14,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import GatewayProcess
+from tests.integration.gateway_process import GatewayProcess, local_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -29,20 +27,9 @@ class Verdict(BaseModel):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterator[GatewayProcess]:
-    root = tmp_path_factory.mktemp("structured")
-    (root / "d0").mkdir()
-    daemon = DaemonProcess(root / "d0", models_root, ["--board", "0", "--model", "tiny=tiny"])
-    (root / "gw").mkdir()
-    gateway = GatewayProcess(root / "gw", ["--daemon", daemon.target])
-    try:
-        daemon.wait_serving()
-        gateway.wait_up(ready=True)
+    boards = [["--board", "0", "--model", "tiny=tiny"]]
+    with local_fleet(tmp_path_factory.mktemp("structured"), models_root, boards) as (_, gateway):
         yield gateway
-    finally:
-        for proc in (gateway, daemon):
-            code = proc.stop()
-            if code not in (0, -signal.SIGTERM):
-                print(f"---- log of {proc.workdir} (exit {code}) ----\n{proc.log()}")
 
 
 def test_the_official_clients_parse_gets_a_valid_object_every_time(fleet: GatewayProcess) -> None:

@@ -10,15 +10,13 @@ model writes no calls; how calls and reasoning are parsed is tested with scripte
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import GatewayProcess, Oracle
+from tests.integration.gateway_process import GatewayProcess, Oracle, local_fleet
 
 pytestmark = pytest.mark.integration
 TOOLS = [
@@ -42,20 +40,8 @@ MESSAGES: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterator[tuple[GatewayProcess, Oracle]]:
-    root = tmp_path_factory.mktemp("tools")
-    (root / "d").mkdir()
-    (root / "gw").mkdir()
-    daemon = DaemonProcess(root / "d", models_root, ["--model", "qwen=qwen"])
-    gateway = GatewayProcess(root / "gw", ["--daemon", daemon.target])
-    try:
-        daemon.wait_serving()
-        gateway.wait_up(ready=True)
-        yield gateway, Oracle(daemon.target, "qwen")
-    finally:
-        for proc in (gateway, daemon):
-            code = proc.stop()
-            if code not in (0, -signal.SIGTERM):
-                print(f"---- log of {proc.workdir} (exit {code}) ----\n{proc.log()}")
+    with local_fleet(tmp_path_factory.mktemp("tools"), models_root, [["--model", "qwen=qwen"]]) as (daemons, gw):
+        yield gw, Oracle(daemons[0].target, "qwen")
 
 
 def _expected(oracle: Oracle, seed: int, **template_vars: Any) -> tuple[list[int], str, str]:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
+from starlette.testclient import TestClient
+
+from calculet.gateway.api.app import create_app
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.fleet.discovery import Discovery
@@ -58,6 +63,13 @@ def serving(
             await fleet.close()
 
     return make_service
+
+
+@contextmanager
+def gateway(*daemons: FakeDaemon, **app: Any) -> Iterator[TestClient]:
+    """The HTTP app over these fakes (`create_app(serving(...), **app)`), started; server errors raise."""
+    with TestClient(create_app(serving(*daemons), **app), raise_server_exceptions=True) as client:
+        yield client
 
 
 async def routed(fleet: Fleet, tokens: Sequence[int] = (72, 105, 33), session: str = "") -> RouteRequest:

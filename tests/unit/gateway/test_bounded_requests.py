@@ -15,19 +15,17 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from calculet.gateway.api.app import create_app
 from calculet.gateway.api.schemas import MAX_MESSAGES, MAX_PROMPTS, ROLES
 from calculet.gateway.serving.service import CHARS_SAFETY_FACTOR
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import serving
+from tests.unit.gateway.harness import gateway as app_over
 
 LIMIT = 64 * 1024
 
 
 @contextmanager
 def gateway(*daemons: FakeDaemon, max_body_bytes: int = LIMIT) -> Iterator[TestClient]:
-    app = create_app(serving(*daemons), max_body_bytes=max_body_bytes)
-    with TestClient(app, raise_server_exceptions=True) as client:
+    with app_over(*daemons, max_body_bytes=max_body_bytes) as client:
         yield client
 
 

@@ -4,22 +4,12 @@ here knows, are accepted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from starlette.testclient import TestClient
 
-from calculet.gateway.api.app import create_app
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import serving
-
-
-@contextmanager
-def gateway(daemon: FakeDaemon) -> Iterator[TestClient]:
-    with TestClient(create_app(serving(daemon)), raise_server_exceptions=True) as client:
-        yield client
+from tests.unit.gateway.harness import gateway
 
 
 def chat(**fields: Any) -> dict[str, Any]:

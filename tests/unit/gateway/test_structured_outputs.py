@@ -5,17 +5,13 @@ shapes are 400s naming the field before any board is asked."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from starlette.testclient import TestClient
 
 from calculet.client import Constraint
-from calculet.gateway.api.app import create_app
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
-from tests.unit.gateway.harness import serving
+from tests.unit.gateway.harness import gateway
 
 SCHEMA = {
     "type": "object",
@@ -23,12 +19,6 @@ SCHEMA = {
     "required": ["ok"],
     "additionalProperties": False,
 }
-
-
-@contextmanager
-def gateway(daemon: FakeDaemon) -> Iterator[TestClient]:
-    with TestClient(create_app(serving(daemon)), raise_server_exceptions=True) as client:
-        yield client
 
 
 def chat(**fields: Any) -> dict[str, Any]:

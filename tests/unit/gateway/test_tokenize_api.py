@@ -4,26 +4,16 @@ text, and nothing runs on a board."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from starlette.testclient import TestClient
 
-from calculet.gateway.api.app import create_app
 from calculet.ops.sim_packages.chat_template import QWEN_TEMPLATE_RESOURCE, load_chat_template
 from tests.unit.gateway.fakes import ALIAS, CONTEXT, EOS, FakeDaemon
-from tests.unit.gateway.harness import serving
+from tests.unit.gateway.harness import gateway
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-
-
-@contextmanager
-def gateway(daemon: FakeDaemon) -> Iterator[TestClient]:
-    with TestClient(create_app(serving(daemon)), raise_server_exceptions=True) as client:
-        yield client
 
 
 def test_a_prompt_is_tokenized_as_completions_encode_it() -> None:

@@ -7,8 +7,6 @@ official `openai` client reads it; the tools, the history and `enable_thinking` 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import openai
@@ -17,10 +15,9 @@ import pytest
 from starlette.testclient import TestClient
 from tokenizers import Tokenizer
 
-from calculet.gateway.api.app import create_app
 from calculet.ops.sim_packages.chat_template import QWEN_TEMPLATE_RESOURCE, load_chat_template
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon, byte_tokenizer_json, script_text
-from tests.unit.gateway.harness import serving
+from tests.unit.gateway.harness import gateway
 
 TOOL = {
     "type": "function",
@@ -42,12 +39,6 @@ def board(answer: str, template: str | None = None) -> FakeDaemon:
     daemon = FakeDaemon("a", chat_template=template or load_chat_template(QWEN_TEMPLATE_RESOURCE), context=4096)
     script_text(daemon, answer)
     return daemon
-
-
-@contextmanager
-def gateway(daemon: FakeDaemon) -> Iterator[TestClient]:
-    with TestClient(create_app(serving(daemon)), raise_server_exceptions=True) as client:
-        yield client
 
 
 def prompt_of(daemon: FakeDaemon, i: int = 0) -> str:

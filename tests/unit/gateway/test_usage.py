@@ -6,8 +6,6 @@ attempt's figure), carried by `ChoiceEnd`, in chat and text completions, whole a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -16,11 +14,10 @@ from starlette.testclient import TestClient
 
 from calculet.client.prefix import block_hashes
 from calculet.gateway.api import formats
-from calculet.gateway.api.app import create_app
 from calculet.gateway.serving.service import Prepared
 from calculet.gateway.text.model_text import ModelFacts, ModelText
 from tests.unit.gateway.fakes import ALIAS, CHAT_TEMPLATE, CONTEXT, EOS, FakeDaemon, byte_tokenizer_json
-from tests.unit.gateway.harness import completion, run_all, serving, start_service
+from tests.unit.gateway.harness import completion, gateway, run_all, start_service
 
 LONG = [(i * 37) % 250 + 1 for i in range(150)]  # 2 full blocks (128 tokens) + 22
 OTHER = [(i * 11) % 250 + 1 for i in range(70)]  # 1 full block + 6
@@ -93,12 +90,6 @@ def test_after_a_failover_the_last_attempts_figure_counts() -> None:
         await fleet.close()
 
     asyncio.run(scenario())
-
-
-@contextmanager
-def gateway(daemon: FakeDaemon) -> Iterator[TestClient]:
-    with TestClient(create_app(serving(daemon)), raise_server_exceptions=True) as client:
-        yield client
 
 
 def streamed(client: TestClient, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
