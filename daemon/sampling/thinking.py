@@ -106,9 +106,19 @@ class ThinkingTracker:
 
     def replay(self, tokens: Sequence[int]) -> int:
         """Observe a resumed request's tokens; returns the index of its first answer token
-        (`len(tokens)` if none is), so the constraint's matcher replays only the answer."""
+        (`len(tokens)` if none is), so the constraint's matcher replays only the answer.
+
+        Raises:
+            InvalidArgument: `resume_tokens[i]` is not the close where the budget forces it: no
+                undisturbed run of this request produced these tokens (as a resumed stop token).
+        """
         first_answer = len(tokens)
         for i, token in enumerate(tokens):
+            forced = self.forced_next()
+            if forced is not None and token != forced:
+                raise InvalidArgument(
+                    f"resume_tokens[{i}]: the thinking budget forces the close token {forced} there, got {token}"
+                )
             if first_answer == len(tokens) and self.is_answer(token):
                 first_answer = i
             self.observe(token)

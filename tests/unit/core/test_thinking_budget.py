@@ -5,7 +5,9 @@ daemon does depends only on the ids the request names.
 The oracle of a forced close: it is a token of the request's history like any other, so the run
 equals an unbudgeted run with the same seed up to it, and an unbudgeted run resumed with the tokens
 up to and including the forced close continues exactly as the budgeted run did (forcing one token
-leaves the draws of the others, keyed by (seed, step), unchanged)."""
+leaves the draws of the others, keyed by (seed, step), unchanged). Also: a resume the budget could
+not have produced is refused, idempotency keys cover the budget, and the masks of a constrained row
+before and inside its think block."""
 
 from __future__ import annotations
 
@@ -18,13 +20,15 @@ import pytest
 from tokenizers import Tokenizer
 
 from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.core import completion
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason, TokenChunk
 from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.errors import InvalidArgument
+from calculet.daemon.core.sequence import Sequence
+from calculet.daemon.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
-from calculet.daemon.sampling.thinking import ThinkingBudget
+from calculet.daemon.sampling.thinking import ThinkingBudget, ThinkingTracker
 from calculet.ops.sim_packages.build import build_sim_package
 
 from .engine_factories import assert_clean, finish, finished_events, request, running_core
@@ -210,3 +214,42 @@ def test_a_marker_that_is_a_stop_token_is_refused(core: DeviceCore) -> None:
     with pytest.raises(InvalidArgument, match=r"^thinking\.open_token_id: .* stop token"):
         core.submit(dataclasses.replace(req(2), stopping=dataclasses.replace(req(2).stopping, stop_token_ids=(OPEN,))))
     assert_clean(core)
+
+
+def test_a_resume_the_budget_could_not_have_produced_is_refused(core: DeviceCore) -> None:
+    free = run(core, req(None, max_tokens=8))
+    with pytest.raises(InvalidArgument, match=r"^resume_tokens\[2\]: the thinking budget forces"):
+        core.submit(dataclasses.replace(req(2, max_tokens=8), resume_tokens=tuple(free[:4])))
+    assert_clean(core)
+
+
+def test_idempotency_keys_cover_the_budget(core: DeviceCore) -> None:
+    r = dataclasses.replace(req(2), client_request_id="same-key")
+    first = core.submit(r)
+    assert core.submit(r).job_id == first.job_id
+    other = dataclasses.replace(r, sampling=dataclasses.replace(r.sampling, thinking=ThinkingBudget(3, OPEN, CLOSE)))
+    with pytest.raises(FailedPrecondition):
+        core.submit(other)
+    finish(core, first.job_id)
+
+
+def test_a_pending_constrained_row_may_draw_the_open_token_and_a_thinking_row_is_unmasked(core: DeviceCore) -> None:
+    rt = core.models.serving("tiny")
+    assert rt is not None
+    grammar_only = rt.grammar.matcher(CHOICE).allowed()
+    assert not grammar_only[OPEN]  # the choice grammar alone forbids it
+
+    def seq(prompt: tuple[int, ...]) -> Sequence:
+        r = req(2, prompt=prompt)
+        s = Sequence(
+            "job-m", dataclasses.replace(r, sampling=dataclasses.replace(r.sampling, constraint=CHOICE)), 1, frozenset()
+        )
+        s.grammar = rt.grammar.matcher(CHOICE)
+        s.thinking = ThinkingTracker(s.request.sampling.thinking, prompt, s.job_id)  # type: ignore[arg-type]
+        return s
+
+    pending, thinking = seq(PROMPT), seq(THINKING_PROMPT)
+    masks = completion.row_masks([pending, thinking])
+    allowed = masks.allowed[0]
+    assert allowed is not None and allowed[OPEN] and (allowed ^ grammar_only).sum() == 1
+    assert masks.allowed[1] is None and masks.failed == (None, None)
