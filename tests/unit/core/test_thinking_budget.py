@@ -143,11 +143,15 @@ def test_a_forced_token_reports_logprob_zero_without_alternatives(core: DeviceCo
     assert all(lp.logprob < 0.0 and len(lp.top) == 3 for i, lp in enumerate(lps) if i != 2)
 
 
-def test_a_recovered_forced_step_keeps_its_tokens(core: DeviceCore) -> None:
+@pytest.mark.parametrize("offset", [2, 3, 4, 5])
+def test_a_recovered_step_near_the_forced_one_keeps_its_tokens(core: DeviceCore, offset: int) -> None:
     r = req(3, seed=5)
     tokens = run(core, r)
-    core.inject_fault(Fault(FaultKind.NAN_LOGITS, job=core.next_job_index() + 4))  # the forced step
-    assert run(core, r) == tokens and core.status().recoveries >= 1
+    before = core.status().recoveries
+    # Device job k of the run produces token k (one prefill job, then one decode job per token):
+    # NaN logits before, at and after the forced token 3; the step re-prefills and goes on.
+    core.inject_fault(Fault(FaultKind.NAN_LOGITS, job=core.next_job_index() + offset))
+    assert run(core, r) == tokens and core.status().recoveries == before + 1
     assert_clean(core)
 
 
