@@ -257,3 +257,17 @@ def test_a_pending_constrained_row_may_draw_the_open_token_and_a_thinking_row_is
     allowed = masks.allowed[0]
     assert allowed is not None and allowed[OPEN] and (allowed ^ grammar_only).sum() == 1
     assert masks.allowed[1] is None and masks.failed == (None, None)
+
+
+def test_a_qwen_package_budgets_with_the_markers_of_its_own_tokenizer(tmp_path: Path) -> None:
+    build_sim_package("qwen3-30b-a3b", tmp_path / "qwen", decode_batches=(1, 4), lanes=4, lane_context=2048)
+    tok = Tokenizer.from_file(str(tmp_path / "qwen" / load_manifest(tmp_path / "qwen").tokenizer.path))
+    open_id, close_id = tok.token_to_id("<think>"), tok.token_to_id("</think>")
+    assert open_id is not None and close_id is not None  # looked up by text, as the gateway does
+    prompt = tuple(tok.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n").ids)
+    with running_core(tmp_path, model="qwen") as qwen:
+        r = req(6, prompt=prompt, model="qwen", open_token=open_id, close_token=close_id)
+        tokens = run(qwen, r)
+        assert tokens[6] == close_id and close_id not in tokens[:6]
+        assert "</think>" in tok.decode(tokens, skip_special_tokens=False)
+        assert_clean(qwen)
