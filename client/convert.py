@@ -27,6 +27,7 @@ from calculet.client.types import (
     ModelState,
     SamplingParams,
     ServingStatus,
+    ThinkingBudget,
     Timings,
     TokenChunk,
     TokenLogprob,
@@ -72,6 +73,13 @@ def sampling_to_pb(params: SamplingParams) -> inference_pb2.SamplingParams:
         pb.logprobs = params.logprobs
     if params.constraint is not None:
         pb.constraint.CopyFrom(constraint_to_pb(params.constraint))
+    if params.thinking is not None:
+        t = params.thinking
+        pb.thinking.CopyFrom(
+            inference_pb2.ThinkingBudget(
+                budget=t.budget, open_token_id=t.open_token_id, close_token_id=t.close_token_id
+            )
+        )
     return pb
 
 
@@ -114,7 +122,12 @@ def sampling_from_pb(pb: inference_pb2.SamplingParams) -> SamplingParams:
         frequency_penalty=pb.frequency_penalty,
         logprobs=pb.logprobs if pb.HasField("logprobs") else None,
         constraint=constraint_from_pb(pb.constraint) if pb.HasField("constraint") else None,
+        thinking=thinking_from_pb(pb.thinking) if pb.HasField("thinking") else None,
     )
+
+
+def thinking_from_pb(pb: inference_pb2.ThinkingBudget) -> ThinkingBudget:
+    return ThinkingBudget(pb.budget, pb.open_token_id, pb.close_token_id)
 
 
 # ---- errors --------------------------------------------------------------------------------

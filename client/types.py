@@ -95,6 +95,36 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class ThinkingBudget:
+    """At most `budget` tokens of thinking (inference.proto `ThinkingBudget`; docs/daemon.md
+    "Thinking budget"): once the think block holds that many tokens without a close, the daemon forces
+    `close_token_id` as the next token and the model goes on to answer.
+
+    The ids are the model's think markers, looked up by text in its tokenizer (for Qwen3 "<think>" and
+    "</think>"; the gateway has the tokenizer, e.g. `tokenizer.token_to_id("</think>")`). A block the
+    prompt leaves open (the generation prompt opened it) counts from the first generated token; a
+    block the first generated token opens counts from the token after it. A forced close streams like
+    any token, with logprob 0.0 and no top logprobs, and counts toward max_tokens; to resume a job,
+    send its tokens (the forced close among them) as resume tokens, as always. With a constraint, the
+    constraint applies to the answer after the close.
+
+    Only the wire ranges are checked here; the daemon refuses equal ids, ids outside the vocabulary,
+    a marker that is a stop token and a budget over 2^31 - 1 with `InvalidArgument` ("thinking....").
+
+    Raises:
+        InvalidArgument: a field that is not an integer within uint32, naming it.
+    """
+
+    budget: int
+    open_token_id: int
+    close_token_id: int
+
+    def __post_init__(self) -> None:
+        for name in ("budget", "open_token_id", "close_token_id"):
+            check_integer(f"thinking.{name}", getattr(self, name), 0, UINT32_MAX)
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How each token is drawn (inference.proto `SamplingParams`); None = the daemon's default.
 
@@ -108,6 +138,7 @@ class SamplingParams:
         presence_penalty / frequency_penalty: OpenAI penalties; 0 = none.
         logprobs: None = none; N = the sampled token's logprob and the N most likely.
         constraint: None = none; else what the completion must match (`Constraint`).
+        thinking: None = none; else a thinking budget (`ThinkingBudget`).
 
     Only what protobuf cannot carry is checked here (types, uint32/uint64 ranges); the daemon
     judges the values (temperature >= 0, 0 < top_p <= 1, logprobs <= 20, ...) and refuses with
@@ -127,8 +158,13 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logprobs: int | None = None
     constraint: Constraint | None = None
+    thinking: ThinkingBudget | None = None
 
     def __post_init__(self) -> None:
+        if self.thinking is not None and not isinstance(self.thinking, ThinkingBudget):
+            raise InvalidArgument(
+                f"thinking: must be a calculet.client.ThinkingBudget, got {type(self.thinking).__name__}"
+            )
         if self.constraint is not None and not isinstance(self.constraint, Constraint):
             raise InvalidArgument(
                 f"constraint: must be a calculet.client.Constraint, got {type(self.constraint).__name__}"

@@ -42,6 +42,7 @@ from calculet.daemon.error_codes import kind_from_pb, kind_to_pb
 from calculet.daemon.errors import ErrorKind, InvalidArgument
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.daemon.sampling.params import SamplingParams
+from calculet.daemon.sampling.thinking import ThinkingBudget
 from calculet.v1 import common_pb2, inference_pb2
 
 if TYPE_CHECKING:
@@ -106,7 +107,21 @@ def sampling_from_pb(pb: inference_pb2.SamplingParams) -> SamplingParams:
         frequency_penalty=pb.frequency_penalty,
         logprobs=pb.logprobs if pb.HasField("logprobs") else None,
         constraint=constraint_from_pb(pb.constraint) if pb.HasField("constraint") else None,
+        thinking=thinking_from_pb(pb.thinking) if pb.HasField("thinking") else None,
     )
+
+
+def thinking_from_pb(pb: inference_pb2.ThinkingBudget) -> ThinkingBudget:
+    """The domain budget (its range was checked by `server.checks.thinking_range`).
+
+    Raises:
+        InvalidArgument: the two ids are equal (an unset pair is 0 and 0).
+    """
+    return ThinkingBudget(pb.budget, pb.open_token_id, pb.close_token_id)
+
+
+def thinking_to_pb(t: ThinkingBudget) -> inference_pb2.ThinkingBudget:
+    return inference_pb2.ThinkingBudget(budget=t.budget, open_token_id=t.open_token, close_token_id=t.close_token)
 
 
 def constraint_from_pb(pb: inference_pb2.Constraint) -> Constraint:
@@ -152,6 +167,8 @@ def sampling_to_pb(p: SamplingParams) -> inference_pb2.SamplingParams:
         pb.logprobs = p.logprobs
     if p.constraint is not None:
         pb.constraint.CopyFrom(constraint_to_pb(p.constraint))
+    if p.thinking is not None:
+        pb.thinking.CopyFrom(thinking_to_pb(p.thinking))
     return pb
 
 

@@ -27,6 +27,7 @@ context, the sequences stream and move on, the scheduler frees lanes of those th
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum, auto
 
@@ -43,6 +44,7 @@ from calculet.daemon.device.types import JobStatus, TaskType
 from calculet.daemon.errors import ErrorKind
 from calculet.daemon.grammar.matcher import MatcherState
 from calculet.daemon.sampling.sampler import Sampler
+from calculet.daemon.sampling.thinking import ThinkPhase
 from calculet.daemon.sampling.topk import TopkRows
 from calculet.daemon.sampling.types import RowResult, RowSampling
 
@@ -163,7 +165,7 @@ def prepare_masks(job: DeviceJob) -> None:
     """Compute the job's constrained rows' masks now, while the device runs it (the waiting thread
     calls this between the job's submit and its wait): the matchers cannot change before its
     settlement, because only accepting one of this job's tokens advances them."""
-    if job.masks is None and any(s.grammar is not None for s in job.plan.seqs):
+    if job.masks is None and any(s.answer_grammar is not None for s in job.plan.seqs):
         job.masks = row_masks(job.plan.seqs)
 
 
@@ -182,25 +184,29 @@ def sample(job: DeviceJob) -> Sampled:
         finite = [rt.sampler.finite(logits[i]) for i in range(len(seqs))]
         return Sampled([None] * len(seqs), [None] * len(seqs), finite)
     rows, failed = _rows(job)
-    results: list[RowResult | None] = list(rt.sampler.sample(logits, rows))
+    results: list[RowResult | None] = _forced(seqs, rt.sampler.sample(logits, rows))
     captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
     return Sampled(results, captured, [True] * len(seqs), _grammar_stops(seqs, results, failed), failed)
 
 
 def row_masks(seqs: list[Sequence]) -> RowMasks:
-    """Per row, the mask its matcher allows next (None: unconstrained), and why a matcher allows
-    nothing (a FAILED matcher: such a row is sampled unconstrained and its token never used)."""
+    """Per row, the mask its matcher allows next (None: unconstrained, or inside a think block), and
+    why a matcher allows nothing (a FAILED matcher: such a row is sampled unconstrained and its token
+    never used). A thinking row whose first token may still open its block may also draw the open
+    token (docs/daemon.md "Thinking budget")."""
     masks: list[np.ndarray | None] = []
     failed: list[str | None] = []
     for s in seqs:
         allowed = None
         problem = None
-        g = s.grammar  # read once: a sequence that ends drops its matcher (`Sequence.finish`)
+        g = s.answer_grammar  # read once: a sequence that ends drops its matcher (`Sequence.finish`)
         if g is not None:
             allowed = g.allowed() if g.state is MatcherState.ACTIVE else None
             if allowed is None or not allowed.any():
                 problem = f"the {g.field} matcher allows no token ({g.error or g.state.name})"
                 allowed = None
+            elif s.thinking is not None and s.thinking.phase is ThinkPhase.PENDING:
+                allowed[s.thinking.budget.open_token] = True  # `allowed()` is a fresh array
         masks.append(allowed)
         failed.append(problem)
     return RowMasks(tuple(masks), tuple(failed))
@@ -222,9 +228,25 @@ def _grammar_stops(
     stops = []
     for s, res, problem in zip(seqs, results, failed, strict=True):
         token = res.token if res is not None else None
-        g = s.grammar
-        stops.append(g is not None and problem is None and token is not None and g.would_stop(token))
+        g = s.answer_grammar
+        answer = token is not None and (s.thinking is None or s.thinking.is_answer(token))
+        stops.append(g is not None and problem is None and token is not None and answer and g.would_stop(token))
     return tuple(stops)
+
+
+def _forced(seqs: list[Sequence], results: Iterable[RowResult]) -> list[RowResult | None]:
+    """The drawn results, with the close token in place of the draw of each row whose thinking budget
+    is used up (docs/daemon.md "Thinking budget"). The draw itself is discarded, so the RNG stream,
+    keyed by (seed, step), is that of any other step. A forced token's logprob is 0.0 (it was
+    certain) with no alternatives, when logprobs are asked for. A row with non-finite logits keeps
+    its anomaly: its KV is untrusted whatever the token."""
+    out: list[RowResult | None] = []
+    for s, res in zip(seqs, results, strict=True):
+        close = s.thinking.forced_next() if s.thinking is not None else None
+        if close is not None and res.token is not None:
+            res = RowResult(close, 0.0 if s.request.sampling.logprobs is not None else None)
+        out.append(res)
+    return out
 
 
 def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
@@ -256,10 +278,11 @@ def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
         return row_buffer[0]
 
     rows, failed = _rows(job)
-    results, tally = sampler.sample_topk(top, rows, read_full)
+    drawn, tally = sampler.sample_topk(top, rows, read_full)
+    results = _forced(seqs, drawn)
     job.full_row_reads = tally.full_reads
     captured = [read_full(i).astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
-    return Sampled(list(results), captured, [True] * n, _grammar_stops(seqs, results, failed), failed)
+    return Sampled(results, captured, [True] * n, _grammar_stops(seqs, results, failed), failed)
 
 
 def copies(job: DeviceJob, sampled: Sampled) -> JobCopies:

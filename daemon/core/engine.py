@@ -101,6 +101,7 @@ from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, T
 from calculet.daemon.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
 from calculet.daemon.os_threads import named
 from calculet.daemon.sampling.history import TokenHistory
+from calculet.daemon.sampling.thinking import ThinkingTracker
 
 log = logging.getLogger(__name__)
 
@@ -375,11 +376,16 @@ class Engine(EngineGenerations):
         seq.internal = runtime is not None
         if req.sampling.has_penalties:
             seq.history = TokenHistory(limits.vocab_size, req.prompt_tokens, seq.generated)
+        answer_from = 0  # the first resumed token a constraint sees (after a think block)
+        if req.sampling.thinking is not None:
+            # O(prompt) scan for a block the prompt leaves open, then the resumed tokens replayed.
+            seq.thinking = ThinkingTracker(req.sampling.thinking, req.prompt_tokens, seq.job_id)
+            answer_from = seq.thinking.replay(req.resume_tokens)
         if req.sampling.constraint is not None:
             # Compiled once per (package, constraint) and cached (`grammar/compiler.py`); a resumed
-            # request's matcher replays the tokens it already has (InvalidArgument if it cannot).
+            # request's matcher replays the answer tokens it already has (InvalidArgument if it cannot).
             seq.grammar = rt.grammar.matcher(req.sampling.constraint)
-            seq.grammar.replay(req.resume_tokens)
+            seq.grammar.replay(req.resume_tokens[answer_from:], answer_from)
         if self._config.policy.prefix_reuse and runtime is None:
             seq.prefill_array()  # O(prompt), outside the lock: matched against parked lanes under it
         with self._cond:

@@ -112,6 +112,7 @@ def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
     resume = _check_ids("resume_tokens", req.resume_tokens, limits.vocab_size)
     _check_ids("stop_token_ids", req.stopping.stop_token_ids, limits.vocab_size)
     _check_resume_not_stopped(req, resume, limits)
+    _check_thinking_not_stopped(req, limits)
     if req.deadline_s is not None and (math.isnan(req.deadline_s) or req.deadline_s <= 0):
         raise InvalidArgument(f"deadline: must be positive, got {req.deadline_s}")
     req.sampling.validate(limits.vocab_size)
@@ -187,3 +188,15 @@ def _check_resume_not_stopped(req: GenerationRequest, resume: np.ndarray, limits
         raise InvalidArgument(
             f"resume_tokens[{i}]: {int(resume[i])} is a stop token, so the earlier attempt had already finished"
         )
+
+
+def _check_thinking_not_stopped(req: GenerationRequest, limits: ModelLimits) -> None:
+    """Neither think marker may be a stop token: a forced close would end the job instead of letting
+    it answer (docs/daemon.md "Thinking budget")."""
+    thinking = req.sampling.thinking
+    if thinking is None:
+        return
+    stops = set(req.stopping.stop_token_ids) | (set() if req.stopping.ignore_eos else set(limits.eos_token_ids))
+    for name, token in (("open_token_id", thinking.open_token), ("close_token_id", thinking.close_token)):
+        if token in stops:
+            raise InvalidArgument(f"thinking.{name}: {token} is a stop token of this request")

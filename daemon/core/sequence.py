@@ -31,6 +31,7 @@ from calculet.daemon.errors import ErrorKind
 from calculet.daemon.grammar import GrammarMatcher
 from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.daemon.sampling.history import TokenHistory
+from calculet.daemon.sampling.thinking import ThinkingTracker, ThinkPhase
 
 
 class SeqState(Enum):
@@ -79,6 +80,9 @@ class Sequence:
         # The constraint's matcher over `generated` (engine sets it; owned by this sequence, consumed in
         # `accept` only, so a lost or cancelled step never advances it).
         self.grammar: GrammarMatcher | None = None
+        # The thinking budget's tracker (engine sets it; owned by this sequence, advanced in `accept`
+        # only). While it is THINKING the matcher is not consulted: a constraint applies to the answer.
+        self.thinking: ThinkingTracker | None = None
         self.capture_logits = False  # warm-up probes keep the first step's logits
         self.internal = False  # a warm-up probe, not a client request (not counted in Status)
         self.first_logits: np.ndarray | None = None
@@ -148,6 +152,15 @@ class Sequence:
     def remaining(self) -> int:
         return self.request.stopping.max_tokens - len(self.generated)
 
+    @property
+    def answer_grammar(self) -> GrammarMatcher | None:
+        """The matcher if it may constrain the next token: None inside a think block (docs/daemon.md
+        "Thinking budget"). While the first token may still open a block, the caller allows the open
+        token besides the matcher's (`completion.row_masks`)."""
+        if self.thinking is not None and self.thinking.phase is ThinkPhase.THINKING:
+            return None
+        return self.grammar
+
     def stop_reason_after(self, token: int) -> FinishReason | None:
         """Whether accepting `token` would end generation, and why (no change)."""
         if token in self.stop_ids:
@@ -157,12 +170,14 @@ class Sequence:
         return None
 
     def accept(self, token: int, logprob: TokenLogprob | None) -> None:
-        """Record a sampled token and stream it."""
+        """Record a sampled (or forced) token and stream it."""
         self.generated.append(token)
         if self.history is not None:
             self.history.append(token)
-        if self.grammar is not None:
+        if self.grammar is not None and (self.thinking is None or self.thinking.is_answer(token)):
             self.grammar.consume(token)
+        if self.thinking is not None:
+            self.thinking.observe(token)
         if self.t_first is None:
             self.t_first = time.monotonic()
         self.log.append_tokens((token,), (logprob,) if logprob is not None else ())

@@ -70,8 +70,10 @@ class GrammarMatcher:
         """llguidance's error message (empty unless FAILED)."""
         return self._m.get_error() if self._m.is_error() else ""
 
-    def replay(self, tokens: Sequence[int]) -> None:
+    def replay(self, tokens: Sequence[int], first_index: int = 0) -> None:
         """Consume the tokens an earlier attempt produced (a resumed request), checking each.
+        `first_index`: the index of `tokens[0]` in `resume_tokens` (a thinking request's matcher
+        replays only the answer after its think block), for the messages.
 
         Raises:
             InvalidArgument: `resume_tokens[i]` is not allowed there, or the grammar was already
@@ -79,12 +81,14 @@ class GrammarMatcher:
         """
         ok = self._m.validate_tokens(list(tokens))
         if ok < len(tokens):
-            raise InvalidArgument(f"resume_tokens[{ok}]: {tokens[ok]} is not allowed by the {self.field} constraint")
+            raise InvalidArgument(
+                f"resume_tokens[{first_index + ok}]: {tokens[ok]} is not allowed by the {self.field} constraint"
+            )
         for i, token in enumerate(tokens):
             if self.state is MatcherState.STOPPED:
                 raise InvalidArgument(
-                    f"resume_tokens[{i}]: the {self.field} constraint was complete before it, so the earlier "
-                    "attempt had already finished"
+                    f"resume_tokens[{first_index + i}]: the {self.field} constraint was complete before it, so the "
+                    "earlier attempt had already finished"
                 )
             self.consume(token)
         if tokens and self.state is MatcherState.STOPPED:

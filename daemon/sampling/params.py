@@ -22,6 +22,8 @@ min-p -> draw; see `calculet.daemon.sampling.row`):
   given a random one by whoever admits it, and keep it across retries and failover.
 - constraint: None, or what the output must match (`constraint.py`); the row is then sampled from
   its masked logits (`masked.py`: penalties -> mask -> temperature -> ...).
+- thinking: None, or a thinking budget (`thinking.py`): after that many tokens in a think block the
+  close token is forced; a constraint then applies to the answer after the block only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.constraint import Constraint
+from calculet.daemon.sampling.thinking import ThinkingBudget
 
 MAX_SEED = 2**64 - 1
 MAX_LOGPROBS = 20
@@ -58,6 +61,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logprobs: int | None = None
     constraint: Constraint | None = None
+    thinking: ThinkingBudget | None = None
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -83,6 +87,8 @@ class SamplingParams:
         self._check_fields()
         if self.top_k > vocab_size:
             raise InvalidArgument(f"top_k: must be at most the vocabulary size {vocab_size}, got {self.top_k}")
+        if self.thinking is not None:
+            self.thinking.validate(vocab_size)
 
     def _check_fields(self) -> None:
         _integer("seed", self.seed, 0, MAX_SEED)
@@ -107,6 +113,8 @@ class SamplingParams:
             _integer("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         if self.constraint is not None and not isinstance(self.constraint, Constraint):
             raise InvalidArgument(f"constraint: must be a Constraint, got {self.constraint!r}")
+        if self.thinking is not None and not isinstance(self.thinking, ThinkingBudget):
+            raise InvalidArgument(f"thinking: must be a ThinkingBudget, got {self.thinking!r}")
 
 
 def _integer(name: str, value: object, low: int, high: int | None) -> int:

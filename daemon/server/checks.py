@@ -16,6 +16,7 @@ from collections.abc import Callable
 from calculet.daemon.core.events import EventLog, TokenChunk
 from calculet.daemon.errors import InvalidArgument, NotFound
 from calculet.daemon.sampling.constraint import MAX_CHOICES, MAX_GRAMMAR_BYTES, check_sizes
+from calculet.daemon.sampling.thinking import MAX_THINKING_BUDGET
 from calculet.v1 import common_pb2, inference_pb2, operate_pb2
 
 MAX_WINDOW_MS = 3_600_000  # longest drain window operate.proto allows
@@ -62,6 +63,17 @@ def constraint_sizes(sampling: inference_pb2.SamplingParams) -> None:
         check_sizes("choice", "", c.choice.options)
     elif which in ("json_schema", "regex", "lark"):
         check_sizes(which, getattr(c, which), ())
+
+
+def thinking_range(sampling: inference_pb2.SamplingParams) -> None:
+    """A Submit's thinking budget within the range inference.proto ThinkingBudget gives it (a uint32
+    on the wire), checked before it is converted; the ids are judged against the model by the core.
+
+    Raises:
+        InvalidArgument: budget above MAX_THINKING_BUDGET; names the field.
+    """
+    if sampling.HasField("thinking") and sampling.thinking.budget > MAX_THINKING_BUDGET:
+        raise InvalidArgument(f"thinking.budget: must be at most {MAX_THINKING_BUDGET}, got {sampling.thinking.budget}")
 
 
 def job_id(value: str) -> str:

@@ -47,6 +47,7 @@ from calculet.daemon.server.checks import (
     package_path,
     reset_kind,
     stop_token,
+    thinking_range,
     wait_start,
     watch_interval_s,
 )
@@ -213,6 +214,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         bound = limits.context if limits is not None else max(self.core.largest_context(), REFERENCE_CONTEXT)
         check_submit_sizes(request, bound)  # O(1), before any token id is read
         constraint_sizes(request.sampling)
+        thinking_range(request.sampling)
         trace = trace_from_metadata(context.invocation_metadata())
         # A constraint may compile (milliseconds, and the tokenizer's first build about a second): never
         # on the event loop.

@@ -22,7 +22,7 @@ FINISH_REASON_CANCELLED: FinishReason
 FINISH_REASON_ERROR: FinishReason
 
 class SamplingParams(_message.Message):
-    __slots__ = ("seed", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logprobs", "return_logits", "constraint")
+    __slots__ = ("seed", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logprobs", "return_logits", "constraint", "thinking")
     SEED_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class SamplingParams(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     RETURN_LOGITS_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
+    THINKING_FIELD_NUMBER: _ClassVar[int]
     seed: int
     temperature: float
     top_k: int
@@ -45,7 +46,18 @@ class SamplingParams(_message.Message):
     logprobs: int
     return_logits: bool
     constraint: Constraint
-    def __init__(self, seed: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., logprobs: _Optional[int] = ..., return_logits: _Optional[bool] = ..., constraint: _Optional[_Union[Constraint, _Mapping]] = ...) -> None: ...
+    thinking: ThinkingBudget
+    def __init__(self, seed: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., logprobs: _Optional[int] = ..., return_logits: _Optional[bool] = ..., constraint: _Optional[_Union[Constraint, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingBudget, _Mapping]] = ...) -> None: ...
+
+class ThinkingBudget(_message.Message):
+    __slots__ = ("budget", "open_token_id", "close_token_id")
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    OPEN_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    budget: int
+    open_token_id: int
+    close_token_id: int
+    def __init__(self, budget: _Optional[int] = ..., open_token_id: _Optional[int] = ..., close_token_id: _Optional[int] = ...) -> None: ...
 
 class Constraint(_message.Message):
     __slots__ = ("json_schema", "json_object", "regex", "choice", "lark")

@@ -18,6 +18,7 @@ from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.errors import InvalidArgument, NotFound
 from calculet.daemon.sampling.constraint import MAX_CHOICES, MAX_GRAMMAR_BYTES, check_sizes
+from calculet.daemon.sampling.thinking import MAX_THINKING_BUDGET
 from calculet.daemon.server import app
 from calculet.daemon.server import servicer as servicer_module
 from calculet.daemon.server.checks import MAX_PATH_BYTES, REFERENCE_CONTEXT, job_id, request_bytes
@@ -54,6 +55,9 @@ def _largest_valid_submit(context: int) -> inference_pb2.SubmitRequest:
                 choice=inference_pb2.ConstraintChoice(
                     options=["x" * (MAX_GRAMMAR_BYTES - 255 * 4)] + ["yyyy"] * (MAX_CHOICES - 1)
                 )
+            ),
+            thinking=inference_pb2.ThinkingBudget(
+                budget=MAX_THINKING_BUDGET, open_token_id=LARGEST_ID - 1, close_token_id=LARGEST_ID
             ),
         ),
         stopping=inference_pb2.StoppingParams(max_tokens=LARGEST_ID, stop_token_ids=[LARGEST_ID] * 64, ignore_eos=True),
