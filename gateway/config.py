@@ -18,6 +18,7 @@ silently ignored. Every value is checked here; `GatewayConfig` holds only valid 
     answer-memory-tokens = 4000000     # chat answers' token ids kept for the next turn; 0 = off (the default)
     workers = 2                        # processes serving the one listen socket (1, the default: one process)
     max-body-bytes = 4194304           # a request body over this is refused with 413 before it is read whole
+    thinking-budgets = "low=512,medium=2048,high=8192"  # thinking tokens per reasoning_effort (or a table)
 
     placement = "demand"               # or "off" (the default): only operators load models
     placement-queue = 64               # requests per model waiting for a board (429 beyond)
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ from calculet.client.channel import call_metadata, check_server_name, read_pem_f
 from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.telemetry.logs import LOG_FORMATS
 from calculet.gateway.api.auth import read_api_keys, read_secret_lines
+from calculet.gateway.api.thinking import DEFAULT_BUDGETS, EFFORTS, MAX_BUDGET
 from calculet.gateway.fleet.catalog import CatalogModel, catalog_from
 from calculet.gateway.fleet.model_placement import PlacementPolicy
 from calculet.gateway.fleet.model_waiters import MAX_QUEUE, QueueBounds
@@ -59,7 +62,7 @@ KEYS = frozenset(
         "failover-wait", "log-level", "api-key-file", "daemon-token-file", "daemon-ca", "daemon-cert", "daemon-key",
         "daemon-server-name", "log-format", "routing", "answer-memory-tokens", "models", "placement",
         "placement-queue", "placement-wait", "min-residency", "idle-ttl", "daemon-operate-token-file", "workers",
-        "max-body-bytes",
+        "max-body-bytes", "thinking-budgets",
     }
 )  # fmt: skip
 TLS_KEYS = ("daemon-ca", "daemon-cert", "daemon-key", "daemon-server-name")
@@ -103,6 +106,8 @@ class GatewayConfig:
     workers: processes serving `listen` (`gateway.workers`, docs/gateway.md "Workers"); 1 = this
         process serves it alone.
     max_body_bytes: a request body over this is refused with 413 (docs/gateway.md "Bounded requests").
+    thinking_budgets: the thinking tokens of each `reasoning_effort` (docs/gateway.md "Tools and
+        reasoning").
     """
 
     listen: str = "127.0.0.1:8000"
@@ -130,6 +135,7 @@ class GatewayConfig:
     daemon_operate_token: str | None = field(default=None, repr=False)
     workers: int = 1
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    thinking_budgets: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_BUDGETS))
 
 
 PLACEMENT_MODES = ("off", "demand")
@@ -219,6 +225,7 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         daemon_operate_token_file=_optional_text(settings, "daemon-operate-token-file"),
         workers=_integer(settings, "workers", GatewayConfig.workers, 1, MAX_WORKERS),
         max_body_bytes=_integer(settings, "max-body-bytes", GatewayConfig.max_body_bytes, 1024, MAX_BODY_BYTES_LIMIT),
+        thinking_budgets=_thinking_budgets(settings),
     )
     if cfg.placement not in PLACEMENT_MODES:
         raise InvalidArgument(f"placement: one of {', '.join(PLACEMENT_MODES)}, got {cfg.placement!r}")
@@ -239,6 +246,26 @@ def config_from(settings: dict[str, Any]) -> GatewayConfig:
         token = _daemon_token(Path(cfg.daemon_operate_token_file), "daemon-operate-token-file")
         cfg = replace(cfg, daemon_operate_token=token)
     return cfg
+
+
+def _thinking_budgets(settings: dict[str, Any]) -> dict[str, int]:
+    """`thinking-budgets`: a table, or `low=N,medium=N,high=N` (a flag); an effort left out keeps its
+    default.
+
+    Raises: InvalidArgument: an unknown effort, or a budget that is not a whole number in range."""
+    value = settings.get("thinking-budgets", {})
+    if isinstance(value, str):
+        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
+        value = {k.strip(): int(v) if v.strip().isdigit() else v for k, _, v in pairs}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"thinking-budgets: a table or low=N,medium=N,high=N, got {value!r}")
+    budgets = dict(DEFAULT_BUDGETS)
+    for effort, tokens in value.items():
+        if effort not in EFFORTS:
+            raise InvalidArgument(f"thinking-budgets: unknown effort {effort!r}; one of {', '.join(EFFORTS)}")
+        key = f"thinking-budgets.{effort}"
+        budgets[effort] = _integer({key: tokens}, key, 0, 0, MAX_BUDGET)
+    return budgets
 
 
 def _routing(settings: dict[str, Any]) -> RoutingMode:

@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="request bodies over N bytes are refused with 413 before they are read whole (4194304)",
     )
+    p.add_argument(
+        "--thinking-budgets",
+        metavar="low=N,medium=N,high=N",
+        help="thinking tokens per reasoning_effort (low=512,medium=2048,high=8192)",
+    )
     # Set by the supervisor on the workers it starts (workers/launcher.py), not by people.
     p.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
     p.add_argument("--worker-fds", type=_fd_pair, help=argparse.SUPPRESS)
@@ -161,6 +166,7 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         "answer-memory-tokens",
         "workers",
         "max-body-bytes",
+        "thinking-budgets",
     ):
         value = getattr(args, key.replace("-", "_"))
         if value is not None:
@@ -211,7 +217,15 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
                 settings = PlacerSettings(cfg.placement_policy, cfg.placement_bounds, requester())
                 placer = ModelPlacer(fleet, cfg.catalog, settings)
                 placer.start()
-            service = GatewayService(fleet, router, policy, answers=answers, catalog=cfg.catalog, placer=placer)
+            service = GatewayService(
+                fleet,
+                router,
+                policy,
+                answers=answers,
+                catalog=cfg.catalog,
+                placer=placer,
+                thinking_budgets=cfg.thinking_budgets,
+            )
             try:
                 yield service
             finally:

@@ -42,7 +42,7 @@ from calculet.daemon.errors import CalculetError, ErrorKind
 from calculet.gateway.api import formats, responses_stream, streaming
 from calculet.gateway.api.auth import ApiKeyAuth
 from calculet.gateway.api.body_limit import BodyLimit
-from calculet.gateway.api.responses_schema import ResponsesRequest
+from calculet.gateway.api.responses_schema import ResponsesRequest, in_responses_terms
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, parse_body
 from calculet.gateway.api.tokenize_schemas import DetokenizeRequest, TokenizeRequest
 from calculet.gateway.api.worker_header import WorkerHeader
@@ -203,7 +203,7 @@ def create_app(
         req = parse_body(ResponsesRequest, await request.body())
         chat = req.to_chat()
         key = session_key(request, chat.prompt_cache_key or chat.user)
-        prepare = service_of(request).prepare_chat(chat, key, request.state.telemetry)
+        prepare = in_responses_terms(service_of(request).prepare_chat(chat, key, request.state.telemetry))
         return await responses_stream.respond(request, prepare, req, request.app.state.metrics, started)
 
     @app.post("/v1/completions")

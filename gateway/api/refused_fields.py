@@ -17,7 +17,6 @@ from calculet.gateway.api.lenient import Lenient
 
 OLD_GUIDED = 'vLLM\'s older name; send `structured_outputs` (docs/gateway.md, "Structured outputs")'
 SERVED_FORMATS = ("text", "json_object", "json_schema")
-NO_EFFORT = "no reasoning budget here; chat_template_kwargs.enable_thinking switches thinking on or off"
 
 
 def check_output_format(kind: Any) -> None:
@@ -121,7 +120,6 @@ class ChatRefusals(StorageRefusals):
     web_search_options: Any = None
     functions: Any = None
     function_call: Any = None
-    reasoning_effort: Any = None
     verbosity: Any = None
 
     _audio = field_validator("audio")(refuse("audio output is not served (text only)"))
@@ -129,7 +127,6 @@ class ChatRefusals(StorageRefusals):
     _web = field_validator("web_search_options")(refuse("no web search here"))
     _functions = field_validator("functions")(refuse("deprecated by OpenAI; send `tools`"))
     _function_call = field_validator("function_call")(refuse("deprecated by OpenAI; send `tool_choice`"))
-    _effort = field_validator("reasoning_effort")(refuse(NO_EFFORT))
     _verbosity = field_validator("verbosity")(refuse("the answer's length is max_tokens' to bound"))
 
     @field_validator("modalities")

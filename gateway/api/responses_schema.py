@@ -13,13 +13,14 @@ the Responses field (`input[3].call_id`), never the chat field it becomes.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Awaitable
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from calculet.daemon.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
-from calculet.gateway.api.refused_fields import NO_EFFORT, StorageRefusals, check_output_format, refuse
+from calculet.gateway.api.refused_fields import StorageRefusals, check_output_format, refuse
 from calculet.gateway.api.schemas import (
     MAX_MESSAGES,
     MAX_TOOL_CALLS,
@@ -126,11 +127,10 @@ class TextConfig(Lenient):
 
 
 class ReasoningConfig(Lenient):
-    effort: Any = None
+    effort: Literal["low", "medium", "high"] | None = None  # served as chat's `reasoning_effort`
     summary: Any = None
     generate_summary: Any = None
 
-    _effort = field_validator("effort")(refuse(NO_EFFORT))
     _summary = field_validator("summary", "generate_summary")(
         refuse("no summaries here; the reasoning comes whole as the reasoning item's content")
     )
@@ -236,6 +236,7 @@ class ResponsesRequest(StorageRefusals):
             "parallel_tool_calls": self.parallel_tool_calls,
             "chat_template_kwargs": self.chat_template_kwargs,
             "seed": self.seed,
+            "reasoning_effort": self.reasoning.effort if self.reasoning is not None else None,
             "stream": self.stream,
         }
         if self.text is not None and (response_format := self.text.chat_response_format()) is not None:
@@ -330,3 +331,28 @@ def _with_reasoning(message: dict[str, Any], reasoning: list[str]) -> dict[str, 
         message["reasoning_content"] = "\n".join(reasoning)
         reasoning.clear()
     return message
+
+
+T = TypeVar("T")
+# Chat's fields as the Responses API names them, for a refusal the chat path words.
+RESPONSES_NAMES = {
+    "reasoning_effort": "reasoning.effort",
+    "response_format": "text.format",
+    "max_completion_tokens": "max_output_tokens",
+}
+
+
+async def in_responses_terms(prepare: Awaitable[T]) -> T:
+    """`prepare` (the chat path serving a Responses request), its refusals naming the Responses fields.
+
+    Raises:
+        InvalidArgument: as `prepare`, the leading chat field renamed (`RESPONSES_NAMES`).
+        CalculetError: any other, as it came.
+    """
+    try:
+        return await prepare
+    except InvalidArgument as err:
+        field, sep, rest = err.message.partition(":")
+        if sep and field in RESPONSES_NAMES:
+            raise InvalidArgument(f"{RESPONSES_NAMES[field]}:{rest}") from err
+        raise

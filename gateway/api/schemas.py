@@ -19,6 +19,7 @@ from calculet.daemon.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
 from calculet.gateway.api.refused_fields import ChatRefusals, CompletionRefusals, SamplingRefusals
 from calculet.gateway.api.structured import ResponseFormat, StructuredFields
+from calculet.gateway.api.thinking import MAX_BUDGET
 from calculet.gateway.api.tool_grammar import TEXT_TAGS, tool_call_constraint
 from calculet.gateway.api.tool_schemas import MAX_TOOLS, Tool, ToolCall, ToolChoice, tools_for_template
 
@@ -149,6 +150,8 @@ class ChatCompletionRequest(_Sampling, ChatRefusals):
     metadata: dict[str, str] | None = None
     safety_identifier: Annotated[str, Field(max_length=256)] | None = None
     response_format: ResponseFormat | None = None
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    thinking_token_budget: Annotated[int, Field(ge=0, le=MAX_BUDGET)] | None = None  # vLLM's name
 
     def answer_constraint(self, tags: tuple[str, str] = TEXT_TAGS) -> Constraint | None:
         """What the answer must match, or None: `response_format` or `structured_outputs`; or,

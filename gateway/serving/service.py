@@ -42,9 +42,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from dataclasses import dataclass, field
 from typing import Any
 
-from calculet.client import SamplingParams
+from calculet.client import SamplingParams, ThinkingBudget
 from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
+from calculet.gateway.api.thinking import DEFAULT_BUDGETS, thinking_budget
 from calculet.gateway.api.tool_grammar import call_tags
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.fleet.board import Board
@@ -155,6 +156,7 @@ class GatewayService:
             request for a catalog model no board serves waits in its queue.
         tokenize: where long prompts are tokenized (a default `TokenizePool` when not given; the
             service closes it in `close`).
+        thinking_budgets: the thinking tokens of each `reasoning_effort` (`api/thinking.py`).
     """
 
     def __init__(
@@ -167,9 +169,11 @@ class GatewayService:
         catalog: tuple[CatalogModel, ...] = (),
         placer: ModelPlacer | None = None,
         tokenize: TokenizePool | None = None,
+        thinking_budgets: Mapping[str, int] = DEFAULT_BUDGETS,
     ) -> None:
         self.fleet = fleet
         self.tokenize = tokenize or TokenizePool()
+        self.thinking_budgets = thinking_budgets
         self.catalog = catalog
         self.placer = placer
         self.router = router
@@ -391,13 +395,15 @@ class GatewayService:
         remembers its answer in `answers` (if given) when it ends normally.
 
         Raises: Unavailable: no board left for the first choice (they went away meanwhile)."""
-        tags = call_tags(package.text.tokenizer.token_to_id)
+        token_id = package.text.tokenizer.token_to_id
+        tags = call_tags(token_id)
+        thinking = _thinking(req, self.thinking_budgets, token_id)
         seed = secrets.randbits(63) if req.seed is None else req.seed % SEED_SPACE
         runners: list[ChoiceRunner] = []
         try:
             for tokens, route in prompts:
                 for i in range(req.n):
-                    job = _choice_job(req, session, tokens, (seed + i) % SEED_SPACE, tags)
+                    job = _choice_job(req, session, tokens, (seed + i) % SEED_SPACE, tags, thinking)
                     placement = self.router.place(route)
                     if placement is None:
                         raise Unavailable(f"model {req.model!r}: no board is left to serve it")
@@ -413,11 +419,26 @@ class GatewayService:
         return runners
 
 
+def _thinking(
+    req: ChatCompletionRequest | CompletionRequest, budgets: Mapping[str, int], token_id: Callable[[str], int | None]
+) -> ThinkingBudget | None:
+    """The request's thinking budget with this package's markers (chat only). Raises: InvalidArgument."""
+    if not isinstance(req, ChatCompletionRequest):
+        return None
+    return thinking_budget(req.thinking_token_budget, req.reasoning_effort, budgets, token_id)
+
+
 def _choice_job(
-    req: ChatCompletionRequest | CompletionRequest, session: str, tokens: list[int], seed: int, tags: tuple[str, str]
+    req: ChatCompletionRequest | CompletionRequest,
+    session: str,
+    tokens: list[int],
+    seed: int,
+    tags: tuple[str, str],
+    thinking: ThinkingBudget | None,
 ) -> ChoiceSubmit:
-    """What one choice submits: the prompt's tokens and the request's limits, with its own seed and
-    its constraint (`tags`: how a tool grammar names the call blocks' tags in this package)."""
+    """What one choice submits: the prompt's tokens and the request's limits, with its own seed, its
+    constraint (`tags`: how a tool grammar names the call blocks' tags in this package) and its
+    thinking budget."""
     top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
     sampling = SamplingParams(
         seed=seed,
@@ -430,6 +451,7 @@ def _choice_job(
         frequency_penalty=req.frequency_penalty,
         logprobs=req.logprobs_count(),
         constraint=req.answer_constraint(tags),
+        thinking=thinking,
     )
     return ChoiceSubmit(
         model=req.model,

@@ -373,7 +373,8 @@ def test_the_official_client_reads_a_call_and_sends_its_output_back() -> None:
         ({"text": {"format": {"type": "yaml"}}}, "text.format"),
         ({"text": {"format": {"type": "json_schema", "name": "w"}}}, "text.format"),
         ({"text": {"verbosity": "low"}}, "text.verbosity"),
-        ({"reasoning": {"effort": "high"}}, "reasoning.effort"),
+        ({"reasoning": {"effort": "high"}}, "reasoning.effort"),  # the fake's tokenizer has no think markers
+        ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
         ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
         ({"store": True}, "store"),
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
