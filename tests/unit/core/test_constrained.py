@@ -19,7 +19,6 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
 
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.config import DaemonConfig
@@ -31,9 +30,8 @@ from calculet.daemon.device.types import EngineSlot, JobSpec
 from calculet.daemon.errors import ErrorKind, FailedPrecondition, InvalidArgument
 from calculet.daemon.grammar import GrammarMatcher
 from calculet.daemon.grammar.matcher import MatcherState
-from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
-from calculet.ops.sim_packages.build import build_sim_package
+from tests.unit.core.tiny_pair import build_tiny_pair, tiny_decoder
 from tests.unit.server.held_device import HeldSubmitDevice
 
 from .engine_factories import assert_clean, finish, request, running_core
@@ -68,10 +66,7 @@ KINDS: dict[str, dict[str, object]] = {
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("constrained")
-    build_sim_package("tiny", root / "tiny")
-    build_sim_package("tiny", root / "tinytopk", logits_topk=K)
-    return root
+    return build_tiny_pair(tmp_path_factory.mktemp("constrained"), K)
 
 
 @pytest.fixture
@@ -88,8 +83,7 @@ def topk(models: Path) -> Iterator[DeviceCore]:
 
 @pytest.fixture(scope="module")
 def decode(models: Path):  # type: ignore[no-untyped-def]
-    tok = Tokenizer.from_file(str(models / "tiny" / load_manifest(models / "tiny").tokenizer.path))
-    return lambda ids: tok.decode(ids, skip_special_tokens=True)
+    return tiny_decoder(models)
 
 
 def constrained(

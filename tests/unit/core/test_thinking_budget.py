@@ -30,6 +30,7 @@ from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.daemon.sampling.thinking import ThinkingBudget, ThinkingTracker
 from calculet.ops.sim_packages.build import build_sim_package
+from tests.unit.core.tiny_pair import build_tiny_pair, tiny_decoder
 
 from .engine_factories import assert_clean, finish, finished_events, request, running_core
 
@@ -42,10 +43,7 @@ CHOICE = Constraint(ConstraintKind.CHOICE, choices=("alpha", "beta", "gamma delt
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("thinking")
-    build_sim_package("tiny", root / "tiny")
-    build_sim_package("tiny", root / "tinytopk", logits_topk=K)
-    return root
+    return build_tiny_pair(tmp_path_factory.mktemp("thinking"), K)
 
 
 @pytest.fixture
@@ -62,8 +60,7 @@ def topk(models: Path) -> Iterator[DeviceCore]:
 
 @pytest.fixture(scope="module")
 def decode(models: Path):  # type: ignore[no-untyped-def]
-    tok = Tokenizer.from_file(str(models / "tiny" / load_manifest(models / "tiny").tokenizer.path))
-    return lambda ids: tok.decode(ids, skip_special_tokens=True)
+    return tiny_decoder(models)
 
 
 def req(
