@@ -14,8 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from calculet.client import DaemonClient
-from tests.integration.conftest import DaemonProcess
 
 STARTUP_TIMEOUT_S = 60.0
 BASE_URL = "http://gateway"
@@ -123,29 +121,3 @@ class Oracle:
     def text(self, tokens: list[int]) -> str:
         visible = [t for t in tokens if t not in self.eos and t < self.tokenizer.get_vocab_size()]
         return self.tokenizer.decode(visible, skip_special_tokens=True)
-
-
-@contextmanager
-def local_fleet(
-    root: Path, models_root: Path, boards: Sequence[list[str]], gateway_args: Sequence[str] = ()
-) -> Iterator[tuple[list[DaemonProcess], GatewayProcess]]:
-    """Daemons (`boards`: each one's arguments) and a gateway over them, under `root`, serving: the
-    daemons SERVING, the gateway ready with every board up. On the way out each is stopped, and the
-    log of one that did not exit cleanly is printed."""
-    daemons = []
-    for i, args in enumerate(boards):
-        (root / f"d{i}").mkdir()
-        daemons.append(DaemonProcess(root / f"d{i}", models_root, args))
-    (root / "gw").mkdir()
-    gateway = GatewayProcess(root / "gw", [*(flag for d in daemons for flag in ("--daemon", d.target)), *gateway_args])
-    try:
-        for d in daemons:
-            d.wait_serving()
-        gateway.wait_up(ready=True)
-        gateway.wait_until(lambda body: set(body["boards"].values()) == {"up"}, "every board up")
-        yield daemons, gateway
-    finally:
-        for proc in (gateway, *daemons):
-            code = proc.stop()
-            if code not in (0, -signal.SIGTERM):
-                print(f"---- log of {proc.workdir} (exit {code}) ----\n{proc.log()}")

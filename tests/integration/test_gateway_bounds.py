@@ -17,7 +17,8 @@ import pytest
 
 from calculet.client import DaemonClient
 from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import GatewayProcess, local_fleet
+from tests.integration.gateway_process import GatewayProcess
+from tests.integration.local_fleet import local_fleet
 
 pytestmark = pytest.mark.integration
 RSS_BOUND = 512 << 20  # what the gateway may hold after the hostile bodies (it starts near 100 MiB)

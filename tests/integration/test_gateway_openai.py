@@ -18,7 +18,8 @@ import pytest
 
 from calculet.client import DaemonClient
 from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import GatewayProcess, Oracle, local_fleet
+from tests.integration.gateway_process import GatewayProcess, Oracle
+from tests.integration.local_fleet import local_fleet
 
 pytestmark = pytest.mark.integration
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story about a fox."}]

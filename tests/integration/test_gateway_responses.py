@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.gateway_process import GatewayProcess, Oracle, local_fleet
+from tests.integration.gateway_process import GatewayProcess, Oracle
+from tests.integration.local_fleet import local_fleet
 from tests.integration.test_gateway_tools import MESSAGES, TOOLS
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.integration.gateway_process import GatewayProcess, local_fleet
+from tests.integration.gateway_process import GatewayProcess
+from tests.integration.local_fleet import local_fleet
 
 pytestmark = pytest.mark.integration
 

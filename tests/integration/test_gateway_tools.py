@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.gateway_process import GatewayProcess, Oracle, local_fleet
+from tests.integration.gateway_process import GatewayProcess, Oracle
+from tests.integration.local_fleet import local_fleet
 
 pytestmark = pytest.mark.integration
 TOOLS = [

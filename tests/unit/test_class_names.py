@@ -34,6 +34,7 @@ CLIENT_MIRRORS: frozenset[tuple[str, str]] = frozenset(
         ("FinalEvent", "calculet.client.types"),  # daemon/core/events.py
         ("SamplingParams", "calculet.client.types"),  # daemon/sampling/params.py
         ("Constraint", "calculet.client.types"),  # daemon/sampling/constraint.py
+        ("ThinkingBudget", "calculet.client.types"),  # daemon/sampling/thinking.py
         ("ModelState", "calculet.client.types"),  # daemon/core/model_state.py
     }
 )
