@@ -159,6 +159,7 @@ def fleet(args: argparse.Namespace, part: str, boards: int, time_scale: float) -
     say(f"== {part}: {boards} board(s), time scale {time_scale:g}, gateway {local.base_url}")
     try:
         local.start(timeout_s=300)
+        local.wait_ready(timeout_s=300)
         yield local
     finally:
         local.stop()

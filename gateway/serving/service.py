@@ -320,7 +320,7 @@ class GatewayService:
         return await self.tokenize.run(len(prompt), lambda: text.encode(prompt))
 
     async def _encode_spliced(self, text: ModelText, spliced: SplicedChat) -> list[int]:
-        """Raises: as `_encode`."""
+        """Raises: as `encode`."""
         _check_chars(text, spliced.text_chars)
         return await self.tokenize.run(spliced.text_chars, lambda: spliced.encode(text))
 
@@ -394,7 +394,9 @@ class GatewayService:
         """One runner per choice (n per prompt), each with its placement, counted as placed; each
         remembers its answer in `answers` (if given) when it ends normally.
 
-        Raises: Unavailable: no board left for the first choice (they went away meanwhile)."""
+        Raises: Unavailable: no board left for the first choice (they went away meanwhile);
+        InvalidArgument: a thinking budget asked of a package without think markers (before any
+        placement)."""
         token_id = package.text.tokenizer.token_to_id
         tags = call_tags(token_id)
         thinking = _thinking(req, self.thinking_budgets, token_id)
