@@ -236,13 +236,17 @@ def _grammar_stops(
 
 def _forced(seqs: list[Sequence], results: Iterable[RowResult]) -> list[RowResult | None]:
     """The drawn results, with the close token in place of the draw of each row whose thinking budget
-    is used up (docs/daemon.md "Thinking budget"). The draw itself is discarded, so the RNG stream,
-    keyed by (seed, step), is that of any other step. A forced token's logprob is 0.0 (it was
+    is used up, and of each constrained row that drew a stop token inside its think block: such a job
+    may end only by completing its constraint, after the close, so a model that would end there ends
+    its thinking instead (docs/daemon.md "Thinking budget"). The draw itself is discarded, so the RNG
+    stream, keyed by (seed, step), is that of any other step. A forced token's logprob is 0.0 (it was
     certain) with no alternatives, when logprobs are asked for. A row with non-finite logits keeps
     its anomaly: its KV is untrusted whatever the token."""
     out: list[RowResult | None] = []
     for s, res in zip(seqs, results, strict=True):
         close = s.thinking.forced_next() if s.thinking is not None else None
+        if close is None and s.thinking is not None and s.grammar is not None and res.token in s.stop_ids:
+            close = s.thinking.budget.close_token if s.thinking.phase is ThinkPhase.THINKING else None
         if close is not None and res.token is not None:
             res = RowResult(close, 0.0 if s.request.sampling.logprobs is not None else None)
         out.append(res)

@@ -268,3 +268,23 @@ def test_a_qwen_package_budgets_with_the_markers_of_its_own_tokenizer(tmp_path: 
         assert tokens[6] == close_id and close_id not in tokens[:6]
         assert "</think>" in tok.decode(tokens, skip_special_tokens=False)
         assert_clean(qwen)
+
+
+def test_a_constrained_answer_is_never_cut_off_inside_its_thinking(core: DeviceCore, decode) -> None:  # type: ignore[no-untyped-def]
+    """With a constraint a job may end only by completing it (or by max_tokens): inside the think block
+    a stop token may not be drawn, or the answer the constraint promises would never come."""
+    n = 40
+    closed_early = 0
+    for seed in range(30):
+        r = req(n, seed=seed, max_tokens=n + 30, ignore_eos=False)
+        r = dataclasses.replace(r, sampling=dataclasses.replace(r.sampling, constraint=CHOICE))
+        tokens, final = finish(core, core.submit(r).job_id)
+        close = tokens.index(CLOSE) if CLOSE in tokens else -1
+        assert close >= 0 and final.reason is FinishReason.STOP, (seed, final.reason, tokens)
+        assert decode(tokens[close + 1 :]) in CHOICE.choices, (seed, decode(tokens))
+        closed_early += close < n  # a stop drawn inside the block became its close
+        for k in (close, close + 1):  # resumed before and after that close: the undisturbed tokens
+            rest, again = finish(core, core.submit(dataclasses.replace(r, resume_tokens=tuple(tokens[:k]))).job_id)
+            assert tokens[:k] + rest == tokens and again.reason is FinishReason.STOP
+    assert closed_early  # the case this test is about happened (seed 3 draws a stop inside its block)
+    assert_clean(core)
