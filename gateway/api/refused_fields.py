@@ -9,14 +9,15 @@ Each field's validator runs only when the field is present, so its message is th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import field_validator
 
 from calculet.gateway.api.lenient import Lenient
+from calculet.gateway.api.structured import ResponseFormat
 
 OLD_GUIDED = 'vLLM\'s older name; send `structured_outputs` (docs/gateway.md, "Structured outputs")'
-SERVED_FORMATS = ("text", "json_object", "json_schema")
+SERVED_FORMATS: tuple[str, ...] = get_args(ResponseFormat.model_fields["type"].annotation)  # chat's, one list
 
 
 def check_output_format(kind: Any) -> None:

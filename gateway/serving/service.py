@@ -42,7 +42,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from dataclasses import dataclass, field
 from typing import Any
 
-from calculet.client import SamplingParams, ThinkingBudget
+from calculet.client import Constraint, SamplingParams, ThinkingBudget
 from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from calculet.gateway.api.thinking import DEFAULT_BUDGETS, thinking_budget
@@ -398,14 +398,14 @@ class GatewayService:
         InvalidArgument: a thinking budget asked of a package without think markers (before any
         placement)."""
         token_id = package.text.tokenizer.token_to_id
-        tags = call_tags(token_id)
+        constraint = req.answer_constraint(call_tags(token_id))  # one for every choice
         thinking = _thinking(req, self.thinking_budgets, token_id)
         seed = secrets.randbits(63) if req.seed is None else req.seed % SEED_SPACE
         runners: list[ChoiceRunner] = []
         try:
             for tokens, route in prompts:
                 for i in range(req.n):
-                    job = _choice_job(req, session, tokens, (seed + i) % SEED_SPACE, tags, thinking)
+                    job = _choice_job(req, session, tokens, (seed + i) % SEED_SPACE, constraint, thinking)
                     placement = self.router.place(route)
                     if placement is None:
                         raise Unavailable(f"model {req.model!r}: no board is left to serve it")
@@ -435,12 +435,11 @@ def _choice_job(
     session: str,
     tokens: list[int],
     seed: int,
-    tags: tuple[str, str],
+    constraint: Constraint | None,
     thinking: ThinkingBudget | None,
 ) -> ChoiceSubmit:
-    """What one choice submits: the prompt's tokens and the request's limits, with its own seed, its
-    constraint (`tags`: how a tool grammar names the call blocks' tags in this package) and its
-    thinking budget."""
+    """What one choice submits: the prompt's tokens and the request's limits, with its own seed, and
+    the request's constraint and thinking budget (built once for all its choices)."""
     top_k = req.top_k if req.top_k is not None and req.top_k > 0 else 0
     sampling = SamplingParams(
         seed=seed,
@@ -452,7 +451,7 @@ def _choice_job(
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
         logprobs=req.logprobs_count(),
-        constraint=req.answer_constraint(tags),
+        constraint=constraint,
         thinking=thinking,
     )
     return ChoiceSubmit(
