@@ -54,14 +54,25 @@ class Placement:
         alias: the model.
         tokens: prompt tokens the board is expected to prefill for it (its uncached tokens).
         placed_at: when it was placed (the caller's monotonic clock, seconds).
-        on_release: told once at release (turnover, retiring boards).
+        on_release: told once at release (turnover, retiring boards, the pick-time prefix view).
+        blocks: the block hashes of the prompt sent there (the router records them once the choice
+            completes: `sent_prefixes.py`).
     """
 
-    def __init__(self, board: Board, alias: str, tokens: int, placed_at: float, on_release: OnRelease) -> None:
+    def __init__(
+        self,
+        board: Board,
+        alias: str,
+        tokens: int,
+        placed_at: float,
+        on_release: OnRelease,
+        blocks: tuple[int, ...] = (),
+    ) -> None:
         self.board = board
         self.alias = alias
         self.tokens = tokens
         self.placed_at = placed_at
+        self.blocks = blocks
         self._on_release = on_release
         self.life = Lifecycle(f"placement on {board.target}", PlacementState.PREFILLING, PLACEMENT_TRANSITIONS)
         bound = board.short_bound(alias)

@@ -16,12 +16,20 @@ placement (`placement.py`).
 
 Turnover: a placement released by a choice that completed is a sample of how long a choice
 holds a lane (`Turnover`, per alias), which the lane-wait scorer uses.
+
+Pick-time prefix view: a placement carries its prompt's block hashes; when its choice completes, the
+board's `SentPrefixes` records them, and the board's view merges them into what its last report
+advertised until the board confirms them or the bound passes (`sent_prefixes.py`). So a
+conversation's next turn, sent before the board's report of the parked lane arrives, still finds
+the board that holds its prefix.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
+import weakref
 from collections.abc import Callable, Collection
 
 from calculet.gateway.fleet.board import Board
@@ -32,6 +40,7 @@ from calculet.gateway.fleet.placement import Placement
 from calculet.gateway.fleet.routing_policy import RoutingMode, RoutingPolicy
 from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
 from calculet.gateway.fleet.scoring.prefix import uncached_tokens
+from calculet.gateway.fleet.sent_prefixes import CONFIRM_WITHIN_S, SentPrefixes
 from calculet.gateway.fleet.ttft_policy import TtftPolicy
 from calculet.gateway.fleet.turnover import Turnover
 
@@ -55,7 +64,9 @@ class Router:
         fleet: the boards and their packages.
         mode: the routing policy (prefix by default).
         rng: the policy's randomness (seeded in tests).
-        clock: monotonic seconds, for choice durations (the turnover).
+        clock: monotonic seconds, for choice durations (the turnover) and the pick-time view's bound.
+        confirm_within_s: how long a board may take to advertise a completed choice's prompt before
+            the pick-time view stops counting it (`sent_prefixes.CONFIRM_WITHIN_S`).
     """
 
     def __init__(
@@ -64,12 +75,16 @@ class Router:
         mode: RoutingMode = RoutingMode.PREFIX,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        confirm_within_s: float = CONFIRM_WITHIN_S,
     ) -> None:
         self._fleet = fleet
         self.mode = mode
         self.policy = make_policy(mode, rng)
         self.turnover = Turnover()
         self._clock = clock
+        self._confirm_within_s = confirm_within_s
+        # Per board object and model: a board that discovery drops takes its views along.
+        self._sent: weakref.WeakKeyDictionary[Board, dict[str, SentPrefixes]] = weakref.WeakKeyDictionary()
 
     def candidates(self, alias: str, exclude: Collection[str] = ()) -> list[Board]:
         """Boards serving `alias` now (ready, not draining, streams up), less `exclude` (targets)."""
@@ -121,18 +136,35 @@ class Router:
         if chosen is None:
             return None
         board, view = chosen
-        return Placement(board, request.alias, uncached_tokens(request, view), self._clock(), self._released)
+        tokens = uncached_tokens(request, view)
+        return Placement(board, request.alias, tokens, self._clock(), self._released, request.block_hashes)
+
+    def sent_prefixes(self, board: Board, alias: str) -> SentPrefixes | None:
+        """The pick-time view of `alias` on `board` (None before a choice of it completed there)."""
+        return self._sent.get(board, {}).get(alias)
 
     def _view(self, board: Board, alias: str, package: ModelPackage) -> BoardView:
         costs = package.costs
-        return board.view(
+        view = board.view(
             alias,
             fixed_ms=costs.prefill_fixed_ms,
             per_token_ms=costs.prefill_ms_per_token,
             turnover_ms=self.turnover.ms(alias),
         )
+        sent = self.sent_prefixes(board, alias)
+        if sent is None or self.mode is not RoutingMode.PREFIX:
+            return view
+        hashes, tips = sent.held(view.prefix_hashes | view.prefix_tips, self._clock(), board.epoch)
+        if not tips:
+            return view
+        return dataclasses.replace(view, prefix_hashes=view.prefix_hashes | hashes, prefix_tips=view.prefix_tips | tips)
 
     def _released(self, placement: Placement, completed: bool) -> None:
+        now = self._clock()
         if completed:
-            self.turnover.observe(placement.alias, self._clock() - placement.placed_at)
+            self.turnover.observe(placement.alias, now - placement.placed_at)
+            if placement.blocks:  # its lane parks with this prompt: the board reports it soon
+                views = self._sent.setdefault(placement.board, {})
+                sent = views.setdefault(placement.alias, SentPrefixes(self._confirm_within_s))
+                sent.parked(placement.blocks, now, placement.board.epoch)
         self._fleet.released(placement.board)
