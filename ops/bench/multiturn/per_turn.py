@@ -10,6 +10,10 @@ For turn k (1-based), over the users' turn-k requests:
   min(prompt_k, prompt_{k-1} + output_{k-1}): what the previous turn left in its lane, the most
   per-lane reuse can serve if the history re-tokenises to the same tokens; `carried_share` over
   the prompt tokens (0 on turn 1);
+- `missed`: completed turn-k requests whose user's turn k-1 completed and whose cached tokens fall
+  short of that turn's prompt in full 64-token blocks: what the lane it left holds of the new
+  prompt whatever the answer re-renders to, so a turn below it was served away from that lane
+  (another board, or the lane was evicted);
 - `ttft`: TTFT distribution (`LatencyStats`, seconds) of the completed requests.
 
 `cached_share(turns, first_turn)` is the share over every completed request of turn >= first_turn.
@@ -20,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from calculet.client.prefix import BLOCK_TOKENS
 from calculet.ops.bench.latency import request_latency
 from calculet.ops.bench.multiturn.turns import TurnRecord
 from calculet.ops.bench.summary import LatencyStats
@@ -39,6 +44,7 @@ class TurnStats:
     carried_tokens: int
     output_tokens: int
     ttft: LatencyStats
+    missed: int = 0
 
     @property
     def cached_share(self) -> float | None:
@@ -54,6 +60,13 @@ def _carried(record: TurnRecord, previous: TurnRecord | None) -> int:
         return 0
     prompt = record.record.prompt_tokens or 0
     return min(prompt, previous.record.prompt_tokens + previous.record.output_tokens)
+
+
+def _missed(record: TurnRecord, previous: TurnRecord | None) -> bool:
+    if previous is None or not previous.ok or previous.record.prompt_tokens is None:
+        return False
+    held = previous.record.prompt_tokens // BLOCK_TOKENS * BLOCK_TOKENS
+    return record.cached_tokens < held
 
 
 def turn_stats(turns: Sequence[TurnRecord], users: int, turns_per_user: int) -> list[TurnStats]:
@@ -81,6 +94,7 @@ def turn_stats(turns: Sequence[TurnRecord], users: int, turns_per_user: int) -> 
                 carried_tokens=sum(_carried(t, by_key.get((t.user, k - 1))) for t in done),
                 output_tokens=sum(t.record.output_tokens for t in done),
                 ttft=LatencyStats.of([request_latency(t.record).ttft for t in done]),
+                missed=sum(_missed(t, by_key.get((t.user, k - 1))) for t in done),
             )
         )
     return out

@@ -6,7 +6,7 @@ Keys: `users`, `turns`, `skipped` (turns not sent: their conversation had failed
 `cached_share` (all turns) and `cached_share_later` (turns >= 2), `per_turn[]` (`per_turn.TurnStats`
 with TTFT in ms, and `modelled_uncached_ttft_ms`: the p50 over the turn's requests of the modelled
 uncached prefill plus one decode step at the time scale, `model_cost`; null without a timing model),
-`later_turns` (turns >= 2 pooled: `requests`, `ttft_p50_ms`, `modelled_uncached_ttft_p50_ms`,
+`later_turns` (turns >= 2 pooled: `requests`, `missed` (`per_turn.TurnStats.missed`), `ttft_p50_ms`, `modelled_uncached_ttft_p50_ms`,
 `ttft_bound_ms`) and `targets[]` (issue 19's per-run targets, `targets.TargetCheck`). A figure that
 cannot be computed is null. Pure; no I/O.
 """
@@ -58,6 +58,7 @@ def _turn_json(stats: TurnStats, modelled: Sequence[float]) -> dict[str, Any]:
         "cached_share": stats.cached_share,
         "carried_tokens": stats.carried_tokens,
         "carried_share": stats.carried_share,
+        "missed": stats.missed,
         "output_tokens": stats.output_tokens,
         "ttft_ms": latency_ms(stats.ttft),
         "modelled_uncached_ttft_ms": _ms(LatencyStats.of(modelled).p50),
@@ -93,6 +94,7 @@ def multiturn_json(
         "per_turn": [_turn_json(s, m) for s, m in zip(stats, by_turn, strict=True)],
         "later_turns": {
             "requests": len(later),
+            "missed": sum(s.missed for s in stats),
             "ttft_p50_ms": _ms(ttft_p50),
             "modelled_uncached_ttft_p50_ms": _ms(modelled_p50),
             "ttft_bound_ms": None if modelled_p50 is None else _ms(ttft_bound_s(modelled_p50)),

@@ -30,10 +30,11 @@ def turn_table(report: dict[str, Any]) -> RenderableType:
     mt = report["multiturn"]
     title = (
         f"by turn: {mt['users']} users x {mt['turns']} turns; from cache {_pct(mt['cached_share'])} overall, "
-        f"{_pct(mt['cached_share_later'])} from turn 2"
+        f"{_pct(mt['cached_share_later'])} from turn 2; {mt['later_turns']['missed']} of "
+        f"{mt['later_turns']['requests']} later turns missed their lane"
     )
     table = Table(title=title, title_justify="left")
-    header = ("turn", "ok / failed / skipped", "prompt tok", "cached", "carried", "TTFT p50 / p90 / p99 ms")
+    header = ("turn", "ok / failed / skipped", "prompt tok", "cached", "carried", "missed", "TTFT p50 / p90 / p99 ms")
     for name in (*header, "modelled uncached ms"):
         table.add_column(name, justify="left" if name == "turn" else "right")
     for row in mt["per_turn"]:
@@ -44,6 +45,7 @@ def turn_table(report: dict[str, Any]) -> RenderableType:
             str(row["prompt_tokens"]),
             _pct(row["cached_share"]),
             _pct(row["carried_share"]),
+            str(row["missed"]),
             " / ".join(_num(ttft[q]) for q in ("p50", "p90", "p99")),
             _num(row["modelled_uncached_ttft_ms"]),
         )

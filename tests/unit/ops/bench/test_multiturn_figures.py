@@ -183,3 +183,20 @@ def test_the_ttft_target_bound(ttft: float | None, modelled: float | None, met: 
 def test_ratio_targets(num: float | None, den: float | None, measured: float | None, met: bool | None) -> None:
     target = ratio_target("reuse", "on >= 3 x off", num, den, 3.0)
     assert target.met is met and (target.measured == pytest.approx(measured) if measured else target.measured is None)
+
+
+def test_a_later_turn_below_its_previous_prompts_full_blocks_missed_its_lane() -> None:
+    turns = [
+        turn(0, 1, 0.1, 1113, 0, index=0), turn(0, 2, 0.2, 1257, 1088, index=1),  # 17 blocks held: hit
+        turn(0, 3, 0.2, 1400, 1087, index=2),  # 1,257 -> 19 blocks = 1,216 held, 1,087 served: missed
+        turn(1, 1, 0.1, 1113, 0, index=3), turn(1, 2, 6.0, 1257, 0, index=4),  # cold elsewhere: missed
+        broken(2, 1, index=5),
+    ]  # fmt: skip
+    t1, t2, t3 = turn_stats(turns, users=3, turns_per_user=3)
+    assert (t1.missed, t2.missed, t3.missed) == (0, 1, 1)
+    mt = multiturn_json(turns, 3, 3, None, 10.0)
+    assert [row["missed"] for row in mt["per_turn"]] == [0, 1, 1]
+    assert (mt["later_turns"]["missed"], mt["later_turns"]["requests"]) == (2, 3)
+    console = Console(width=200, record=True)
+    console.print(turn_table({"multiturn": mt}))
+    assert "2 of 3 later turns missed their lane" in console.export_text()
