@@ -7,8 +7,8 @@ Keys: `users`, `turns`, `skipped` (turns not sent: their conversation had failed
 with TTFT in ms, and `modelled_uncached_ttft_ms`: the p50 over the turn's requests of the modelled
 uncached prefill plus one decode step at the time scale, `model_cost`; null without a timing model),
 `later_turns` (turns >= 2 pooled: `requests`, `missed` (`per_turn.TurnStats.missed`), `ttft_p50_ms`,
-`modelled_uncached_ttft_p50_ms`, `ttft_bound_ms`) and `targets[]` (issue 19's per-run targets, `targets.TargetCheck`). A figure that
-cannot be computed is null. Pure; no I/O.
+`modelled_uncached_ttft_p50_ms`, `ttft_bound_ms`) and `targets[]` (issue 19's per-run targets,
+`targets.TargetCheck`). A figure that cannot be computed is null. Pure; no I/O.
 """
 
 from __future__ import annotations
