@@ -99,6 +99,21 @@ def test_users_start_staggered_and_think_between_turns() -> None:
     assert sorted(time.sleeps) == sorted([0.5, 1.0, 1.0, 2.0, 11.0, 12.0, 21.0, 22.0])
 
 
+def test_back_to_back_turns_never_sleep_between_turns() -> None:
+    # --think-time 0 (issue 32's variant): each turn is sent the moment the previous answer ended.
+    chat, time = FakeChat(), FakeTime()
+    base = workload(users=2, turns=4)
+    spec = MultiturnSpec(2, 4, 3, 2, 5, ThinkTime.parse("0"), stagger_s=0.0)
+    back_to_back = tuple(Conversation(c.user, 0.0, c.messages, (0.0,) * 3) for c in base.conversations)
+    records = asyncio.run(
+        run_conversations(
+            MultiturnWorkload(spec, base.system, back_to_back, ()), chat.send, clock=time.clock, sleep=time.sleep
+        )
+    )
+    assert len(records) == 8 and time.sleeps == []
+    assert [t.turn for t in conversation_of(chat, 0)] == [1, 2, 3, 4]
+
+
 def test_a_failed_turn_ends_its_conversation_only() -> None:
     chat = FakeChat(fail={(1, 2)})
     time = FakeTime()
