@@ -46,16 +46,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonschema
 import orjson
 
 from calculet.client import AsyncDaemonClient, Constraint, SamplingParams, ThinkingBudget
+from calculet.ops.bench.structured.schemas import object_schema, parsed, response_format, tool_set
+from calculet.ops.bench.structured.schemas import validates as schema_validates
 from calculet.ops.fleet import FleetConfig, LocalFleet
 from calculet.ops.sim_packages.build import build_sim_package
 
 PRESET = "qwen3-30b-a3b"
 MODEL = "qwen"
-WORDS = ["alpha", "beta", "gamma", "delta", "red", "green", "blue", "north", "south", "yes", "no", "maybe"]
 NO_THINK = {"enable_thinking": False}
 ROWS: list[tuple[str, str]] = []  # (measure, value) for the summary table
 
@@ -72,36 +72,6 @@ def row(measure: str, value: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- schemas
-
-
-def scalar_schema(rng: random.Random) -> Json:
-    kind = rng.choice(["enum", "string", "integer", "number", "boolean"])
-    if kind == "enum":
-        return {"enum": rng.sample(WORDS, rng.randint(2, 5))}
-    if kind == "string":
-        return {"type": "string", "maxLength": rng.randint(1, 16)}
-    if kind == "integer":
-        low = rng.randint(-1000, 100)
-        return {"type": "integer", "minimum": low, "maximum": low + rng.randint(1, 5000)}
-    if kind == "number":
-        return {"type": "number", "minimum": -100, "maximum": 100}
-    return {"type": "boolean"}
-
-
-def value_schema(rng: random.Random, depth: int) -> Json:
-    pick = rng.random()
-    if pick < 0.15:
-        return {"type": "array", "items": scalar_schema(rng), "maxItems": rng.randint(1, 4)}
-    if pick < 0.3 and depth < 2:
-        return object_schema(rng, depth + 1)
-    return scalar_schema(rng)
-
-
-def object_schema(rng: random.Random, depth: int = 0) -> Json:
-    names = [f"f{i}_{rng.choice(WORDS)}" for i in range(rng.randint(1, 5 if depth == 0 else 3))]
-    props = {name: value_schema(rng, depth) for name in names}
-    required = [n for n in names if rng.random() < 0.7]  # the rest are optional
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
 def item_schema() -> Json:
@@ -130,16 +100,9 @@ UNBOUNDED = {
 }
 
 
-def response_format(schema: Json, name: str = "out") -> Json:
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
-
-
 def validates(text: str | None, schema: Json) -> bool:
-    try:
-        jsonschema.validate(json.loads(text or ""), schema)
-    except (ValueError, jsonschema.ValidationError):
-        return False
-    return True
+    ok, value = parsed(text)
+    return ok and schema_validates(value, schema)
 
 
 # ---------------------------------------------------------------------------------------- fleet
@@ -311,9 +274,7 @@ async def validity(args: argparse.Namespace, http: httpx.AsyncClient, local: Loc
             say(f"    invalid (first 3): {[(i, res[i][1], json.dumps(schemas[i])[:200]) for i in bad[:3]]}")
 
     def tools_for(i: int) -> list[Json]:
-        rng = random.Random(5000 + i)
-        return [{"type": "function", "function": {"name": f"tool_{k}", "description": f"tool {k}",
-                 "parameters": object_schema(rng)}} for k in range(rng.randint(1, 3))]  # fmt: skip
+        return tool_set(random.Random(5000 + i))
 
     for label in ("required", "named"):
 
