@@ -22,8 +22,10 @@ talks HTTP to the gateway. Parts (`--parts`, comma-separated, in this order):
   tokenizer build), then of a new schema against the same schema again, against unconstrained.
 - failover (time scale 1, 2 boards): a constrained stream whose board is SIGKILLed mid-object;
   its text against the undisturbed run with the same seed, and validation.
+- cpu (time scale 0): the daemon process's CPU per streamed token, unconstrained against
+  constrained, at `--concurrency` streams (`--cpu-requests` a window, `--rounds` pairs).
 
-    .venv/bin/python bench/structured_measure.py [--parts validity,saturation,tpot,compile,failover]
+    .venv/bin/python bench/structured_measure.py [--parts validity,saturation,tpot,compile,failover,cpu]
         [--dir /tmp/measure-structured] [--port 18740] [--requests 200] [--duration 30]
         [--concurrency 16] [--tokens 128]
 """
@@ -47,6 +49,7 @@ from typing import Any
 
 import httpx
 import orjson
+import psutil
 
 from calculet.client import AsyncDaemonClient, Constraint, SamplingParams, ThinkingBudget
 from calculet.ops.bench.structured.schemas import object_schema, parsed, response_format, tool_set
@@ -383,6 +386,33 @@ async def saturation(args: argparse.Namespace, http: httpx.AsyncClient) -> None:
         f"{dp:.2f} / {dc:.2f} tok/s, ratio {dc / dp:.3f}")  # fmt: skip
 
 
+async def cpu(args: argparse.Namespace, http: httpx.AsyncClient, local: LocalFleet) -> None:
+    """The daemon's CPU per token (user + system seconds of its process over a window, over the
+    tokens streamed in it), plain against constrained, at `--concurrency` streams, time scale 0.
+    calsim's kernel runs in that process too (the emulated device's compute, the same both ways),
+    so the difference is what the constraint costs."""
+    tokens, conc = args.tokens, args.concurrency
+    daemon = psutil.Process(local.daemons[0].pid)
+    await bounded(conc, conc, lambda i: stream_chat(http, cost_body(i, tokens, True)))  # warm-up and compile
+    await bounded(conc, conc, lambda i: stream_chat(http, cost_body(i, tokens, False)))
+    per_token: dict[bool, list[float]] = {False: [], True: []}
+    for rnd in range(args.rounds):
+        for constrained in (False, True):
+            before = daemon.cpu_times()
+            done = await bounded(
+                args.cpu_requests, conc, lambda i, c=constrained: stream_chat(http, cost_body(i, tokens, c))
+            )
+            after = daemon.cpu_times()
+            n = sum(s.tokens for s in done)
+            used = (after.user - before.user) + (after.system - before.system)
+            per_token[constrained].append(used / n * 1e6)
+            say(f"    round {rnd} {'constrained' if constrained else 'plain      '}: {n} tokens, "
+                f"daemon CPU {used:.2f} s = {used / n * 1e6:.0f} us/token")  # fmt: skip
+    p, c = statistics.mean(per_token[False]), statistics.mean(per_token[True])
+    row(f"daemon CPU per token at {conc} streams, time scale 0: plain / constrained",
+        f"{p:.0f} / {c:.0f} us (+{c - p:.0f} us)")  # fmt: skip
+
+
 async def tpot(args: argparse.Namespace, http: httpx.AsyncClient) -> None:
     tokens = args.tokens
     for i in range(2):
@@ -485,7 +515,7 @@ async def failover(args: argparse.Namespace, http: httpx.AsyncClient, local: Loc
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", default="validity,saturation,tpot,compile,failover")
+    p.add_argument("--parts", default="validity,saturation,tpot,compile,failover,cpu")
     p.add_argument("--dir", default="/tmp/measure-structured")
     p.add_argument("--port", type=int, default=18740)
     p.add_argument("--requests", type=int, default=200, help="validity: requests per kind")
@@ -495,6 +525,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128, help="saturation and tpot: max_tokens")
     p.add_argument("--tpot-requests", type=int, default=20)
     p.add_argument("--compile-requests", type=int, default=20)
+    p.add_argument("--cpu-requests", type=int, default=64, help="cpu: requests per window")
     p.add_argument("--kill-after", type=int, default=20, help="failover: deltas before the SIGKILL")
     args = p.parse_args()
     parts = args.parts.split(",")
@@ -504,6 +535,7 @@ def main() -> None:
         ("tpot", 1, 1.0, lambda h, f: tpot(args, h)),
         ("compile", 1, 1.0, lambda h, f: compile_cost(args, h)),
         ("failover", 2, 1.0, lambda h, f: failover(args, h, f)),
+        ("cpu", 1, 0.0, lambda h, f: cpu(args, h, f)),
     ]
     for name, boards, scale, run in plan:
         if name not in parts:
