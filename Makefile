@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	rm -rf .mypy-src && mkdir -p .mypy-src/calculet
-	for d in daemon client gateway ops; do ln -s ../../$$d .mypy-src/calculet/$$d; done
+	for d in common daemon client gateway ops; do ln -s ../../$$d .mypy-src/calculet/$$d; done
 	ln -s ../../protos/calculet/v1 .mypy-src/calculet/v1
 	$(VENV)/bin/mypy .mypy-src/calculet
 

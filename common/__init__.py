@@ -1,0 +1,6 @@
+"""`calculet.common`: the floor below the daemon, the client, the gateway and ops (issue 32).
+
+What every side uses and no side owns. It imports nothing from `calculet.daemon`, `calculet.client`,
+`calculet.gateway` or `calculet.ops` (the import-linter contracts in pyproject.toml keep it so);
+the generated `calculet.v1` messages are the only other calculet package it may read.
+"""
