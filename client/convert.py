@@ -33,8 +33,8 @@ from calculet.client.types import (
     TokenLogprob,
     Usage,
 )
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.daemon.error_codes import error_from_kind, kind_from_pb
-from calculet.daemon.errors import CalculetError, ErrorKind
 from calculet.v1 import common_pb2, inference_pb2, observe_pb2
 
 _FINISH: dict[int, FinishReason] = {

@@ -17,7 +17,7 @@ from typing import NoReturn
 from calculet.client.convert import event_from_pb
 from calculet.client.messages import SubmitResult
 from calculet.client.types import FinalEvent, TokenChunk
-from calculet.daemon.errors import CalculetError, ErrorKind, NotFound, Unavailable
+from calculet.common.errors import CalculetError, ErrorKind, NotFound, Unavailable
 from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.v1 import inference_pb2
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from enum import Enum
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.lifecycle import Lifecycle, table
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
 
-from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.common.errors import CalculetError, InvalidArgument
 
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1

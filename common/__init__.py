@@ -3,4 +3,6 @@
 What every side uses and no side owns. It imports nothing from `calculet.daemon`, `calculet.client`,
 `calculet.gateway` or `calculet.ops` (the import-linter contracts in pyproject.toml keep it so);
 the generated `calculet.v1` messages are the only other calculet package it may read.
+
+    errors.py           CalculetError, its ErrorKind and one class per kind: the typed domain errors
 """

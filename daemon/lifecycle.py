@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Generic, TypeVar
 
-from calculet.daemon.errors import IllegalTransition
+from calculet.common.errors import IllegalTransition
 
 S = TypeVar("S", bound=Enum)
 

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from calculet.common.errors import CalculetError, ErrorKind, InvalidArgument
 from calculet.daemon.core.chunking import parse_chunk_setting
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
@@ -47,7 +48,6 @@ from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceBusy
 from calculet.daemon.device.registry import available_drivers, load_driver
-from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
 from calculet.daemon.parent_death import die_with_parent
 from calculet.daemon.runtime_paths import default_runtime_dir
 from calculet.daemon.server.access import Plane, ServerSecurity, load_policy

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from calculet.common.errors import ErrorKind, InvalidArgument
 from calculet.daemon.core.events import (
     Event,
     FinalEvent,
@@ -39,7 +40,6 @@ from calculet.daemon.error_codes import KIND_OF_CODE as KIND_OF_CODE
 from calculet.daemon.error_codes import RETRY_AFTER_KEY as RETRY_AFTER_KEY
 from calculet.daemon.error_codes import error_from_kind as error_from_kind
 from calculet.daemon.error_codes import kind_from_pb, kind_to_pb
-from calculet.daemon.errors import ErrorKind, InvalidArgument
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.daemon.sampling.thinking import ThinkingBudget

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from calculet.client import Transport, parse_target
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.parent_death import die_with_parent
 from calculet.daemon.server.sd_notify import Notifier
 from calculet.daemon.telemetry.logs import setup_logging

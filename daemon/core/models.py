@@ -28,6 +28,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from calculet.common.errors import (
+    Aborted,
+    CalculetError,
+    ErrorKind,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
 from calculet.daemon.aliases import check_alias
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.errors import BoardHalted
@@ -40,15 +49,6 @@ from calculet.daemon.core.switch import PhaseClock, SwitchSpec, phases_text, swi
 from calculet.daemon.core.unload_check import ChipExcess, excess_text, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import DeviceError, ModelReleased, OutOfDeviceMemory
-from calculet.daemon.errors import (
-    Aborted,
-    CalculetError,
-    ErrorKind,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-)
 from calculet.daemon.package.capacity import DeviceLimits
 from calculet.daemon.package.compat import co_residency_refusal, driver_refusal
 from calculet.daemon.package.fs import is_symlink_loop

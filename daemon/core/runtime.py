@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
 from calculet.daemon.core.jobs import JobPool
 from calculet.daemon.core.kv import KVManager
@@ -20,7 +21,6 @@ from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState
 from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.types import EngineSlot, SubmodelInfo, TaskType
-from calculet.daemon.errors import FailedPrecondition
 from calculet.daemon.grammar import GrammarCompiler
 from calculet.daemon.lifecycle import Lifecycle
 from calculet.daemon.package.manifest import PackageManifest

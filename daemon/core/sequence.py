@@ -25,9 +25,9 @@ from enum import Enum, auto
 import numpy as np
 
 from calculet.client.prefix import BLOCK_TOKENS, block_hashes
+from calculet.common.errors import ErrorKind
 from calculet.daemon.core.events import EventLog, FinishReason, Timings, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.grammar import GrammarMatcher
 from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.daemon.sampling.history import TokenHistory

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.reset_audit import ResetEntry, now
-from calculet.daemon.errors import InvalidArgument
 
 MAX_NOTE_CHARS = 256
 PHASES = ("validate", "drain", "unload", "configure", "warm", "publish")

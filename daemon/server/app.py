@@ -35,8 +35,8 @@ from grpc_health.v1 import health, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 from grpc_reflection.v1alpha import reflection
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.server.access import BearerAuth, ServerSecurity
 from calculet.daemon.server.checks import REFERENCE_CONTEXT, request_bytes
 from calculet.daemon.server.errors import StrictDecoding

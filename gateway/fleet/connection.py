@@ -29,9 +29,9 @@ from calculet.client import AsyncDaemonClient, AsyncGeneration, SamplingParams, 
 from calculet.client.convert import model_state_from_pb
 from calculet.client.messages import Switch, load_outcome
 from calculet.client.types import FinalEvent, LoadReport, ModelInfo, ServingStatus, TokenChunk
+from calculet.common.errors import CalculetError, ErrorKind, Unavailable
 from calculet.daemon.core.model_state import ModelState as DaemonModelState
 from calculet.daemon.core.switch import PhaseClock
-from calculet.daemon.errors import CalculetError, ErrorKind, Unavailable
 
 # How long a single call (Submit, GetModel, Cancel) may take before the board counts as unreachable.
 CALL_TIMEOUT_S = 10.0

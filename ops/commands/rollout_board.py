@@ -27,7 +27,7 @@ from collections.abc import Callable
 from enum import Enum
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.ops.commands.access import DaemonAccess
 from calculet.ops.commands.rollout_plan import BoardPlan

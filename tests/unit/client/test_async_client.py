@@ -27,8 +27,7 @@ from calculet.client import (
     StreamState,
     TokenChunk,
 )
-from calculet.daemon.error_codes import RETRY_AFTER_KEY
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     Aborted,
     FailedPrecondition,
     InvalidArgument,
@@ -36,6 +35,7 @@ from calculet.daemon.errors import (
     Overloaded,
     Unavailable,
 )
+from calculet.daemon.error_codes import RETRY_AFTER_KEY
 from calculet.v1 import common_pb2, inference_pb2
 
 from .conftest import start_server

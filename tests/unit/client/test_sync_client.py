@@ -25,8 +25,7 @@ from calculet.client import (
     StreamState,
     TokenChunk,
 )
-from calculet.daemon.error_codes import RETRY_AFTER_KEY
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     ErrorKind,
@@ -37,6 +36,7 @@ from calculet.daemon.errors import (
     Unauthenticated,
     Unavailable,
 )
+from calculet.daemon.error_codes import RETRY_AFTER_KEY
 from calculet.v1 import common_pb2, inference_pb2
 
 from .conftest import start_server

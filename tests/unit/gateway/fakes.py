@@ -34,7 +34,7 @@ from calculet.client.types import (
     TokenLogprob,
     Usage,
 )
-from calculet.daemon.errors import CalculetError, FailedPrecondition, NotFound, Unavailable
+from calculet.common.errors import CalculetError, FailedPrecondition, NotFound, Unavailable
 from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonConnection, DaemonStream, ModelSwitch, SwitchDone
 
 ALIAS = "fake"

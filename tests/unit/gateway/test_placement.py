@@ -10,7 +10,7 @@ import random
 import pytest
 
 from calculet.client.types import LoadReport, ModelLoad, ModelState, ServingStatus
-from calculet.daemon.errors import IllegalTransition
+from calculet.common.errors import IllegalTransition
 from calculet.daemon.lifecycle import Lifecycle
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS, Placement, PlacementState

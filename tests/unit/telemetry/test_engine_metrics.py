@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.core.events import FinishReason, Timings, Usage
 from calculet.daemon.core.observer import (
     DeviceJobDone,
@@ -20,7 +21,6 @@ from calculet.daemon.core.observer import (
 )
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.telemetry.engine_metrics import EngineMetrics
 from calculet.daemon.telemetry.registry import MetricsRegistry
 from tests.unit.telemetry.scrape import Scrape
