@@ -2,7 +2,7 @@
 
 Owns the client half of DESIGN.md section 6: a `grpc.RpcError` (sync) or `grpc.aio.AioRpcError`
 carries a status code, details and trailing metadata; `error_from_rpc` maps the code to an
-`ErrorKind` through `calculet.daemon.error_codes.KIND_OF_CODE` (the one table, shared with the
+`ErrorKind` through `calculet.common.error_codes.KIND_OF_CODE` (the one table, shared with the
 daemon) and rebuilds the typed error with `error_codes.error_from_kind`, reading the retry hint
 of RESOURCE_EXHAUSTED from the trailing metadata `calculet-retry-after-s`. Codes the daemon never
 sends on purpose (UNKNOWN, INTERNAL, UNIMPLEMENTED, DATA_LOSS, ...) become a `CalculetError` of
@@ -18,8 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
+from calculet.common.error_codes import KIND_OF_CODE, RETRY_AFTER_KEY, error_from_kind
 from calculet.common.errors import CalculetError, ErrorKind
-from calculet.daemon.error_codes import KIND_OF_CODE, RETRY_AFTER_KEY, error_from_kind
 
 log = logging.getLogger(__name__)
 

@@ -5,4 +5,5 @@ What every side uses and no side owns. It imports nothing from `calculet.daemon`
 the generated `calculet.v1` messages are the only other calculet package it may read.
 
     errors.py           CalculetError, its ErrorKind and one class per kind: the typed domain errors
+    error_codes.py      the one table between error kinds, gRPC status codes and the wire's ErrorKind
 """

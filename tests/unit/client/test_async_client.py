@@ -27,6 +27,7 @@ from calculet.client import (
     StreamState,
     TokenChunk,
 )
+from calculet.common.error_codes import RETRY_AFTER_KEY
 from calculet.common.errors import (
     Aborted,
     FailedPrecondition,
@@ -35,7 +36,6 @@ from calculet.common.errors import (
     Overloaded,
     Unavailable,
 )
-from calculet.daemon.error_codes import RETRY_AFTER_KEY
 from calculet.v1 import common_pb2, inference_pb2
 
 from .conftest import start_server

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from calculet.client.errors import error_from_rpc, retry_after
+from calculet.common.error_codes import GRPC_CODE, RETRY_AFTER_KEY
 from calculet.common.errors import (
     Aborted,
     CalculetError,
@@ -23,7 +24,6 @@ from calculet.common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from calculet.daemon.error_codes import GRPC_CODE, RETRY_AFTER_KEY
 
 EXPECTED_CLASS = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,

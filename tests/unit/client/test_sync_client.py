@@ -25,6 +25,7 @@ from calculet.client import (
     StreamState,
     TokenChunk,
 )
+from calculet.common.error_codes import RETRY_AFTER_KEY
 from calculet.common.errors import (
     Aborted,
     CalculetError,
@@ -36,7 +37,6 @@ from calculet.common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from calculet.daemon.error_codes import RETRY_AFTER_KEY
 from calculet.v1 import common_pb2, inference_pb2
 
 from .conftest import start_server

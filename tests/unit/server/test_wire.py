@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from calculet.client import convert
+from calculet.common import error_codes
 from calculet.common.errors import ErrorKind, InvalidArgument, Overloaded
-from calculet.daemon import error_codes, wire
+from calculet.daemon import wire
 from calculet.daemon.core.events import FinalEvent, FinishReason, Timings, TokenChunk, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.sampling.params import SamplingParams
