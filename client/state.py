@@ -11,7 +11,7 @@ import threading
 from enum import Enum
 
 from calculet.common.errors import FailedPrecondition
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.lifecycle import Lifecycle, table
 
 
 class ClientState(Enum):

@@ -58,11 +58,11 @@ import numpy as np
 
 from calculet.client.prefix import BLOCK_TOKENS
 from calculet.common.errors import FailedPrecondition, IllegalTransition, InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.core.errors import StaleGeneration
 from calculet.daemon.core.ids import DeviceJobId, SequenceId
 from calculet.daemon.core.prefix_match import LaneSource, ParkedView, choose_lane
 from calculet.daemon.device.types import RowSpec
-from calculet.daemon.lifecycle import Lifecycle, table
 
 
 class LaneState(Enum):

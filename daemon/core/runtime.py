@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calculet.common.errors import FailedPrecondition
+from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
 from calculet.daemon.core.jobs import JobPool
 from calculet.daemon.core.kv import KVManager
@@ -22,7 +23,6 @@ from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.types import EngineSlot, SubmodelInfo, TaskType
 from calculet.daemon.grammar import GrammarCompiler
-from calculet.daemon.lifecycle import Lifecycle
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.sampling.sampler import Sampler, SamplingPolicy
 

@@ -26,10 +26,10 @@ import numpy as np
 
 from calculet.client.prefix import BLOCK_TOKENS, block_hashes
 from calculet.common.errors import ErrorKind
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.core.events import EventLog, FinishReason, Timings, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.grammar import GrammarMatcher
-from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.thinking import ThinkingTracker, ThinkPhase
 

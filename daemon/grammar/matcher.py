@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calculet.common.errors import InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.lifecycle import Lifecycle, table
 
 if TYPE_CHECKING:  # imported for real by the compiler that made the matcher (`compiler.py`)
     import llguidance

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 
 from calculet.common.errors import InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.lifecycle import Lifecycle, table
 
 MAX_THINKING_BUDGET = 2**31 - 1  # any budget fits: max_tokens (<= the context) bounds it anyway
 

@@ -22,7 +22,7 @@ from enum import Enum
 
 from calculet.client.types import LoadReport, ModelLoad, ServingStatus
 from calculet.common.errors import CalculetError
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.gateway.fleet.connection import DaemonConnection
 from calculet.gateway.fleet.scoring.inputs import BoardView
 

@@ -28,7 +28,7 @@ from enum import Enum
 
 from calculet.client import DaemonClient
 from calculet.common.errors import CalculetError
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.ops.commands.access import DaemonAccess
 from calculet.ops.commands.rollout_plan import BoardPlan
 from calculet.v1 import common_pb2

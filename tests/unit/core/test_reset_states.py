@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from calculet.common.errors import ErrorKind, FailedPrecondition, IllegalTransition
+from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.reset_budget import (
@@ -33,7 +34,6 @@ from calculet.daemon.core.reset_budget import (
     ResetState,
     ResetTally,
 )
-from calculet.daemon.lifecycle import Lifecycle
 
 from .engine_factories import build_models, finish, request, running_core, until
 
