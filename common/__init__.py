@@ -7,4 +7,5 @@ the generated `calculet.v1` messages are the only other calculet package it may 
     errors.py           CalculetError, its ErrorKind and one class per kind: the typed domain errors
     error_codes.py      the one table between error kinds, gRPC status codes and the wire's ErrorKind
     lifecycle.py        Lifecycle: an Enum plus its transition table, the one way any state changes
+    aliases.py          check_alias: the model alias rule of common.proto
 """

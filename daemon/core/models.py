@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from calculet.common.aliases import check_alias
 from calculet.common.errors import (
     Aborted,
     CalculetError,
@@ -37,7 +38,6 @@ from calculet.common.errors import (
     NotFound,
     PermissionDenied,
 )
-from calculet.daemon.aliases import check_alias
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.errors import BoardHalted
 from calculet.daemon.core.golden import AttemptResult, GoldenVerdict, golden_request, judge
