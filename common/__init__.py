@@ -8,4 +8,5 @@ the generated `calculet.v1` messages are the only other calculet package it may 
     error_codes.py      the one table between error kinds, gRPC status codes and the wire's ErrorKind
     lifecycle.py        Lifecycle: an Enum plus its transition table, the one way any state changes
     aliases.py          check_alias: the model alias rule of common.proto
+    telemetry/          log lines, traces and the metrics registry base of both processes
 """

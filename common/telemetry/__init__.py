@@ -1,0 +1,7 @@
+"""Telemetry both the daemon and the gateway use: log lines, traces and the metrics registry base.
+
+Each process builds its own from these (the daemon's metrics in `calculet.daemon.telemetry`, the
+gateway's in `calculet.gateway.telemetry`); nothing here knows either side's domain.
+
+    tracing_env.py      whether OTEL_TRACES_EXPORTER asks for traces, without importing OpenTelemetry
+"""
