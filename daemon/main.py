@@ -657,8 +657,8 @@ def _observe_jobs(core: DeviceCore) -> TracerProvider | None:
         core.engine.add_observer(JobLog())
     if not tracing_requested():
         return None
+    from calculet.common.telemetry.tracing import tracer_provider_from_env
     from calculet.daemon.telemetry.job_traces import JobTraces
-    from calculet.daemon.telemetry.tracing import tracer_provider_from_env
 
     provider = tracer_provider_from_env("calculet-daemon")
     if provider is not None:

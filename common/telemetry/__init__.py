@@ -4,4 +4,5 @@ Each process builds its own from these (the daemon's metrics in `calculet.daemon
 gateway's in `calculet.gateway.telemetry`); nothing here knows either side's domain.
 
     tracing_env.py      whether OTEL_TRACES_EXPORTER asks for traces, without importing OpenTelemetry
+    tracing.py          a TracerProvider when OTEL_* asks for one; W3C trace context in gRPC metadata
 """
