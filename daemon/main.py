@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calculet.common.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.common.telemetry.logs import LOG_FORMATS, setup_logging
 from calculet.common.telemetry.tracing_env import tracing_requested
 from calculet.daemon.core.chunking import parse_chunk_setting
 from calculet.daemon.core.config import POLICIES, DaemonConfig
@@ -57,7 +58,6 @@ from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
 from calculet.daemon.server.sd_notify import Notifier
 from calculet.daemon.telemetry.http import parse_listen
 from calculet.daemon.telemetry.job_log import JobLog
-from calculet.daemon.telemetry.logs import LOG_FORMATS, setup_logging
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
