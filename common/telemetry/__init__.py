@@ -6,4 +6,5 @@ gateway's in `calculet.gateway.telemetry`); nothing here knows either side's dom
     tracing_env.py      whether OTEL_TRACES_EXPORTER asks for traces, without importing OpenTelemetry
     tracing.py          a TracerProvider when OTEL_* asks for one; W3C trace context in gRPC metadata
     logs.py             setup_logging: text or JSON log lines, with the request, job and model ids
+    registry.py         MetricsRegistry: a MeterProvider and its own Prometheus registry, buckets
 """
