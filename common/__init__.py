@@ -9,4 +9,5 @@ the generated `calculet.v1` messages are the only other calculet package it may 
     lifecycle.py        Lifecycle: an Enum plus its transition table, the one way any state changes
     aliases.py          check_alias: the model alias rule of common.proto
     telemetry/          log lines, traces and the metrics registry base of both processes
+    sd_notify.py        Notifier: systemd's sd_notify(3) protocol without libsystemd
 """

@@ -15,7 +15,7 @@ device was lost and a reset did not restore it, so the supervisor restarts the d
 `Restart=on-failure`; `--unhealthy-exit off` keeps it up, NOT_SERVING, instead).
 
 Under systemd (`systemd/calculet-daemon@.service`, Type=notify) the process reports itself through
-`$NOTIFY_SOCKET` (`server/sd_notify.py`: load progress, READY=1, STATUS=, WATCHDOG=1, STOPPING=1), and
+`$NOTIFY_SOCKET` (`common/sd_notify.py`: load progress, READY=1, STATUS=, WATCHDOG=1, STOPPING=1), and
 SIGHUP re-reads `--config` (`reload_config`: the log level and new startup models).
 
     calculet-daemon --board 0 --device calsim --listen unix:run/board0.sock \
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calculet.common.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.common.sd_notify import Notifier
 from calculet.common.telemetry.logs import LOG_FORMATS, setup_logging
 from calculet.common.telemetry.tracing_env import tracing_requested
 from calculet.daemon.core.chunking import parse_chunk_setting
@@ -55,7 +56,6 @@ from calculet.daemon.runtime_paths import default_runtime_dir
 from calculet.daemon.server.access import Plane, ServerSecurity, load_policy
 from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, normalize_target, serve, unix_path
 from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
-from calculet.daemon.server.sd_notify import Notifier
 from calculet.daemon.telemetry.http import parse_listen
 from calculet.daemon.telemetry.job_log import JobLog
 
