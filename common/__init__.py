@@ -10,4 +10,5 @@ the generated `calculet.v1` messages are the only other calculet package it may 
     aliases.py          check_alias: the model alias rule of common.proto
     telemetry/          log lines, traces and the metrics registry base of both processes
     sd_notify.py        Notifier: systemd's sd_notify(3) protocol without libsystemd
+    parent_death.py     die_with_parent: a child of `calctl up` goes when its parent does
 """

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calculet.common.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.common.parent_death import die_with_parent
 from calculet.common.sd_notify import Notifier
 from calculet.common.telemetry.logs import LOG_FORMATS, setup_logging
 from calculet.common.telemetry.tracing_env import tracing_requested
@@ -51,7 +52,6 @@ from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceBusy
 from calculet.daemon.device.registry import available_drivers, load_driver
-from calculet.daemon.parent_death import die_with_parent
 from calculet.daemon.runtime_paths import default_runtime_dir
 from calculet.daemon.server.access import Plane, ServerSecurity, load_policy
 from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, normalize_target, serve, unix_path
