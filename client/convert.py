@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 from grpc_health.v1 import health_pb2
 
-from calculet.client.prefix import BLOCK_TOKENS
 from calculet.client.types import (
     Constraint,
     Event,
@@ -35,6 +34,7 @@ from calculet.client.types import (
 )
 from calculet.common.error_codes import error_from_kind, kind_from_pb
 from calculet.common.errors import CalculetError, ErrorKind
+from calculet.common.prefix import BLOCK_TOKENS
 from calculet.v1 import common_pb2, inference_pb2, observe_pb2
 
 _FINISH: dict[int, FinishReason] = {

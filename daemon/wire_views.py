@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from calculet.client.prefix import BLOCK_TOKENS
 from calculet.common.errors import InvalidArgument
+from calculet.common.prefix import BLOCK_TOKENS
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress

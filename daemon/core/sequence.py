@@ -24,9 +24,9 @@ from enum import Enum, auto
 
 import numpy as np
 
-from calculet.client.prefix import BLOCK_TOKENS, block_hashes
 from calculet.common.errors import ErrorKind
 from calculet.common.lifecycle import Lifecycle, table
+from calculet.common.prefix import BLOCK_TOKENS, block_hashes
 from calculet.daemon.core.events import EventLog, FinishReason, Timings, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.grammar import GrammarMatcher
@@ -125,7 +125,7 @@ class Sequence:
         return self._array
 
     def block_hashes(self, tokens: int) -> list[int]:
-        """Chained hashes of the full blocks of `prefill_tokens[:tokens]` (`calculet.client.prefix`),
+        """Chained hashes of the full blocks of `prefill_tokens[:tokens]` (`calculet.common.prefix`),
         computed once per block and kept: prefill tokens only ever grow."""
         blocks = min(tokens, len(self.prompt) + len(self.generated)) // BLOCK_TOKENS
         known = self._block_hashes
