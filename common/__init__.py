@@ -12,4 +12,5 @@ the generated `calculet.v1` messages are the only other calculet package it may 
     sd_notify.py        Notifier: systemd's sd_notify(3) protocol without libsystemd
     parent_death.py     die_with_parent: a child of `calctl up` goes when its parent does
     prefix.py           chained token-block hashes: the daemon advertises them, the gateway matches
+    phase_clock.py      PhaseClock: seconds per switch phase, from either side's ModelState progress
 """

@@ -38,6 +38,7 @@ from calculet.common.errors import (
     NotFound,
     PermissionDenied,
 )
+from calculet.common.phase_clock import PhaseClock
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.errors import BoardHalted
 from calculet.daemon.core.golden import AttemptResult, GoldenVerdict, golden_request, judge
@@ -45,7 +46,7 @@ from calculet.daemon.core.golden import recheck as golden_recheck
 from calculet.daemon.core.memory_ledger import MemoryLedger
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.switch import PhaseClock, SwitchSpec, phases_text, switch_entry
+from calculet.daemon.core.switch import SwitchSpec, phases_text, switch_entry
 from calculet.daemon.core.unload_check import ChipExcess, excess_text, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import DeviceError, ModelReleased, OutOfDeviceMemory
