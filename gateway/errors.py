@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     CalculetError,
     ErrorKind,
     FailedPrecondition,

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from calculet.client import Transport, parse_target
-from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.parent_death import die_with_parent
-from calculet.daemon.server.sd_notify import Notifier
-from calculet.daemon.telemetry.logs import setup_logging
-from calculet.daemon.telemetry.tracing import tracer_provider_from_env
+from calculet.common.errors import InvalidArgument
+from calculet.common.parent_death import die_with_parent
+from calculet.common.sd_notify import Notifier
+from calculet.common.telemetry.logs import setup_logging
+from calculet.common.telemetry.tracing import tracer_provider_from_env
 from calculet.gateway.api.app import create_app
 from calculet.gateway.config import GatewayConfig, config_from, listen_address, read_config
 from calculet.gateway.fleet.connection import ClientConnection

@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Overloaded
+from calculet.common.errors import FailedPrecondition, InvalidArgument, NotFound, Overloaded
 
 T = TypeVar("T")
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from calculet.common.errors import DeadlineExceeded, ErrorKind, Overloaded
 from calculet.daemon.core import completion, expiry, observer_records
 from calculet.daemon.core.completion import Chunked, Continue, Next, Recover, Settlement
 from calculet.daemon.core.engine_types import EngineConfig
@@ -34,7 +35,6 @@ from calculet.daemon.core.reset_budget import ResetTally
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.errors import DeadlineExceeded, ErrorKind, Overloaded
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from enum import Enum, auto
 import ml_dtypes
 import numpy as np
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.core.events import FinishReason, TokenLogprob
 from calculet.daemon.core.executor import DeviceJob
 from calculet.daemon.core.row_masks import RowMasks
@@ -41,7 +42,6 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.utilization import JobCopies
 from calculet.daemon.device.types import JobStatus, TaskType
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.grammar.matcher import MatcherState
 from calculet.daemon.sampling.sampler import Sampler
 from calculet.daemon.sampling.thinking import ThinkPhase

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from calculet.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.engine_types import SubmitReceipt
@@ -45,7 +46,6 @@ from calculet.daemon.device.errors import DeviceLost
 from calculet.daemon.device.guard import GuardedDevice
 from calculet.daemon.device.registry import load_driver
 from calculet.daemon.device.types import DeviceCapabilities, DeviceInfo, JobCounters, MemoryUsage
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from calculet.daemon.package.identity import calbin_sha256, compiler_of
 from calculet.daemon.package.manifest import MANIFEST_NAME
 

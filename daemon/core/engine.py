@@ -61,6 +61,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from calculet.common.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
 from calculet.daemon.core import completion, expiry, observer_records
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
 from calculet.daemon.core.completion import BoardFacts
@@ -98,7 +99,6 @@ from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
-from calculet.daemon.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
 from calculet.daemon.os_threads import named
 from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.thinking import ThinkingTracker

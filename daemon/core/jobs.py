@@ -44,13 +44,13 @@ from enum import Enum
 import ml_dtypes
 import numpy as np
 
+from calculet.common.errors import FailedPrecondition, InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.core.errors import StaleGeneration
 from calculet.daemon.core.ids import DeviceJobId
 from calculet.daemon.device.api import HostBuffer, VirtualDevice
 from calculet.daemon.device.errors import BufferInUse
 from calculet.daemon.device.types import EngineSlot, JobSpec, RowSpec, SubmodelInfo, TaskType, TensorSpec
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
 
 
 class BufferState(Enum):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from calculet.daemon.lifecycle import table
+from calculet.common.lifecycle import table
 
 
 class ModelState(Enum):

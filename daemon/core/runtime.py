@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from calculet.common.errors import FailedPrecondition
+from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
 from calculet.daemon.core.jobs import JobPool
 from calculet.daemon.core.kv import KVManager
@@ -20,9 +22,7 @@ from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState
 from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.types import EngineSlot, SubmodelInfo, TaskType
-from calculet.daemon.errors import FailedPrecondition
 from calculet.daemon.grammar import GrammarCompiler
-from calculet.daemon.lifecycle import Lifecycle
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.sampling.sampler import Sampler, SamplingPolicy
 

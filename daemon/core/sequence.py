@@ -24,12 +24,12 @@ from enum import Enum, auto
 
 import numpy as np
 
-from calculet.client.prefix import BLOCK_TOKENS, block_hashes
+from calculet.common.errors import ErrorKind
+from calculet.common.lifecycle import Lifecycle, table
+from calculet.common.prefix import BLOCK_TOKENS, block_hashes
 from calculet.daemon.core.events import EventLog, FinishReason, Timings, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.grammar import GrammarMatcher
-from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.thinking import ThinkingTracker, ThinkPhase
 
@@ -125,7 +125,7 @@ class Sequence:
         return self._array
 
     def block_hashes(self, tokens: int) -> list[int]:
-        """Chained hashes of the full blocks of `prefill_tokens[:tokens]` (`calculet.client.prefix`),
+        """Chained hashes of the full blocks of `prefill_tokens[:tokens]` (`calculet.common.prefix`),
         computed once per block and kept: prefill tokens only ever grow."""
         blocks = min(tokens, len(self.prompt) + len(self.generated)) // BLOCK_TOKENS
         known = self._block_hashes

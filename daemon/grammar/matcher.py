@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.errors import InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
 
 if TYPE_CHECKING:  # imported for real by the compiler that made the matcher (`compiler.py`)
     import llguidance

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.package.fs import FileTooLarge, NotRegularFile, read_regular
 from calculet.daemon.package.logits_output import LogitsOutput
 

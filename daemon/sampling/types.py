@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.params import SamplingParams
 

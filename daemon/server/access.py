@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from calculet.daemon.errors import CalculetError, InvalidArgument, PermissionDenied, Unauthenticated
+from calculet.common.errors import CalculetError, InvalidArgument, PermissionDenied, Unauthenticated
 from calculet.daemon.server.errors import abort_with
 
 

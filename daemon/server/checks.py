@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from calculet.common.errors import InvalidArgument, NotFound
 from calculet.daemon.core.events import EventLog, TokenChunk
-from calculet.daemon.errors import InvalidArgument, NotFound
 from calculet.daemon.sampling.constraint import MAX_CHOICES, MAX_GRAMMAR_BYTES, check_sizes
 from calculet.daemon.sampling.thinking import MAX_THINKING_BUDGET
 from calculet.v1 import common_pb2, inference_pb2, operate_pb2

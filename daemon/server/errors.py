@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded
+from calculet.common.errors import CalculetError, InvalidArgument, Overloaded
 from calculet.daemon.wire import GRPC_CODE, RETRY_AFTER_KEY
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.gateway.api import responses_format as fmt
 from calculet.gateway.api import streaming
 from calculet.gateway.api.responses_schema import ResponsesRequest

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from calculet.client import Constraint
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
 from calculet.gateway.api.refused_fields import ChatRefusals, CompletionRefusals, SamplingRefusals
 from calculet.gateway.api.structured import ResponseFormat, StructuredFields

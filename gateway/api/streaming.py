@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from starlette.requests import Request
 
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.gateway.api import formats
 from calculet.gateway.errors import error_body
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, ChoiceEvent

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 
 from calculet.client import ThinkingBudget
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 EFFORTS = ("low", "medium", "high")
 # Tokens of thinking per effort: Qwen3 thinks for hundreds to thousands of tokens; at a board's ~58

@@ -41,7 +41,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 
 from calculet.client.types import FinalEvent, FinishReason, TokenChunk, TokenLogprob
-from calculet.daemon.errors import CalculetError, ErrorKind, Overloaded, Unavailable
+from calculet.common.errors import CalculetError, ErrorKind, Overloaded, Unavailable
 from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonStream
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.placement import Placement

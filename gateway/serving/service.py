@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calculet.client import Constraint, SamplingParams, ThinkingBudget
-from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
+from calculet.common.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from calculet.gateway.api.thinking import DEFAULT_BUDGETS, free_thinking, thinking_budget
 from calculet.gateway.api.tool_grammar import call_tags

@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.capacity import MemoryModel, kv_bytes_per_token
 from calculet.daemon.package.logits_output import TOPK, LogitsOutput
 from calculet.daemon.package.manifest import (

@@ -20,6 +20,7 @@ import jsonschema
 import numpy as np
 import pytest
 
+from calculet.common.errors import ErrorKind, FailedPrecondition, InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
@@ -27,7 +28,6 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.types import EngineSlot, JobSpec
-from calculet.daemon.errors import ErrorKind, FailedPrecondition, InvalidArgument
 from calculet.daemon.grammar import GrammarMatcher
 from calculet.daemon.grammar.matcher import MatcherState
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind

@@ -8,7 +8,7 @@ import math
 import orjson
 import pytest
 
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     DeadlineExceeded,

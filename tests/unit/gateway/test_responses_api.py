@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 from starlette.testclient import TestClient
 
-from calculet.daemon.errors import Unavailable
+from calculet.common.errors import Unavailable
 from calculet.gateway.api.responses_schema import ResponsesRequest
 from calculet.gateway.api.responses_stream import sse_response
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEvent

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.grammar import GrammarCompiler, GrammarMatcher
 from calculet.daemon.grammar.matcher import MatcherState
 from calculet.daemon.package.manifest import load_manifest

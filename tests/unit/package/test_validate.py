@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import ErrorKind, InvalidArgument, NotFound
+from calculet.common.errors import ErrorKind, InvalidArgument, NotFound
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits, chip_dram_need
 from calculet.daemon.package.logits_output import LogitsOutput
 from calculet.daemon.package.manifest import (

@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.telemetry.tracing_env import ENV_EXPORTER, exporter_names
+from calculet.common.errors import InvalidArgument
+from calculet.common.telemetry.tracing_env import ENV_EXPORTER, exporter_names
 
 EXPORTER_GROUP = "opentelemetry_traces_exporter"
 TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
