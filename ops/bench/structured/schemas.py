@@ -17,7 +17,7 @@ import json
 import random
 from typing import Any
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 
 Json = dict[str, Any]
 WORDS = ("alpha", "beta", "gamma", "delta", "red", "green", "blue", "north", "south", "yes", "no", "maybe")
