@@ -3,9 +3,9 @@
 A `ModelRuntime` is created by the ModelManager when a package is configured and lives until
 that generation is unloaded. It bundles what the engine needs per generation: the device's
 `ConfiguredModel`, the `KVManager` for its lanes, the `JobPool` of its host buffers, the
-`Sampler`, the constraint compiler, the submodels chosen for prefill and decode, its prefill chunk size and its prefix
-reuse figures. Nothing in it outlives the generation; a completion carrying another generation never
-touches it.
+`Sampler`, the constraint compiler, the submodels chosen for prefill and decode, its prefill chunk
+size, its jump-forward threshold (`jump.py`) and its prefix reuse and jump figures. Nothing in it
+outlives the generation; a completion carrying another generation never touches it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
 from calculet.daemon.core.jobs import JobPool
+from calculet.daemon.core.jump import JumpStats, jump_min_run
 from calculet.daemon.core.kv import KVManager
 from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState
 from calculet.daemon.core.request import ModelLimits
@@ -90,7 +91,9 @@ class ModelRuntime:
         self.interrupted_jobs = 0  # jobs the drain timeout cut off (ERROR + UNAVAILABLE)
         self.prefill_chunk = 0  # tokens one prefill job carries (set by `attach`)
         self.chunked = False  # prefills longer than `prefill_chunk` run as several jobs
+        self.jump_min_run = 0  # forced tokens a jump needs (0: the package does not jump; set by `attach`)
         self.prefix = PrefixStats()
+        self.jumps = JumpStats()
 
     @property
     def state(self) -> ModelState:
@@ -124,6 +127,7 @@ class ModelRuntime:
         self.prefill_chunk = chunk_tokens(
             chunk_setting, self.manifest.timing, self.prefill.max_tokens, decodes[-1].batch
         )
+        self.jump_min_run = jump_min_run(self.manifest, self.prefill.name)
         self.model = model
         self.kv = KVManager(model.lanes, model.lane_context, self.generation)
         self.pool = JobPool(device, [self.prefill, *decodes], 0, slots_per_key=1, engine_slots=engine_slots)
