@@ -3,7 +3,8 @@ decoding", `daemon/core/jump.py`): a package declaring `prefill_at_offset` appen
 forced runs without decoding them, and its tokens, logprobs and finish reasons equal those of the
 same package without the declaration (which decodes every token) for many seeds, sampling kinds
 and constraints, a named-tool-style Lark grammar among them; the undeclared package never jumps;
-max_tokens inside a forced run ends it LENGTH on the step path's token; a request resumed inside or
+max_tokens inside a forced run ends it LENGTH on the step path's token; a fault on a jump's prefill
+re-prefills the sequence as for a chunk, with the undisturbed tokens; a request resumed inside or
 after a run continues with the undisturbed tokens."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent, FinishReason, TokenLogprob
 from calculet.daemon.core.request import GenerationRequest
@@ -65,7 +67,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def jumps(models: Path) -> Iterator[DeviceCore]:
-    with running_core(models, model=JUMPS) as core:
+    with running_core(models, model=JUMPS, fault_injection=True) as core:
         yield core
 
 
@@ -134,4 +136,19 @@ def test_a_request_resumed_inside_or_after_a_run_continues_undisturbed(jumps: De
         resumed = dataclasses.replace(constrained(c, 7, JUMPS, temperature=1.0), resume_tokens=tuple(full[:k]))
         rest, _, again = run(jumps, resumed)
         assert full[:k] + rest == full and again.reason is FinishReason.STOP, k
+    assert_clean(jumps)
+
+
+@pytest.mark.parametrize("kind", [FaultKind.CCU_EXCEPTION, FaultKind.NAN_LOGITS, FaultKind.SUBMIT_ERROR])
+def test_a_fault_on_a_jumps_prefill_recovers_with_the_undisturbed_tokens(jumps: DeviceCore, kind: FaultKind) -> None:
+    """The tool call's second job is the prefill of its first token's forced run (the wrapper)."""
+    req = constrained(CONSTRAINTS["tool"], 5, JUMPS, temperature=1.0)
+    tokens, _, final = run(jumps, req)
+    rt = jumps.models.serving(JUMPS)
+    assert rt is not None and rt.jumps.runs > 0
+    recoveries = jumps.status().recoveries
+    jumps.inject_fault(Fault(kind, job=jumps.next_job_index() + 1))
+    again, _, again_final = run(jumps, req)
+    assert again == tokens and again_final.reason is final.reason is FinishReason.STOP
+    assert jumps.status().recoveries > recoveries
     assert_clean(jumps)
