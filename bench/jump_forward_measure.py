@@ -159,7 +159,7 @@ def main() -> None:
     seeds = range(args.requests)
     results: dict[tuple[str, str, int], Row] = {}
     for mode, name in PACKAGES.items():
-        options = {"time_scale": args.time_scale}
+        options = {"time_scale": args.time_scale, "configure_time_scale": 0.0}  # the load is not measured
         core = DeviceCore(DaemonConfig(models_root=root, models=((name, name),), device_options=options))
         core.start()
         try:

@@ -162,6 +162,8 @@ class BoardFacts:
         max_recoveries: re-prefills a sequence may need before it fails.
         device_left / expected_left: unfinished jobs the device reports (None: it could not say)
             and the number the executor expects besides this one.
+        running: sequences holding lanes of the job's generation (the streams decode steps are
+            shared among: jump-forward's threshold, `jump.py`).
     """
 
     fenced: bool
@@ -169,6 +171,7 @@ class BoardFacts:
     max_recoveries: int
     device_left: int | None = None
     expected_left: int = 0
+    running: int = 1
 
 
 def prepare_masks(job: DeviceJob) -> None:
@@ -254,7 +257,7 @@ def _runs(
     """Per row, the run its grammar forces after its drawn token (jump-forward, `jump.py`): only for
     a model that jumps, and a row whose token neither completes its grammar nor is a stop token."""
     rt = job.plan.runtime
-    if not rt.jump_min_run or rt.model is None:
+    if not rt.jump_min_runs or rt.model is None:
         return ()
     context = min(rt.model.lane_context, rt.manifest.context)
     runs = []
@@ -416,7 +419,7 @@ def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
         then: Next = End(FinishReason.STOP) if grammar_stop else _after_token(seq, res.token, now, facts)
         forced: tuple[int, ...] = ()
         if isinstance(then, Continue) and sampled.runs and sampled.runs[row].tokens:
-            jump = settle_run(seq, sampled.runs[row], rt.jump_min_run)
+            jump = settle_run(seq, sampled.runs[row], rt.jump_threshold(facts.running))
             if jump is not None:
                 forced, reason = jump
                 then = End(reason) if reason is not None else Jumped()

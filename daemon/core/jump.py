@@ -19,12 +19,17 @@ Only where declared: a package's prefill submodel must declare `prefill_at_offse
 otherwise (or when the modelled costs say a prefill never pays) `min_run` is 0 and nothing jumps.
 
 Threshold (`min_jump_run`): a run of k forced tokens after a drawn one replaces k + 1 decode steps
-with one prefill of k + 1 tokens. From the package's timing, for one stream at a short context,
-the prefill pays once `fixed + per_token * (k + 1) < (k + 1) * t1`; on the qwen preset (t1 17.17
-ms, prefill 17.17 ms + 4.79 ms a token) that holds from k = 1 (26.7 ms against 34.3 ms). A run
-that ends the sequence needs no device job, so it is taken at any length. The rule prices one
-stream: in a full decode batch a row's step costs the batch little more, while the prefill holds
-the compute unit; docs/performance.md has the measured effect.
+with one prefill of k + 1 tokens, and the prefill holds the device's one compute unit: every other
+stream waits for it. So it is priced against this stream's SHARE of the steps it replaces: with r
+sequences running (lanes held), a step of the decode submodel that carries r rows costs
+`t1 * (1 + alpha * (B - 1))` (B its compiled batch) shared r ways, and the prefill pays once
+`fixed + per_token * (k + 1) < (k + 1) * step / r` (short context; both pay the attention reads).
+On the qwen preset (t1 17.17 ms, alpha 0.1, prefill 17.17 ms + 4.79 ms a token): one stream jumps
+any run (k >= 1: 26.7 ms against 34.3 ms); 4 streams in a batch-4 step (22.3 ms, 5.58 ms each)
+only runs of 21 or more; at 16 streams (42.9 ms, 2.68 ms each, below a prefill token) none. The
+table is built per running count when the model is configured (`jump_thresholds`). A run that ends
+the sequence needs no device job, so it is taken at any length. Measured: docs/performance.md
+("Jump-forward"): a per-stream rule made 4 concurrent streams 19-28 % slower.
 
 Caps, checked before anything changes: a run never passes the step that max_tokens ends, the lane's
 context, or one prefill chunk (the jump is one prefill job).
@@ -33,6 +38,7 @@ context, or one prefill chunk (the jump is one prefill job).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from calculet.daemon.core.events import FinishReason, TokenLogprob
@@ -40,7 +46,7 @@ from calculet.daemon.core.sequence import Sequence
 from calculet.daemon.grammar.matcher import NO_RUN, ForcedRun, MatcherState
 from calculet.daemon.package.manifest import PackageManifest, TimingDecl
 
-MAX_MIN_RUN = 64  # a package whose prefill pays only past this many forced tokens: jump-forward off
+MAX_MIN_RUN = 4096  # a prefill that pays only past this many forced tokens: never (0)
 
 
 @dataclass(frozen=True)
@@ -64,11 +70,12 @@ class JumpStats:
     ended: int = 0
 
 
-def min_jump_run(timing: TimingDecl) -> int:
-    """The least forced run (>= 1) whose prefill costs less than its decode steps, from the declared
-    timing (module docstring); 0 when a prefill never pays within `MAX_MIN_RUN`."""
-    t1 = timing.decode_curve[0].ms_per_token
-    saved_per_token = t1 - timing.prefill_ms_per_token
+def min_jump_run(timing: TimingDecl, running: int = 1, compiled_batch: int = 1) -> int:
+    """The least forced run (>= 1) whose prefill costs less than this stream's share of the decode
+    steps it replaces, with `running` streams sharing decode steps of `compiled_batch` rows (module
+    docstring); 0 when a prefill never pays within `MAX_MIN_RUN`."""
+    step = timing.decode_curve[0].ms_per_token * (1.0 + timing.batch_alpha * (compiled_batch - 1))
+    saved_per_token = step / max(1, running) - timing.prefill_ms_per_token
     if saved_per_token <= 0:
         return 0
     tokens = math.floor(timing.prefill_fixed_ms / saved_per_token) + 1  # prefilled: the drawn one and the run
@@ -76,12 +83,16 @@ def min_jump_run(timing: TimingDecl) -> int:
     return run if run <= MAX_MIN_RUN else 0
 
 
-def jump_min_run(manifest: PackageManifest, prefill_name: str) -> int:
-    """The model's jump threshold: `min_jump_run` of its timing where its prefill submodel declares
-    `prefill_at_offset: true`, else 0 (undeclared or false: decode step by step)."""
+def jump_thresholds(
+    manifest: PackageManifest, prefill_name: str, decode_batch_for: Callable[[int], int], lanes: int
+) -> tuple[int, ...]:
+    """The model's jump thresholds by running sequences (index r - 1 for r = 1..lanes): `min_jump_run`
+    with the decode submodel that carries r rows (`decode_batch_for(r)`: its compiled batch). Empty
+    unless its prefill submodel declares `prefill_at_offset: true` (undeclared or false: decode step
+    by step)."""
     if manifest.submodel(prefill_name).prefill_at_offset is not True:
-        return 0
-    return min_jump_run(manifest.timing)
+        return ()
+    return tuple(min_jump_run(manifest.timing, r, decode_batch_for(r)) for r in range(1, lanes + 1))
 
 
 def forced_run(seq: Sequence, token: int, *, context: int, chunk: int) -> ForcedRun:
@@ -105,8 +116,9 @@ def forced_run(seq: Sequence, token: int, *, context: int, chunk: int) -> Forced
 def settle_run(seq: Sequence, run: ForcedRun, min_run: int) -> tuple[tuple[int, ...], FinishReason | None] | None:
     """What a forced run after a drawn token (that continues the sequence) means: the tokens to
     append and the reason they end the sequence (None: a prefill follows), or None to decode step by
-    step (a run too short to pay). The step path's end rules, token by token: the grammar completed
-    or a stop token ends it STOP, the token max_tokens allows last ends it LENGTH. No change."""
+    step (a run too short to pay: shorter than `min_run`, or `min_run` 0: no jump pays now). The step
+    path's end rules, token by token: the grammar completed or a stop token ends it STOP, the token
+    max_tokens allows last ends it LENGTH. No change."""
     tokens = run.tokens
     for i, t in enumerate(tokens):
         if t in seq.stop_ids:
@@ -115,7 +127,7 @@ def settle_run(seq: Sequence, run: ForcedRun, min_run: int) -> tuple[tuple[int, 
         return tokens, FinishReason.STOP
     if tokens and len(tokens) >= seq.remaining - 1:  # `remaining` counts the drawn token too
         return tokens, FinishReason.LENGTH
-    if not tokens or len(tokens) < min_run:
+    if not tokens or min_run < 1 or len(tokens) < min_run:
         return None
     return tokens, None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
 from calculet.daemon.core.jobs import JobPool
-from calculet.daemon.core.jump import JumpStats, jump_min_run
+from calculet.daemon.core.jump import JumpStats, jump_thresholds
 from calculet.daemon.core.kv import KVManager
 from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState
 from calculet.daemon.core.request import ModelLimits
@@ -91,7 +91,7 @@ class ModelRuntime:
         self.interrupted_jobs = 0  # jobs the drain timeout cut off (ERROR + UNAVAILABLE)
         self.prefill_chunk = 0  # tokens one prefill job carries (set by `attach`)
         self.chunked = False  # prefills longer than `prefill_chunk` run as several jobs
-        self.jump_min_run = 0  # forced tokens a jump needs (0: the package does not jump; set by `attach`)
+        self.jump_min_runs: tuple[int, ...] = ()  # `jump.jump_thresholds` (empty: never jumps; set by `attach`)
         self.prefix = PrefixStats()
         self.jumps = JumpStats()
 
@@ -127,9 +127,11 @@ class ModelRuntime:
         self.prefill_chunk = chunk_tokens(
             chunk_setting, self.manifest.timing, self.prefill.max_tokens, decodes[-1].batch
         )
-        self.jump_min_run = jump_min_run(self.manifest, self.prefill.name)
         self.model = model
         self.kv = KVManager(model.lanes, model.lane_context, self.generation)
+        self.jump_min_runs = jump_thresholds(
+            self.manifest, self.prefill.name, lambda rows: self.decode_submodel_for(rows).batch, model.lanes
+        )
         self.pool = JobPool(device, [self.prefill, *decodes], 0, slots_per_key=1, engine_slots=engine_slots)
         rows = max(s.batch for s in decodes)
         self.sampler = (
@@ -148,6 +150,16 @@ class ModelRuntime:
             prefill_tokens=context if self.chunked else self.prefill.max_tokens,  # chunks reach any length
             eos_token_ids=self.eos_ids,
         )
+
+    @property
+    def jump_min_run(self) -> int:
+        """Forced tokens a jump needs with one stream running (0: the model never jumps)."""
+        return self.jump_threshold(1)
+
+    def jump_threshold(self, running: int) -> int:
+        """Forced tokens a jump needs with `running` sequences holding lanes (0: none pays)."""
+        runs = self.jump_min_runs
+        return runs[min(max(running, 1), len(runs)) - 1] if runs else 0
 
     @property
     def max_decode_batch(self) -> int:
