@@ -11,7 +11,8 @@ on both packages. The `required` call's constraint is the gateway's own (`gatewa
 over two offered functions, Qwen3's `<tool_call>` tokens); the schema'd answer is a JSON schema with
 keys, enums and bounded values. Reports per row: completion tokens, output tokens/s (completion
 tokens / wall time of the loop), device jobs per request, forced tokens appended per request, and
-checks that both packages produced the same tokens.
+checks that both packages produced the same tokens; and tokens per modelled compute second (the
+device clock's compute time of the loop's jobs: what the device spent, whatever the host's load).
 
     .venv/bin/python bench/jump_forward_measure.py [--dir /tmp/measure-jump] [--requests 16]
         [--concurrency 1,4] [--time-scale 1.0]
@@ -125,12 +126,14 @@ class Row:
     seconds: float
     device_jobs: int
     forced: int
+    compute_s: float  # modelled device compute seconds of the loop's jobs (the device's clock)
 
 
 def run(core: DeviceCore, alias: str, c: Constraint, seeds: range, concurrency: int) -> Row:
     rt = core.models.serving(alias)
     assert rt is not None
-    jobs0, forced0 = core.status().device_counters.submitted, rt.jumps.tokens
+    before = core.status()
+    jobs0, compute0, forced0 = before.device_counters.submitted, before.utilization.compute_seconds, rt.jumps.tokens
     out: dict[int, list[int]] = {}
     pending = list(seeds)
     began = time.perf_counter()
@@ -142,8 +145,10 @@ def run(core: DeviceCore, alias: str, c: Constraint, seeds: range, concurrency: 
         seed, job = running.pop(0)  # closed loop: collect in order, refill
         out[seed] = collect(core, job)
     seconds = time.perf_counter() - began
-    jobs = core.status().device_counters.submitted - jobs0
-    return Row([out[s] for s in seeds], seconds, jobs, rt.jumps.tokens - forced0)
+    after = core.status()
+    jobs = after.device_counters.submitted - jobs0
+    return Row([out[s] for s in seeds], seconds, jobs, rt.jumps.tokens - forced0,
+               after.utilization.compute_seconds - compute0)  # fmt: skip
 
 
 def main() -> None:
@@ -169,7 +174,8 @@ def main() -> None:
                     results[(mode, label, n)] = run(core, name, c, seeds, n)
         finally:
             core.close()
-    print(f"{'constraint':22} {'conc':>4} {'mode':>5} {'tokens':>7} {'tok/s':>7} {'jobs/req':>8} {'forced/req':>10}")
+    print(f"{'constraint':22} {'conc':>4} {'mode':>5} {'tokens':>7} {'tok/s':>7} {'jobs/req':>8} {'forced/req':>10} "
+          f"{'tok/compute-s':>13}")  # fmt: skip
     for label in cs:
         for n in levels:
             base = results[("steps", label, n)]
@@ -178,7 +184,8 @@ def main() -> None:
                 assert r.tokens == base.tokens, f"{label}: jump-forward changed the tokens"
                 total = sum(len(t) for t in r.tokens)
                 print(f"{label:22} {n:4} {mode:>5} {total:7} {total / r.seconds:7.1f} "
-                      f"{r.device_jobs / len(seeds):8.1f} {r.forced / len(seeds):10.1f}")  # fmt: skip
+                      f"{r.device_jobs / len(seeds):8.1f} {r.forced / len(seeds):10.1f} "
+                      f"{total / r.compute_s:13.1f}")  # fmt: skip
             gain = (sum(len(t) for t in base.tokens) / results[("jump", label, n)].seconds) / (
                 sum(len(t) for t in base.tokens) / base.seconds
             )
