@@ -4,8 +4,9 @@ forced runs without decoding them, and its tokens, logprobs and finish reasons e
 same package without the declaration (which decodes every token) for many seeds, sampling kinds
 and constraints, a named-tool-style Lark grammar among them; the undeclared package never jumps;
 max_tokens inside a forced run ends it LENGTH on the step path's token; a fault on a jump's prefill
-re-prefills the sequence as for a chunk, with the undisturbed tokens; a request resumed inside or
-after a run continues with the undisturbed tokens."""
+re-prefills the sequence as for a chunk, with the undisturbed tokens, and a cancel while it runs
+ends the job CANCELLED after the streamed run, freeing everything; a request resumed inside or after
+a run continues with the undisturbed tokens."""
 
 from __future__ import annotations
 
@@ -16,12 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from calculet.daemon.calsim.device import CalsimDevice
 from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.calsim.handles import CalsimSubmission
+from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent, FinishReason, TokenLogprob
 from calculet.daemon.core.request import GenerationRequest
+from calculet.daemon.device.api import ConfiguredModel
+from calculet.daemon.device.types import EngineSlot, JobSpec
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.ops.sim_packages.build import build_sim_package
+from tests.unit.server.held_device import HeldSubmitDevice
 
 from .engine_factories import assert_clean, finished_events, request, running_core
 
@@ -152,3 +159,44 @@ def test_a_fault_on_a_jumps_prefill_recovers_with_the_undisturbed_tokens(jumps: 
     assert again == tokens and again_final.reason is final.reason is FinishReason.STOP
     assert jumps.status().recoveries > recoveries
     assert_clean(jumps)
+
+
+class HeldSecondSubmit(HeldSubmitDevice):
+    """calsim whose second submit after `hold()` blocks until `let_go()` (the first passes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes = 0
+
+    def hold(self) -> None:
+        self.passes = 1
+        super().hold()
+
+    def submit(
+        self, model: ConfiguredModel, job: JobSpec, engine_slot: EngineSlot = EngineSlot.AUTO
+    ) -> CalsimSubmission:
+        if self.passes:
+            self.passes -= 1
+            return CalsimDevice.submit(self, model, job, engine_slot)
+        return super().submit(model, job, engine_slot)
+
+
+def test_a_cancel_during_a_jumps_prefill_ends_cancelled_after_the_streamed_run(jumps: DeviceCore, models: Path) -> None:
+    req = constrained(CONSTRAINTS["tool"], 5, JUMPS, temperature=1.0)
+    undisturbed, _, _ = run(jumps, req)
+    device = HeldSecondSubmit()
+    core = DeviceCore(DaemonConfig(models_root=models, models=((JUMPS, JUMPS),)), device=device)
+    core.start()
+    try:
+        device.hold()  # the request's prefill passes; the prefill of its first token's run is held
+        job = core.submit(req).job_id
+        assert device.entered.wait(60), "the jump's prefill was never submitted"
+        assert core.cancel(job)
+        device.let_go()
+        events = finished_events(core, job)
+        tokens = [t for e in events[:-1] for t in getattr(e, "tokens", ())]
+        assert events[-1].reason is FinishReason.CANCELLED
+        assert len(tokens) > 10 and tokens == undisturbed[: len(tokens)]  # the drawn token and its run
+        assert_clean(core)
+    finally:
+        core.close()
