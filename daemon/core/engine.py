@@ -762,9 +762,10 @@ class Engine(EngineGenerations):
                 max_recoveries=self._config.max_recoveries,
                 device_left=device_left,
                 expected_left=len(self._executor) - 1,
+                running=rt.kv.used_count() if rt.kv is not None else 1,
             )
             settlement = completion.settle(job, status, sampled, facts)
-            tokens = sum(1 for r in settlement.rows if r.token is not None and not r.seq.internal)
+            tokens = sum(1 + len(r.forced) for r in settlement.rows if r.token is not None and not r.seq.internal)
             copies = completion.copies(job, sampled) if sampled is not None else None
             self._utilization.record(job.engine_slot, stamps, tokens, sampling_s, time.monotonic(), copies)
             if self._observers.wants(DeviceJobDone):  # before the rows' Finals: their last token comes first

@@ -252,7 +252,8 @@ class WaitLogDevice(HeldSubmitDevice):
 
 def test_each_mask_is_computed_while_the_device_runs_the_step(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The completion thread computes a constrained row's mask after its job is submitted and before
-    it waits for it: every wait of the request's jobs follows its mask, none precedes it."""
+    it waits for it: every wait of the request's jobs follows its mask, none precedes it. One job per
+    token the device produced: the forced runs jump-forward appended ran in no step of their own."""
     log: list[str] = []
     core = DeviceCore(DaemonConfig(models_root=models, models=(("tiny", "tiny"),)), device=WaitLogDevice(log))
     core.start()
@@ -267,7 +268,9 @@ def test_each_mask_is_computed_while_the_device_runs_the_step(models: Path, monk
         log.clear()  # the warm-up probes' jobs
         tokens, final = finish(core, core.submit(constrained(JSON_SCHEMA, 6)).job_id)
         assert final.reason is FinishReason.STOP
-        assert log == ["mask", "wait"] * len(tokens), log[:8]
+        rt = core.models.serving("tiny")
+        assert rt is not None and rt.jumps.tokens > 0  # forced runs were appended, not decoded (jump.py)
+        assert log == ["mask", "wait"] * (len(tokens) - rt.jumps.tokens), log[:8]
     finally:
         core.close()
 
