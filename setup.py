@@ -2,7 +2,7 @@
 
 `common/` -> `calculet.common`, `daemon/` -> `calculet.daemon`, `client/` -> `calculet.client`,
 `gateway/` -> `calculet.gateway`, `ops/` -> `calculet.ops`, `protos/calculet/v1/` -> `calculet.v1`
-(DESIGN.md section 2). Every folder below them that holds an `__init__.py` becomes a subpackage, so
+(docs/architecture.md "Rooms and floors"). Every folder below them that holds an `__init__.py` becomes a subpackage, so
 new modules need no edit here.
 """
 

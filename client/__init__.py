@@ -1,4 +1,5 @@
-"""Python client of the Calculet board daemon (`calculet.v1.Daemon`, DESIGN.md sections 2 and 6).
+"""Python client of the Calculet board daemon (`calculet.v1.Daemon`;
+docs/architecture.md, "Rooms and floors" and "Errors").
 
 `DaemonClient` (blocking) and `AsyncDaemonClient` (asyncio) expose the three planes: inference
 (`submit`, `wait`, `cancel`, `generate` -> a streaming `Generation` with `chunks()`), observation

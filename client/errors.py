@@ -1,6 +1,6 @@
 """Translate failed gRPC calls into the typed domain errors (`calculet.common.errors`).
 
-Owns the client half of DESIGN.md section 6: a `grpc.RpcError` (sync) or `grpc.aio.AioRpcError`
+Owns the client half of docs/architecture.md "Errors": a `grpc.RpcError` (sync) or `grpc.aio.AioRpcError`
 carries a status code, details and trailing metadata; `error_from_rpc` maps the code to an
 `ErrorKind` through `calculet.common.error_codes.KIND_OF_CODE` (the one table, shared with the
 daemon) and rebuilds the typed error with `error_codes.error_from_kind`, reading the retry hint

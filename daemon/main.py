@@ -602,7 +602,7 @@ def _serve_board(
         metrics = _metrics(core, metrics_listen)
         tracing = _observe_jobs(core)
         core.start(progress=progress)
-        # Start-up objects live forever: keep them out of full collections (DESIGN.md section 9
+        # Start-up objects live forever: keep them out of full collections (docs/performance.md
         # measured 23-26 ms full-GC pauses as the p99 tail).
         gc.collect()
         gc.freeze()

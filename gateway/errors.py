@@ -1,4 +1,4 @@
-"""The gateway's one error mapping: `ErrorKind` -> HTTP status and OpenAI error body (DESIGN.md §6).
+"""The gateway's one error mapping: `ErrorKind` -> HTTP status and OpenAI error body (docs/architecture.md "Errors").
 
 Every failure the gateway reports is a `CalculetError` (raised by the gateway itself or rebuilt by
 `calculet.client` from a daemon's gRPC status). `error_response` turns one into OpenAI's shape,

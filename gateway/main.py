@@ -207,7 +207,7 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
         discovery = Discovery(cfg.daemons, cfg.dns, resolver)
         fleet = Fleet(discovery, connection_factory(cfg), cfg.dns_interval_s)
         await fleet.start()
-        gc.freeze()  # start-up objects out of the collector's way (DESIGN.md section 9: GC pauses)
+        gc.freeze()  # start-up objects out of the collector's way (docs/performance.md: GC pauses)
         try:
             router = Router(fleet, cfg.routing)
             answers = AnswerMemory(cfg.answer_memory_tokens)

@@ -1,5 +1,5 @@
 """The completion step: what a finished device job means for its rows, decided without changing
-anything (DESIGN.md section 3).
+anything (docs/daemon.md).
 
 Two functions, both free of engine state:
 

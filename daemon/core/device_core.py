@@ -2,7 +2,7 @@
 
 A thin facade: it opens the device through the driver registry and holds the `Engine` (client jobs,
 scheduling, device jobs, generations; its own lock) and the `ModelManager` (load / unload / warm-up).
-Each method answers one request of the three planes of DESIGN.md section 6 by calling them and
+Each method answers one request of the three planes of docs/daemon.md "Access planes" by calling them and
 building a view (`views.py`) from an `EngineSnapshot`; it never touches the engine's state directly.
 The gRPC servicer converts protobuf to these calls and back, nothing more.
 

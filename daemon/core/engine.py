@@ -1,5 +1,5 @@
 """The engine: every client job, the scheduler, the device jobs and the model generations of one
-board, behind one lock (DESIGN.md section 3).
+board, behind one lock (docs/daemon.md).
 
 State and its owner (all private; other modules call methods that return copies or frozen views):
 

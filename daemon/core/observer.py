@@ -1,5 +1,5 @@
 """Engine events for telemetry: the `EngineObserver` interface and the `ObserverHub` that delivers
-them (DESIGN.md section 8; metrics in `calculet.daemon.telemetry`, traces later).
+them (docs/metrics.md; metrics in `calculet.daemon.telemetry`, traces later).
 
 Data flow: the engine builds a small frozen event where something happens (a request queued, a
 device job started or done, a request finished, a refusal, a reset, a fault) and hands it to its

@@ -1,4 +1,4 @@
-"""The model package manifest `calculet-package.json`, schema version 1 (DESIGN.md section 5).
+"""The model package manifest `calculet-package.json`, schema version 1 (docs/package.md).
 
 This module owns the in-memory form of a manifest: frozen dataclasses, `from_dict` (strict
 structural parsing, first problem raises `ManifestError`) and `to_dict` (the exact JSON form).

@@ -54,7 +54,7 @@ class RowResult:
         top_logprobs: the `params.logprobs` most likely `(token, logprob)`, most likely first
             (ties: lower id first); empty unless requested.
         anomaly: the row's logits held NaN or +-Inf; no token was drawn and the daemon must
-            quarantine the model generation (DESIGN.md section 3, reset controller).
+            quarantine the model generation (docs/daemon.md, reset controller).
     """
 
     token: int | None

@@ -1,4 +1,4 @@
-"""The one place where domain errors become gRPC statuses (DESIGN.md section 6).
+"""The one place where domain errors become gRPC statuses (docs/architecture.md "Errors").
 
 `map_errors` wraps every servicer method: a `CalculetError` aborts the call with the code of its
 kind (RESOURCE_EXHAUSTED also carries `calculet-retry-after-s`); anything else is a bug, logged with

@@ -1,7 +1,9 @@
-"""docs/architecture.md's lifecycle tables are the code's: each table between the doc's
-`<!-- lifecycles -->` markers is rendered from the transition table itself (states, their allowed
-next states, the initial state first), so an edge added in the code and not in the doc fails here.
-Regenerate the block with `python -m tests.unit.test_architecture_doc` and paste it."""
+"""docs/architecture.md's error table and lifecycle tables are the code's: the block between the
+doc's `<!-- errors -->` markers is rendered from `ErrorKind` and its two mappings (gRPC code, HTTP
+status and OpenAI type), and each table between its `<!-- lifecycles -->` markers from the
+transition table itself (states and their allowed next states), so a kind or an edge added in the
+code and not in the doc fails here. Regenerate the blocks with
+`python -m tests.unit.test_architecture_doc` and paste them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from pathlib import Path
 
 from calculet.client.cursor import STREAM_TRANSITIONS
 from calculet.client.state import CLIENT_TRANSITIONS
+from calculet.common.error_codes import GRPC_CODE
+from calculet.common.errors import ErrorKind
 from calculet.daemon.calsim.handles import CONFIG_EDGES
 from calculet.daemon.calsim.job import STATUS_EDGES, STEP_EDGES
 from calculet.daemon.core.executor import LIMIT_TRANSITIONS
@@ -21,12 +25,13 @@ from calculet.daemon.core.reset_budget import HALT_TRANSITIONS, RESET_TRANSITION
 from calculet.daemon.core.sequence import SEQ_TRANSITIONS
 from calculet.daemon.grammar.matcher import MATCHER_TRANSITIONS
 from calculet.daemon.sampling.thinking import THINK_TRANSITIONS
+from calculet.gateway.errors import HTTP_OF_KIND
 from calculet.gateway.fleet.board import BOARD_TRANSITIONS
 from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS
 from calculet.ops.commands.rollout_board import STEPS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
-BEGIN, END = "<!-- lifecycles -->", "<!-- /lifecycles -->"
+BLOCKS = ("errors", "lifecycles")
 # (what it is the life of, the table), in the doc's order: daemon, calsim, client, gateway, ops.
 TABLES: list[tuple[str, Mapping[Enum, frozenset[Enum]]]] = [
     ("a model generation", MODEL_TRANSITIONS),
@@ -50,8 +55,17 @@ TABLES: list[tuple[str, Mapping[Enum, frozenset[Enum]]]] = [
 ]
 
 
-def render() -> str:
-    """The block between the markers."""
+def render_errors() -> str:
+    """The errors block: one row per kind."""
+    out = ["| kind | gRPC status | HTTP status | OpenAI error type |", "| --- | --- | --- | --- |"]
+    for kind in ErrorKind:
+        status, kind_type = HTTP_OF_KIND[kind]
+        out.append(f"| {kind.name} | {GRPC_CODE[kind].name} | {status} | `{kind_type}` |")
+    return "\n".join(out)
+
+
+def render_lifecycles() -> str:
+    """The lifecycles block."""
     out = []
     for what, edges in TABLES:
         states = list(type(next(iter(edges))))
@@ -66,11 +80,19 @@ def render() -> str:
     return "\n".join(out)
 
 
-def test_the_docs_lifecycle_tables_are_the_codes() -> None:
+RENDER = {"errors": render_errors, "lifecycles": render_lifecycles}
+
+
+def block(text: str, name: str) -> str:
+    return text.split(f"<!-- {name} -->", 1)[1].split(f"<!-- /{name} -->", 1)[0].strip()
+
+
+def test_the_docs_error_and_lifecycle_tables_are_the_codes() -> None:
     text = DOC.read_text(encoding="utf-8")
-    block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert block == render().strip(), "docs/architecture.md is stale: python -m tests.unit.test_architecture_doc"
+    for name in BLOCKS:
+        assert block(text, name) == RENDER[name]().strip(), f"docs/architecture.md's {name} are stale: regenerate them"
 
 
 if __name__ == "__main__":
-    print(render())
+    for name in BLOCKS:
+        print(f"<!-- {name} -->\n{RENDER[name]()}\n<!-- /{name} -->\n")
