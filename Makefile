@@ -1,4 +1,4 @@
-# Calculet: `make run` serves on calsim, `make test` runs the whole suite, `make lint` checks style and types.
+# Calculet: `make run` serves on calsim, `make test` runs the whole suite, `make lint` checks style, types and import floors.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
@@ -51,9 +51,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	rm -rf .mypy-src && mkdir -p .mypy-src/calculet
-	for d in daemon client gateway ops; do ln -s ../../$$d .mypy-src/calculet/$$d; done
+	for d in common daemon client gateway ops; do ln -s ../../$$d .mypy-src/calculet/$$d; done
 	ln -s ../../protos/calculet/v1 .mypy-src/calculet/v1
 	$(VENV)/bin/mypy .mypy-src/calculet
+	$(VENV)/bin/lint-imports --no-cache
 
 # The systemd units and example configs under $(UNITS_PREFIX)/etc (root for /); ExecStart= runs this venv's commands.
 UNITS_PREFIX ?= /

@@ -1,8 +1,9 @@
 """Map the repository's top-level folders into the `calculet` namespace.
 
-`daemon/` -> `calculet.daemon`, `client/` -> `calculet.client`, `gateway/` -> `calculet.gateway`,
-`ops/` -> `calculet.ops`, `protos/calculet/v1/` -> `calculet.v1` (DESIGN.md section 2). Every
-folder below them that holds an `__init__.py` becomes a subpackage, so new modules need no edit here.
+`common/` -> `calculet.common`, `daemon/` -> `calculet.daemon`, `client/` -> `calculet.client`,
+`gateway/` -> `calculet.gateway`, `ops/` -> `calculet.ops`, `protos/calculet/v1/` -> `calculet.v1`
+(docs/architecture.md "Rooms and floors"). Every folder below them that holds an `__init__.py` becomes a subpackage, so
+new modules need no edit here.
 """
 
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from setuptools import setup
 
 ROOTS = {
+    "calculet.common": "common",
     "calculet.daemon": "daemon",
     "calculet.client": "client",
     "calculet.gateway": "gateway",

@@ -22,8 +22,10 @@ talks HTTP to the gateway. Parts (`--parts`, comma-separated, in this order):
   tokenizer build), then of a new schema against the same schema again, against unconstrained.
 - failover (time scale 1, 2 boards): a constrained stream whose board is SIGKILLed mid-object;
   its text against the undisturbed run with the same seed, and validation.
+- cpu (time scale 0): the daemon process's CPU per streamed token, unconstrained against
+  constrained, at `--concurrency` streams (`--cpu-requests` a window, `--rounds` pairs).
 
-    .venv/bin/python bench/structured_measure.py [--parts validity,saturation,tpot,compile,failover]
+    .venv/bin/python bench/structured_measure.py [--parts validity,saturation,tpot,compile,failover,cpu]
         [--dir /tmp/measure-structured] [--port 18740] [--requests 200] [--duration 30]
         [--concurrency 16] [--tokens 128]
 """
@@ -46,16 +48,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonschema
 import orjson
+import psutil
 
 from calculet.client import AsyncDaemonClient, Constraint, SamplingParams, ThinkingBudget
+from calculet.ops.bench.structured.schemas import object_schema, parsed, response_format, tool_set
+from calculet.ops.bench.structured.schemas import validates as schema_validates
 from calculet.ops.fleet import FleetConfig, LocalFleet
 from calculet.ops.sim_packages.build import build_sim_package
 
 PRESET = "qwen3-30b-a3b"
 MODEL = "qwen"
-WORDS = ["alpha", "beta", "gamma", "delta", "red", "green", "blue", "north", "south", "yes", "no", "maybe"]
 NO_THINK = {"enable_thinking": False}
 ROWS: list[tuple[str, str]] = []  # (measure, value) for the summary table
 
@@ -72,36 +75,6 @@ def row(measure: str, value: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- schemas
-
-
-def scalar_schema(rng: random.Random) -> Json:
-    kind = rng.choice(["enum", "string", "integer", "number", "boolean"])
-    if kind == "enum":
-        return {"enum": rng.sample(WORDS, rng.randint(2, 5))}
-    if kind == "string":
-        return {"type": "string", "maxLength": rng.randint(1, 16)}
-    if kind == "integer":
-        low = rng.randint(-1000, 100)
-        return {"type": "integer", "minimum": low, "maximum": low + rng.randint(1, 5000)}
-    if kind == "number":
-        return {"type": "number", "minimum": -100, "maximum": 100}
-    return {"type": "boolean"}
-
-
-def value_schema(rng: random.Random, depth: int) -> Json:
-    pick = rng.random()
-    if pick < 0.15:
-        return {"type": "array", "items": scalar_schema(rng), "maxItems": rng.randint(1, 4)}
-    if pick < 0.3 and depth < 2:
-        return object_schema(rng, depth + 1)
-    return scalar_schema(rng)
-
-
-def object_schema(rng: random.Random, depth: int = 0) -> Json:
-    names = [f"f{i}_{rng.choice(WORDS)}" for i in range(rng.randint(1, 5 if depth == 0 else 3))]
-    props = {name: value_schema(rng, depth) for name in names}
-    required = [n for n in names if rng.random() < 0.7]  # the rest are optional
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
 def item_schema() -> Json:
@@ -130,16 +103,9 @@ UNBOUNDED = {
 }
 
 
-def response_format(schema: Json, name: str = "out") -> Json:
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
-
-
 def validates(text: str | None, schema: Json) -> bool:
-    try:
-        jsonschema.validate(json.loads(text or ""), schema)
-    except (ValueError, jsonschema.ValidationError):
-        return False
-    return True
+    ok, value = parsed(text)
+    return ok and schema_validates(value, schema)
 
 
 # ---------------------------------------------------------------------------------------- fleet
@@ -311,9 +277,7 @@ async def validity(args: argparse.Namespace, http: httpx.AsyncClient, local: Loc
             say(f"    invalid (first 3): {[(i, res[i][1], json.dumps(schemas[i])[:200]) for i in bad[:3]]}")
 
     def tools_for(i: int) -> list[Json]:
-        rng = random.Random(5000 + i)
-        return [{"type": "function", "function": {"name": f"tool_{k}", "description": f"tool {k}",
-                 "parameters": object_schema(rng)}} for k in range(rng.randint(1, 3))]  # fmt: skip
+        return tool_set(random.Random(5000 + i))
 
     for label in ("required", "named"):
 
@@ -422,6 +386,33 @@ async def saturation(args: argparse.Namespace, http: httpx.AsyncClient) -> None:
         f"{dp:.2f} / {dc:.2f} tok/s, ratio {dc / dp:.3f}")  # fmt: skip
 
 
+async def cpu(args: argparse.Namespace, http: httpx.AsyncClient, local: LocalFleet) -> None:
+    """The daemon's CPU per token (user + system seconds of its process over a window, over the
+    tokens streamed in it), plain against constrained, at `--concurrency` streams, time scale 0.
+    calsim's kernel runs in that process too (the emulated device's compute, the same both ways),
+    so the difference is what the constraint costs."""
+    tokens, conc = args.tokens, args.concurrency
+    daemon = psutil.Process(local.daemons[0].pid)
+    await bounded(conc, conc, lambda i: stream_chat(http, cost_body(i, tokens, True)))  # warm-up and compile
+    await bounded(conc, conc, lambda i: stream_chat(http, cost_body(i, tokens, False)))
+    per_token: dict[bool, list[float]] = {False: [], True: []}
+    for rnd in range(args.rounds):
+        for constrained in (False, True):
+            before = daemon.cpu_times()
+            done = await bounded(
+                args.cpu_requests, conc, lambda i, c=constrained: stream_chat(http, cost_body(i, tokens, c))
+            )
+            after = daemon.cpu_times()
+            n = sum(s.tokens for s in done)
+            used = (after.user - before.user) + (after.system - before.system)
+            per_token[constrained].append(used / n * 1e6)
+            say(f"    round {rnd} {'constrained' if constrained else 'plain      '}: {n} tokens, "
+                f"daemon CPU {used:.2f} s = {used / n * 1e6:.0f} us/token")  # fmt: skip
+    p, c = statistics.mean(per_token[False]), statistics.mean(per_token[True])
+    row(f"daemon CPU per token at {conc} streams, time scale 0: plain / constrained",
+        f"{p:.0f} / {c:.0f} us (+{c - p:.0f} us)")  # fmt: skip
+
+
 async def tpot(args: argparse.Namespace, http: httpx.AsyncClient) -> None:
     tokens = args.tokens
     for i in range(2):
@@ -524,7 +515,7 @@ async def failover(args: argparse.Namespace, http: httpx.AsyncClient, local: Loc
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", default="validity,saturation,tpot,compile,failover")
+    p.add_argument("--parts", default="validity,saturation,tpot,compile,failover,cpu")
     p.add_argument("--dir", default="/tmp/measure-structured")
     p.add_argument("--port", type=int, default=18740)
     p.add_argument("--requests", type=int, default=200, help="validity: requests per kind")
@@ -534,6 +525,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128, help="saturation and tpot: max_tokens")
     p.add_argument("--tpot-requests", type=int, default=20)
     p.add_argument("--compile-requests", type=int, default=20)
+    p.add_argument("--cpu-requests", type=int, default=64, help="cpu: requests per window")
     p.add_argument("--kill-after", type=int, default=20, help="failover: deltas before the SIGKILL")
     args = p.parse_args()
     parts = args.parts.split(",")
@@ -543,6 +535,7 @@ def main() -> None:
         ("tpot", 1, 1.0, lambda h, f: tpot(args, h)),
         ("compile", 1, 1.0, lambda h, f: compile_cost(args, h)),
         ("failover", 2, 1.0, lambda h, f: failover(args, h, f)),
+        ("cpu", 1, 0.0, lambda h, f: cpu(args, h, f)),
     ]
     for name, boards, scale, run in plan:
         if name not in parts:

@@ -1,4 +1,5 @@
-"""Python client of the Calculet board daemon (`calculet.v1.Daemon`, DESIGN.md sections 2 and 6).
+"""Python client of the Calculet board daemon (`calculet.v1.Daemon`;
+docs/architecture.md, "Rooms and floors" and "Errors").
 
 `DaemonClient` (blocking) and `AsyncDaemonClient` (asyncio) expose the three planes: inference
 (`submit`, `wait`, `cancel`, `generate` -> a streaming `Generation` with `chunks()`), observation
@@ -6,7 +7,7 @@
 `ServingStatus`es) and operations (`load`, `load_and_wait`, `unload`, `drain`, `resume`, `reset`,
 `inject_fault`). `token=` sends a bearer token on every call; `tls=TlsConfig(...)` dials with TLS
 (mutual TLS with a client certificate). Requests and results use the client's own types
-(`calculet.client.types`); failures raise the typed `calculet.daemon.errors` classes, re-exported
+(`calculet.client.types`); failures raise the typed `calculet.common.errors` classes, re-exported
 here. Importing this package imports neither the daemon's engine, sampler, wire module nor numpy
 (a test checks).
 """
@@ -33,7 +34,7 @@ from calculet.client.types import (
     TokenLogprob,
     Usage,
 )
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     Cancelled,

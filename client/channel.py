@@ -40,7 +40,7 @@ import grpc
 import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from calculet.daemon.errors import InvalidArgument, Unavailable
+from calculet.common.errors import InvalidArgument, Unavailable
 
 # The receive limit stays gRPC's default (4 MiB), as on any stock client: the daemon sends nothing
 # larger (GetModel streams tokenizer.json in 1 MiB pieces). Nothing the client sends comes near

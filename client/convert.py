@@ -6,7 +6,7 @@ in-band `ErrorStatus` becomes the typed `CalculetError`), GetModel's stream of `
 (tokenizer.json in pieces, joined) -> `ModelInfo`, `LoadReport` -> `LoadReport`, and the standard
 health status -> `ServingStatus`. The daemon has its own conversions to its domain types
 (`calculet.daemon.wire`); this module imports none of them, only the generated messages and the
-shared error table (`calculet.daemon.error_codes`).
+shared error table (`calculet.common.error_codes`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 from grpc_health.v1 import health_pb2
 
-from calculet.client.prefix import BLOCK_TOKENS
 from calculet.client.types import (
     Constraint,
     Event,
@@ -33,8 +32,9 @@ from calculet.client.types import (
     TokenLogprob,
     Usage,
 )
-from calculet.daemon.error_codes import error_from_kind, kind_from_pb
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.error_codes import error_from_kind, kind_from_pb
+from calculet.common.errors import CalculetError, ErrorKind
+from calculet.common.prefix import BLOCK_TOKENS
 from calculet.v1 import common_pb2, inference_pb2, observe_pb2
 
 _FINISH: dict[int, FinishReason] = {

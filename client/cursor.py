@@ -17,8 +17,8 @@ from typing import NoReturn
 from calculet.client.convert import event_from_pb
 from calculet.client.messages import SubmitResult
 from calculet.client.types import FinalEvent, TokenChunk
-from calculet.daemon.errors import CalculetError, ErrorKind, NotFound, Unavailable
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.errors import CalculetError, ErrorKind, NotFound, Unavailable
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.v1 import inference_pb2
 
 DEFAULT_MAX_REATTACH = 3

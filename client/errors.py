@@ -1,8 +1,8 @@
-"""Translate failed gRPC calls into the typed domain errors (`calculet.daemon.errors`).
+"""Translate failed gRPC calls into the typed domain errors (`calculet.common.errors`).
 
-Owns the client half of DESIGN.md section 6: a `grpc.RpcError` (sync) or `grpc.aio.AioRpcError`
+Owns the client half of docs/architecture.md "Errors": a `grpc.RpcError` (sync) or `grpc.aio.AioRpcError`
 carries a status code, details and trailing metadata; `error_from_rpc` maps the code to an
-`ErrorKind` through `calculet.daemon.error_codes.KIND_OF_CODE` (the one table, shared with the
+`ErrorKind` through `calculet.common.error_codes.KIND_OF_CODE` (the one table, shared with the
 daemon) and rebuilds the typed error with `error_codes.error_from_kind`, reading the retry hint
 of RESOURCE_EXHAUSTED from the trailing metadata `calculet-retry-after-s`. Codes the daemon never
 sends on purpose (UNKNOWN, INTERNAL, UNIMPLEMENTED, DATA_LOSS, ...) become a `CalculetError` of
@@ -18,8 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
-from calculet.daemon.error_codes import KIND_OF_CODE, RETRY_AFTER_KEY, error_from_kind
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.error_codes import KIND_OF_CODE, RETRY_AFTER_KEY, error_from_kind
+from calculet.common.errors import CalculetError, ErrorKind
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def error_from_rpc(err: grpc.RpcError, method: str) -> CalculetError:
         method: the RPC name, used when the status has no details.
 
     Returns:
-        An instance of the `calculet.daemon.errors` class of the code's kind (`Overloaded` with
+        An instance of the `calculet.common.errors` class of the code's kind (`Overloaded` with
         `retry_after_s` from the trailing metadata, or its default when absent).
     """
     if not isinstance(err, RpcStatus):

@@ -33,7 +33,7 @@ import grpc
 
 from calculet.client.convert import error_from_status
 from calculet.client.errors import error_from_rpc
-from calculet.daemon.errors import CalculetError, Unavailable
+from calculet.common.errors import CalculetError, Unavailable
 from calculet.v1 import inference_pb2
 
 log = logging.getLogger(__name__)

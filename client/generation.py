@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from calculet.client.cursor import DEFAULT_MAX_REATTACH, PendingChunks, StreamState, WaitCursor
 from calculet.client.types import FinalEvent, TokenChunk
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 from calculet.v1 import inference_pb2
 
 __all__ = ["DEFAULT_MAX_REATTACH", "AsyncGeneration", "Generation", "StreamState", "WaitCursor"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from calculet.client.convert import error_from_status, sampling_to_pb
 from calculet.client.types import UINT32_MAX, UINT64_MAX, SamplingParams, check_integer
-from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.common.errors import CalculetError, ErrorKind, InvalidArgument
 from calculet.v1 import common_pb2, inference_pb2, observe_pb2, operate_pb2
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from enum import Enum
 
-from calculet.daemon.errors import FailedPrecondition
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.errors import FailedPrecondition
+from calculet.common.lifecycle import Lifecycle, table
 
 
 class ClientState(Enum):

@@ -6,7 +6,7 @@ channel, with the bearer-token metadata -> responses. Inference and routing resu
 client types (`SubmitResult`, `TokenChunk` / `FinalEvent` events, `Generation`, `ModelInfo`,
 `LoadReport`, `ServingStatus`); the other observation and operations answers are the protobuf
 messages themselves (they are for tools such as calctl). Every failed call raises the typed
-`calculet.daemon.errors` class of its status (`calculet.client.errors`). Nothing here imports the
+`calculet.common.errors` class of its status (`calculet.client.errors`). Nothing here imports the
 daemon's engine or numpy.
 
 Deadlines: each unary call gets `timeout` seconds, and so does GetModel's short stream, read whole;

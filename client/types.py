@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
 
-from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.common.errors import CalculetError, InvalidArgument
 
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
@@ -349,7 +349,7 @@ class ModelLoad:
         free_lanes / lanes_total: lanes FREE or PARKED / lanes of the current generation.
         parked_lanes: of free_lanes, those holding a finished conversation's KV.
         pending_prefill_tokens: prompt tokens still to prefill for jobs admitted there.
-        prefix_hashes: chained block hashes of what the lanes hold (`calculet.client.prefix`);
+        prefix_hashes: chained block hashes of what the lanes hold (`calculet.common.prefix`);
             empty when prefix reuse is off.
         prefix_truncated: the daemon left blocks out to bound the report.
         package_hash: SHA-256 of the generation's manifest ("" when not reported).

@@ -1,4 +1,4 @@
-"""`calculet.daemon`: the per-board daemon (DESIGN.md section 3).
+"""`calculet.daemon`: the per-board daemon (docs/daemon.md).
 
 Layers, from the board up: `device` (the contract) and `calsim` (the emulator behind it);
 `package` (manifest, validator, capacity); `sampling`; `core` (DeviceCore: engine, scheduler,

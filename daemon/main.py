@@ -15,7 +15,7 @@ device was lost and a reset did not restore it, so the supervisor restarts the d
 `Restart=on-failure`; `--unhealthy-exit off` keeps it up, NOT_SERVING, instead).
 
 Under systemd (`systemd/calculet-daemon@.service`, Type=notify) the process reports itself through
-`$NOTIFY_SOCKET` (`server/sd_notify.py`: load progress, READY=1, STATUS=, WATCHDOG=1, STOPPING=1), and
+`$NOTIFY_SOCKET` (`common/sd_notify.py`: load progress, READY=1, STATUS=, WATCHDOG=1, STOPPING=1), and
 SIGHUP re-reads `--config` (`reload_config`: the log level and new startup models).
 
     calculet-daemon --board 0 --device calsim --listen unix:run/board0.sock \
@@ -38,6 +38,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from calculet.common.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.common.parent_death import die_with_parent
+from calculet.common.sd_notify import Notifier
+from calculet.common.telemetry.logs import LOG_FORMATS, setup_logging
+from calculet.common.telemetry.tracing_env import tracing_requested
 from calculet.daemon.core.chunking import parse_chunk_setting
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
@@ -47,17 +52,12 @@ from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceBusy
 from calculet.daemon.device.registry import available_drivers, load_driver
-from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
-from calculet.daemon.parent_death import die_with_parent
 from calculet.daemon.runtime_paths import default_runtime_dir
 from calculet.daemon.server.access import Plane, ServerSecurity, load_policy
 from calculet.daemon.server.app import DEFAULT_MAX_MESSAGE_BYTES, check_listen, normalize_target, serve, unix_path
 from calculet.daemon.server.ownership import BoardBusy, BoardLock, SocketInUse
-from calculet.daemon.server.sd_notify import Notifier
 from calculet.daemon.telemetry.http import parse_listen
 from calculet.daemon.telemetry.job_log import JobLog
-from calculet.daemon.telemetry.logs import LOG_FORMATS, setup_logging
-from calculet.daemon.telemetry.tracing_env import tracing_requested
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -602,7 +602,7 @@ def _serve_board(
         metrics = _metrics(core, metrics_listen)
         tracing = _observe_jobs(core)
         core.start(progress=progress)
-        # Start-up objects live forever: keep them out of full collections (DESIGN.md section 9
+        # Start-up objects live forever: keep them out of full collections (docs/performance.md
         # measured 23-26 ms full-GC pauses as the p99 tail).
         gc.collect()
         gc.freeze()
@@ -657,8 +657,8 @@ def _observe_jobs(core: DeviceCore) -> TracerProvider | None:
         core.engine.add_observer(JobLog())
     if not tracing_requested():
         return None
+    from calculet.common.telemetry.tracing import tracer_provider_from_env
     from calculet.daemon.telemetry.job_traces import JobTraces
-    from calculet.daemon.telemetry.tracing import tracer_provider_from_env
 
     provider = tracer_provider_from_env("calculet-daemon")
     if provider is not None:

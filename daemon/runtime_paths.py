@@ -22,7 +22,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 APP_DIR = "calculet"
 RUN_ROOT = Path("/run")

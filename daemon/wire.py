@@ -1,7 +1,7 @@
 """The daemon's one place where protobuf meets domain objects (requests, events, errors).
 
 The servicer converts through here (and `wire_views` for the observation/operations planes), so
-no domain module imports `*_pb2`. The error-kind <-> gRPC code table is `calculet.daemon.error_codes`
+no domain module imports `*_pb2`. The error-kind <-> gRPC code table is `calculet.common.error_codes`
 (shared with the client, re-exported here); the client has its own light conversions
 (`calculet.client.convert`) and never imports this module. Conventions:
 - priority: the wire follows vLLM (lower is served first); the domain queue treats larger as more
@@ -21,6 +21,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from calculet.common.error_codes import ERROR_CLASS as ERROR_CLASS  # re-exported: the table lives there
+from calculet.common.error_codes import GRPC_CODE as GRPC_CODE
+from calculet.common.error_codes import KIND_OF_CODE as KIND_OF_CODE
+from calculet.common.error_codes import RETRY_AFTER_KEY as RETRY_AFTER_KEY
+from calculet.common.error_codes import error_from_kind as error_from_kind
+from calculet.common.error_codes import kind_from_pb, kind_to_pb
+from calculet.common.errors import ErrorKind, InvalidArgument
 from calculet.daemon.core.events import (
     Event,
     FinalEvent,
@@ -33,13 +40,6 @@ from calculet.daemon.core.events import (
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import MAX_STOP_TOKEN_IDS, NO_TRACE, GenerationRequest, RequestTrace, StoppingParams
 from calculet.daemon.core.switch import SwitchSpec
-from calculet.daemon.error_codes import ERROR_CLASS as ERROR_CLASS  # re-exported: the table lives there
-from calculet.daemon.error_codes import GRPC_CODE as GRPC_CODE
-from calculet.daemon.error_codes import KIND_OF_CODE as KIND_OF_CODE
-from calculet.daemon.error_codes import RETRY_AFTER_KEY as RETRY_AFTER_KEY
-from calculet.daemon.error_codes import error_from_kind as error_from_kind
-from calculet.daemon.error_codes import kind_from_pb, kind_to_pb
-from calculet.daemon.errors import ErrorKind, InvalidArgument
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.daemon.sampling.thinking import ThinkingBudget

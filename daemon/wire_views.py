@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from calculet.client.prefix import BLOCK_TOKENS
+from calculet.common.errors import InvalidArgument
+from calculet.common.prefix import BLOCK_TOKENS
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
@@ -29,7 +30,6 @@ from calculet.daemon.core.status import (
     UtilizationView,
 )
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, MemoryUsage
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
 from calculet.v1 import common_pb2, observe_pb2, operate_pb2
 

@@ -1,5 +1,5 @@
 """`calculet.gateway`: the OpenAI-compatible HTTP gateway in front of many board daemons
-(DESIGN.md section 7).
+(docs/gateway.md).
 
 Layers, from the wire up: `fleet/` (one `DaemonConnection` per daemon through `calculet.client`,
 `Board` state from WatchLoad and grpc.health Watch, `Discovery` from a static list and DNS,

@@ -1,4 +1,4 @@
-"""The gateway's one error mapping: `ErrorKind` -> HTTP status and OpenAI error body (DESIGN.md §6).
+"""The gateway's one error mapping: `ErrorKind` -> HTTP status and OpenAI error body (docs/architecture.md "Errors").
 
 Every failure the gateway reports is a `CalculetError` (raised by the gateway itself or rebuilt by
 `calculet.client` from a daemon's gRPC status). `error_response` turns one into OpenAI's shape,
@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     CalculetError,
     ErrorKind,
     FailedPrecondition,

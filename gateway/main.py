@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from calculet.client import Transport, parse_target
-from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.parent_death import die_with_parent
-from calculet.daemon.server.sd_notify import Notifier
-from calculet.daemon.telemetry.logs import setup_logging
-from calculet.daemon.telemetry.tracing import tracer_provider_from_env
+from calculet.common.errors import InvalidArgument
+from calculet.common.parent_death import die_with_parent
+from calculet.common.sd_notify import Notifier
+from calculet.common.telemetry.logs import setup_logging
+from calculet.common.telemetry.tracing import tracer_provider_from_env
 from calculet.gateway.api.app import create_app
 from calculet.gateway.config import GatewayConfig, config_from, listen_address, read_config
 from calculet.gateway.fleet.connection import ClientConnection
@@ -207,7 +207,7 @@ def service_factory(cfg: GatewayConfig):  # type: ignore[no-untyped-def]
         discovery = Discovery(cfg.daemons, cfg.dns, resolver)
         fleet = Fleet(discovery, connection_factory(cfg), cfg.dns_interval_s)
         await fleet.start()
-        gc.freeze()  # start-up objects out of the collector's way (DESIGN.md section 9: GC pauses)
+        gc.freeze()  # start-up objects out of the collector's way (docs/performance.md: GC pauses)
         try:
             router = Router(fleet, cfg.routing)
             answers = AnswerMemory(cfg.answer_memory_tokens)

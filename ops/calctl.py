@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import calculet.ops.commands as commands_pkg
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 from calculet.ops.commands.daemon_cmds import UsageError
 from calculet.ops.commands.global_flags import hoist_global_flags
 

@@ -35,8 +35,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from calculet.common.parent_death import PARENT_PID_ENV
 from calculet.daemon.calsim.device_lock import STATE_DIR_ENV
-from calculet.daemon.parent_death import PARENT_PID_ENV
 
 GATEWAY_MODULE = "calculet.gateway.main"
 DAEMON_MODULE = "calculet.daemon.main"

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from types import ModuleType
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 
 # Where the sources live below the proto root; the import path `calculet/v1/x.proto` makes the
 # generated code import `from calculet.v1 import x_pb2`.

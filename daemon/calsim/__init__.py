@@ -1,4 +1,4 @@
-"""calsim: the embedded emulator of one Calculet board behind the device contract (DESIGN.md §4).
+"""calsim: the embedded emulator of one Calculet board behind the device contract (docs/vendor-binding.md).
 
 Data flow: `device.CalsimDriver.open` (entry point `calsim` of `calculet.devices`) parses
 `options`, holds the board for this process (`device_lock`: one process per board, as a real

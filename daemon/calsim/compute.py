@@ -14,9 +14,9 @@ from collections.abc import Mapping
 import ml_dtypes
 import numpy as np
 
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.daemon.calsim.kernel import DecodeRow, Kernel
 from calculet.daemon.device.types import RowSpec, TaskType
-from calculet.daemon.errors import CalculetError, ErrorKind
 from calculet.daemon.sampling.topk import device_topk
 
 

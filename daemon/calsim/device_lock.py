@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from calculet.common.errors import CalculetError
 from calculet.daemon.device.errors import DeviceBusy, DeviceError, InvalidJob
-from calculet.daemon.errors import CalculetError
 from calculet.daemon.pid_lock import holder, lock_pid_file, make_dir, unlock_pid_file
 from calculet.daemon.runtime_paths import default_runtime_dir
 

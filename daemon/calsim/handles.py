@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.calsim.engine import ComputeEngine
 from calculet.daemon.calsim.faults import Fault
 from calculet.daemon.calsim.job import Job
@@ -29,7 +30,6 @@ from calculet.daemon.calsim.memory import ChipNeed
 from calculet.daemon.device.api import ConfiguredModel, Submission
 from calculet.daemon.device.errors import InvalidJob, WaitTimeout
 from calculet.daemon.device.types import JobStatus, JobTimestamps, SubmodelInfo
-from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.daemon.package.manifest import PackageManifest
 
 

@@ -18,6 +18,7 @@ from enum import Enum
 
 import numpy as np
 
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.calsim.job_check import ResolvedJob
 from calculet.daemon.calsim.kernel import Kernel
@@ -25,7 +26,6 @@ from calculet.daemon.calsim.lane_kv import LaneKV
 from calculet.daemon.calsim.timing import JobDurations
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.types import EngineSlot, JobSpec, JobStatus, JobTimestamps
-from calculet.daemon.lifecycle import Lifecycle, table
 
 STATUS_EDGES = table(
     [

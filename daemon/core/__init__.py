@@ -1,5 +1,5 @@
 """The daemon's domain core: one board's jobs, models and device work, with no transport
-(DESIGN.md section 3). `docs/daemon.md` draws who owns what.
+(docs/daemon.md). `docs/daemon.md` draws who owns what.
 
 - `device_core.DeviceCore`: the facade the servicer calls; builds views (`views.py`) from snapshots.
 - `engine.Engine`: owns every client job (`job_table`), model generation (`generations`), the

@@ -1,4 +1,4 @@
-"""Requests waiting for capacity: a bounded priority queue with deadlines (DESIGN.md section 3).
+"""Requests waiting for capacity: a bounded priority queue with deadlines (docs/daemon.md).
 
 The scheduler first asks "can allocate?"; a request that cannot start now is `enqueue`d with an
 admission deadline, or refused with `Overloaded` when the queue is at its maximum depth (never a
@@ -31,7 +31,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Overloaded
+from calculet.common.errors import FailedPrecondition, InvalidArgument, NotFound, Overloaded
 
 T = TypeVar("T")
 

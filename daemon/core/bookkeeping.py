@@ -3,9 +3,9 @@ scheduler, the device jobs and the job table, and how it ends.
 
 `Bookkeeper` queues new sequences (`enqueue`); ends them (parking or freeing their lanes, queueing
 lane closes, writing Finals, retaining and counting them); moves them out of a finished device job
-(`apply`: next step, next chunk, re-prefill, end); re-prefills those whose KV was lost outside a
-device job; expires them; and fails them when the board halts or a configuration reset drops their
-model (the `ResetHost` half the reset controller asks for).
+(`apply`: next step, next chunk, a jump-forward's prefill, re-prefill, end); re-prefills those whose
+KV was lost outside a device job; expires them; and fails them when the board halts or a
+configuration reset drops their model (the `ResetHost` half the reset controller asks for).
 
 Ownership: the engine owns its `Bookkeeper` and the components it acts on (scheduler, job table,
 generation table, executor, lane closes, counters, observer hub); the bookkeeper owns no state of its
@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from calculet.common.errors import DeadlineExceeded, ErrorKind, Overloaded
 from calculet.daemon.core import completion, expiry, observer_records
 from calculet.daemon.core.completion import Chunked, Continue, Next, Recover, Settlement
 from calculet.daemon.core.engine_types import EngineConfig
@@ -27,6 +28,7 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.executor import DeviceJob, Executor
 from calculet.daemon.core.generations import GenerationTable
 from calculet.daemon.core.job_table import JobTable
+from calculet.daemon.core.jump import Jumped
 from calculet.daemon.core.lane_closes import LaneCloses
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.observer import ObserverHub, RequestFinished, RequestQueued, RequestRejected
@@ -34,7 +36,6 @@ from calculet.daemon.core.reset_budget import ResetTally
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.errors import DeadlineExceeded, ErrorKind, Overloaded
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,13 @@ class Bookkeeper:
                 seq.nonfinite += 1
             if row.token is not None:
                 seq.accept(row.token, row.logprob)
+            if row.forced:  # jump-forward: the run the grammar forced after it, as if each was drawn
+                for i, token in enumerate(row.forced):
+                    seq.accept(token, row.forced_logprobs[i] if row.forced_logprobs else None)
+                stats = job.plan.runtime.jumps
+                stats.runs += 1
+                stats.tokens += len(row.forced)
+                stats.ended += not isinstance(row.then, Jumped)
             self.follow(seq, row.then)
         if settlement.anomalies or any(r.lost_kv for r in settlement.rows):
             self.drop_parked(f"device job {job.device_job_id} lost KV")  # never trust KV after a fault
@@ -205,6 +213,13 @@ class Bookkeeper:
             seq.lifecycle.move(SeqState.READY)
             self._scheduler.mark_ready(seq)
         elif isinstance(then, Chunked):
+            seq.lifecycle.move(SeqState.PARTIAL)
+            self._scheduler.mark_partial(seq)
+        elif isinstance(then, Jumped):
+            # Its lane lacks the drawn token and the forced run: a short prefill, classed as one.
+            rt = self._generations.running(seq.generation)
+            held = rt.kv.lane(seq.lane).length if rt is not None and rt.kv is not None and seq.lane is not None else 0
+            seq.expected_uncached = len(seq.prompt) + len(seq.generated) - held
             seq.lifecycle.move(SeqState.PARTIAL)
             self._scheduler.mark_partial(seq)
         elif isinstance(then, Recover):

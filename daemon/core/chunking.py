@@ -17,8 +17,8 @@ every 0.37 s while a long prompt prefills, instead of nothing for its whole leng
 
 from __future__ import annotations
 
-from calculet.client.prefix import BLOCK_TOKENS
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
+from calculet.common.prefix import BLOCK_TOKENS
 from calculet.daemon.package.manifest import TimingDecl
 
 CHUNK_AUTO = 0

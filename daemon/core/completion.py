@@ -1,5 +1,5 @@
 """The completion step: what a finished device job means for its rows, decided without changing
-anything (DESIGN.md section 3).
+anything (docs/daemon.md).
 
 Two functions, both free of engine state:
 
@@ -13,9 +13,11 @@ The engine applies the settlement: the executor commits or loses the rows' reser
 context, the sequences stream and move on, the scheduler frees lanes of those that end. Rules:
 
 - DONE: each row's KV is committed and its token streamed; a NaN/Inf row is an anomaly, its KV is
-  lost and it re-prefills. A prefill chunk that is not its prompt's last (chunked prefill) samples
-  nothing: its KV is committed, its logits only checked for NaN/Inf, and the sequence's next chunk
-  follows (`Chunked`). A configuration reset that cleared the job's lanes (`kv_lost`) makes it a
+  lost and it re-prefills. A constrained row whose grammar then forces a run of tokens streams the
+  run too (jump-forward, `jump.py`): the run ends the sequence, or a prefill of it follows
+  (`Jumped`). A prefill chunk that is not its prompt's last (chunked prefill) samples nothing: its
+  KV is committed, its logits only checked for NaN/Inf, and the sequence's next chunk follows
+  (`Chunked`). A configuration reset that cleared the job's lanes (`kv_lost`) makes it a
   fault even if the device says DONE.
 - CCU exception or a hung job collected after a reset: every row's KV is unknown; the sequences
   re-prefill, at most `max_recoveries` times each. A reset's own CCU exceptions are not anomalies.
@@ -28,21 +30,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum, auto
 
 import ml_dtypes
 import numpy as np
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.core.events import FinishReason, TokenLogprob
 from calculet.daemon.core.executor import DeviceJob
+from calculet.daemon.core.jump import Jumped, forced_logprobs, forced_run, settle_run
 from calculet.daemon.core.row_masks import RowMasks
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.utilization import JobCopies
 from calculet.daemon.device.types import JobStatus, TaskType
-from calculet.daemon.errors import ErrorKind
-from calculet.daemon.grammar.matcher import MatcherState
+from calculet.daemon.grammar.matcher import NO_RUN, ForcedRun, MatcherState
 from calculet.daemon.sampling.sampler import Sampler
 from calculet.daemon.sampling.thinking import ThinkPhase
 from calculet.daemon.sampling.topk import TopkRows
@@ -81,7 +84,7 @@ class Chunked:
     """A chunk of the sequence's prefill is in its lane; the next chunk follows."""
 
 
-Next = End | Recover | Continue | Chunked
+Next = End | Recover | Continue | Chunked | Jumped
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class RowOutcome:
         first_logits: the step's logits, for a sequence that captures them (golden check).
         lost_kv: the row lost its KV (the sequence's recovery count goes up, as in Status).
         nonfinite: the row's logits were NaN/Inf (a probe counts them: its golden re-check judges them).
+        forced / forced_logprobs: the run the grammar forces after `token` (jump-forward), streamed
+            after it, and their logprobs when asked for (`jump.forced_logprobs`).
     """
 
     row: int
@@ -105,6 +110,8 @@ class RowOutcome:
     first_logits: np.ndarray | None = None
     lost_kv: bool = False
     nonfinite: bool = False
+    forced: tuple[int, ...] = ()
+    forced_logprobs: tuple[TokenLogprob, ...] = ()
 
 
 class DeviceFault(Enum):
@@ -133,13 +140,16 @@ class Sampled:
     """The sampled rows of a DONE job and the captured logits (None where not captured). A row that
     is a non-final prefill chunk has no result: `chunk_finite` says whether its logits were finite.
     A constrained row's `grammar_stop`: its token completes the grammar (the sequence ends STOP);
-    `grammar_failed`: why its matcher allowed no token (it ends with an error; empty: none did)."""
+    `grammar_failed`: why its matcher allowed no token (it ends with an error; empty: none did).
+    `runs`: per row, the run its grammar forces after its token (`jump.forced_run`; empty: the
+    model does not jump)."""
 
     results: list[RowResult | None]
     captured: list[np.ndarray | None]
     chunk_finite: list[bool]
     grammar_stop: tuple[bool, ...] = ()
     grammar_failed: tuple[str | None, ...] = ()
+    runs: tuple[ForcedRun, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,6 +162,8 @@ class BoardFacts:
         max_recoveries: re-prefills a sequence may need before it fails.
         device_left / expected_left: unfinished jobs the device reports (None: it could not say)
             and the number the executor expects besides this one.
+        running: sequences holding lanes of the job's generation (the streams decode steps are
+            shared among: jump-forward's threshold, `jump.py`).
     """
 
     fenced: bool
@@ -159,6 +171,7 @@ class BoardFacts:
     max_recoveries: int
     device_left: int | None = None
     expected_left: int = 0
+    running: int = 1
 
 
 def prepare_masks(job: DeviceJob) -> None:
@@ -186,7 +199,8 @@ def sample(job: DeviceJob) -> Sampled:
     rows, failed = _rows(job)
     results: list[RowResult | None] = _forced(seqs, rt.sampler.sample(logits, rows))
     captured = [logits[i].astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
-    return Sampled(results, captured, [True] * len(seqs), _grammar_stops(seqs, results, failed), failed)
+    stops = _grammar_stops(seqs, results, failed)
+    return Sampled(results, captured, [True] * len(seqs), stops, failed, _runs(job, results, stops, failed))
 
 
 def row_masks(seqs: list[Sequence]) -> RowMasks:
@@ -232,6 +246,28 @@ def _grammar_stops(
         answer = token is not None and (s.thinking is None or s.thinking.is_answer(token))
         stops.append(g is not None and problem is None and token is not None and answer and g.would_stop(token))
     return tuple(stops)
+
+
+def _runs(
+    job: DeviceJob,
+    results: list[RowResult | None] | list[RowResult],
+    stops: tuple[bool, ...],
+    failed: tuple[str | None, ...],
+) -> tuple[ForcedRun, ...]:
+    """Per row, the run its grammar forces after its drawn token (jump-forward, `jump.py`): only for
+    a model that jumps, and a row whose token neither completes its grammar nor is a stop token."""
+    rt = job.plan.runtime
+    if not rt.jump_min_runs or rt.model is None:
+        return ()
+    context = min(rt.model.lane_context, rt.manifest.context)
+    runs = []
+    for s, res, stop, problem in zip(job.plan.seqs, results, stops, failed, strict=True):
+        token = res.token if res is not None else None
+        if token is None or stop or problem is not None or token in s.stop_ids:
+            runs.append(NO_RUN)
+        else:
+            runs.append(forced_run(s, token, context=context, chunk=rt.prefill_chunk))
+    return tuple(runs)
 
 
 def _forced(seqs: list[Sequence], results: Iterable[RowResult]) -> list[RowResult | None]:
@@ -286,7 +322,8 @@ def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
     results = _forced(seqs, drawn)
     job.full_row_reads = tally.full_reads
     captured = [read_full(i).astype(np.float32) if s.capture_logits else None for i, s in enumerate(seqs)]
-    return Sampled(results, captured, [True] * n, _grammar_stops(seqs, results, failed), failed)
+    stops = _grammar_stops(seqs, results, failed)
+    return Sampled(results, captured, [True] * n, stops, failed, _runs(job, results, stops, failed))
 
 
 def copies(job: DeviceJob, sampled: Sampled) -> JobCopies:
@@ -379,8 +416,17 @@ def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
         if seq.request.sampling.logprobs is not None and res.logprob is not None:
             logprob = TokenLogprob(res.token, res.logprob, res.top_logprobs)
         grammar_stop = bool(sampled.grammar_stop) and sampled.grammar_stop[row]
-        then = End(FinishReason.STOP) if grammar_stop else _after_token(seq, res.token, now, facts)
-        rows.append(RowOutcome(row, seq, KvEffect.COMMIT, then, res.token, logprob, first))
+        then: Next = End(FinishReason.STOP) if grammar_stop else _after_token(seq, res.token, now, facts)
+        forced: tuple[int, ...] = ()
+        if isinstance(then, Continue) and sampled.runs and sampled.runs[row].tokens:
+            jump = settle_run(seq, sampled.runs[row], rt.jump_threshold(facts.running))
+            if jump is not None:
+                forced, reason = jump
+                then = End(reason) if reason is not None else Jumped()
+        outcome = RowOutcome(row, seq, KvEffect.COMMIT, then, res.token, logprob, first)
+        if forced:
+            outcome = replace(outcome, forced=forced, forced_logprobs=forced_logprobs(seq, forced))
+        rows.append(outcome)
     if facts.device_left is not None and facts.device_left > facts.expected_left:
         # The device may be ahead of us (the other bank finished too), never behind.
         anomalies.append(f"device reports {facts.device_left} jobs left, executor expects {facts.expected_left}")

@@ -2,7 +2,7 @@
 
 A thin facade: it opens the device through the driver registry and holds the `Engine` (client jobs,
 scheduling, device jobs, generations; its own lock) and the `ModelManager` (load / unload / warm-up).
-Each method answers one request of the three planes of DESIGN.md section 6 by calling them and
+Each method answers one request of the three planes of docs/daemon.md "Access planes" by calling them and
 building a view (`views.py`) from an `EngineSnapshot`; it never touches the engine's state directly.
 The gRPC servicer converts protobuf to these calls and back, nothing more.
 
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from calculet.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.engine_types import SubmitReceipt
@@ -45,7 +46,6 @@ from calculet.daemon.device.errors import DeviceLost
 from calculet.daemon.device.guard import GuardedDevice
 from calculet.daemon.device.registry import load_driver
 from calculet.daemon.device.types import DeviceCapabilities, DeviceInfo, JobCounters, MemoryUsage
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from calculet.daemon.package.identity import calbin_sha256, compiler_of
 from calculet.daemon.package.manifest import MANIFEST_NAME
 

@@ -1,5 +1,5 @@
 """The engine: every client job, the scheduler, the device jobs and the model generations of one
-board, behind one lock (DESIGN.md section 3).
+board, behind one lock (docs/daemon.md).
 
 State and its owner (all private; other modules call methods that return copies or frozen views):
 
@@ -61,6 +61,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from calculet.common.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
 from calculet.daemon.core import completion, expiry, observer_records
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
 from calculet.daemon.core.completion import BoardFacts
@@ -98,7 +99,6 @@ from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
-from calculet.daemon.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
 from calculet.daemon.os_threads import named
 from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.thinking import ThinkingTracker
@@ -762,9 +762,10 @@ class Engine(EngineGenerations):
                 max_recoveries=self._config.max_recoveries,
                 device_left=device_left,
                 expected_left=len(self._executor) - 1,
+                running=rt.kv.used_count() if rt.kv is not None else 1,
             )
             settlement = completion.settle(job, status, sampled, facts)
-            tokens = sum(1 for r in settlement.rows if r.token is not None and not r.seq.internal)
+            tokens = sum(1 + len(r.forced) for r in settlement.rows if r.token is not None and not r.seq.internal)
             copies = completion.copies(job, sampled) if sampled is not None else None
             self._utilization.record(job.engine_slot, stamps, tokens, sampling_s, time.monotonic(), copies)
             if self._observers.wants(DeviceJobDone):  # before the rows' Finals: their last token comes first

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.core.bookkeeping import Bookkeeper
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.executor import Executor
@@ -21,7 +22,6 @@ from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.api import ConfiguredModel
-from calculet.daemon.errors import ErrorKind
 
 
 class EngineGenerations:

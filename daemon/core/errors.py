@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from calculet.daemon.errors import FailedPrecondition, Unavailable
+from calculet.common.errors import FailedPrecondition, Unavailable
 
 
 class StaleGeneration(FailedPrecondition):

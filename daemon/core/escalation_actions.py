@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from calculet.common.errors import CalculetError
 from calculet.daemon.core.auto_reset import automatic_reset
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.escalation_watch import Escalation, EscalationKind
@@ -20,7 +21,6 @@ from calculet.daemon.core.operator_reset import OperatorHooks, memory_not_back, 
 from calculet.daemon.core.reset_audit import AuditPoint, escalation_entry
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError
-from calculet.daemon.errors import CalculetError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, TypeVar
 
-from calculet.daemon.errors import ErrorKind, InvalidArgument
+from calculet.common.errors import ErrorKind, InvalidArgument
 
 
 class FinishReason(Enum):

@@ -1,5 +1,5 @@
 """Device jobs: building, submitting and tracking them until their completion is applied
-(DESIGN.md section 3).
+(docs/daemon.md).
 
 Vocabulary: a *job* is the client's unit (one Submit, a `Sequence`); a *device job* is one unit of
 device work the executor builds from a `JobPlan` (a prefill of one sequence or a batched decode
@@ -39,6 +39,8 @@ from enum import Enum, auto
 
 import numpy as np
 
+from calculet.common.errors import InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.core.ids import DeviceJobId
 from calculet.daemon.core.jobs import BufferState, JobContext, JobPool
 from calculet.daemon.core.kv import LaneState, Reservation
@@ -47,8 +49,6 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan
 from calculet.daemon.device.api import Submission, VirtualDevice
 from calculet.daemon.device.types import EngineSlot, TaskType
-from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
 
 log = logging.getLogger(__name__)
 

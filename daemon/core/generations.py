@@ -11,8 +11,8 @@ Owner: the `Engine`; guarded by the engine lock (this class is not thread-safe o
 
 from __future__ import annotations
 
+from calculet.common.errors import NotFound, Unavailable
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.errors import NotFound, Unavailable
 
 
 class GenerationTable:

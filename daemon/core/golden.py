@@ -32,10 +32,10 @@ from enum import Enum
 
 import numpy as np
 
+from calculet.common.errors import ErrorKind, Unavailable
 from calculet.daemon.core.engine_types import ProbeOutcome
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
-from calculet.daemon.errors import ErrorKind, Unavailable
 from calculet.daemon.package.manifest import GoldenDecl
 from calculet.daemon.sampling.params import SamplingParams
 

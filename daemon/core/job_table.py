@@ -14,9 +14,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterator
 
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.core.events import Retention, job_bytes
 from calculet.daemon.core.sequence import Sequence
-from calculet.daemon.errors import FailedPrecondition
 
 
 class JobTable:

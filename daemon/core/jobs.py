@@ -1,6 +1,6 @@
 """JobContext pool: the host buffers every device job may DMA, allocated and registered once.
 
-DESIGN.md section 3 / seed 000 §4. A `JobContext` owns every byte the device may read or write for
+docs/daemon.md / seed 000 §4. A `JobContext` owns every byte the device may read or write for
 one job: one registered `HostBuffer` per input and output tensor of its submodel (`tokens` and
 `positions` int32 `[batch, max_tokens]`, `logits` bf16 `[batch, vocab]`). The `JobPool` allocates
 `slots_per_key` contexts per `PoolKey` when it is built, registers each buffer with the device once,
@@ -44,13 +44,13 @@ from enum import Enum
 import ml_dtypes
 import numpy as np
 
+from calculet.common.errors import FailedPrecondition, InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.core.errors import StaleGeneration
 from calculet.daemon.core.ids import DeviceJobId
 from calculet.daemon.device.api import HostBuffer, VirtualDevice
 from calculet.daemon.device.errors import BufferInUse
 from calculet.daemon.device.types import EngineSlot, JobSpec, RowSpec, SubmodelInfo, TaskType, TensorSpec
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
 
 
 class BufferState(Enum):

@@ -1,4 +1,4 @@
-"""KV lanes of one model generation, changed only through transactions (DESIGN.md section 3, seed 000 §7).
+"""KV lanes of one model generation, changed only through transactions (docs/daemon.md, seed 000 §7).
 
 The `KVManager` owns the bookkeeping of every KV lane of one configured model generation: which
 sequence owns a lane and how many KV tokens in it are committed (trusted). The device does not
@@ -56,13 +56,13 @@ from enum import Enum
 
 import numpy as np
 
-from calculet.client.prefix import BLOCK_TOKENS
+from calculet.common.errors import FailedPrecondition, IllegalTransition, InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
+from calculet.common.prefix import BLOCK_TOKENS
 from calculet.daemon.core.errors import StaleGeneration
 from calculet.daemon.core.ids import DeviceJobId, SequenceId
 from calculet.daemon.core.prefix_match import LaneSource, ParkedView, choose_lane
 from calculet.daemon.device.types import RowSpec
-from calculet.daemon.errors import FailedPrecondition, IllegalTransition, InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
 
 
 class LaneState(Enum):
@@ -172,7 +172,7 @@ class LaneSnapshot:
 @dataclass(frozen=True)
 class Parked:
     """What a parked lane holds: the tokens its KV encodes (int32, position order), their block
-    hashes (`calculet.client.prefix`, full blocks), when it was parked (tick for LRU order,
+    hashes (`calculet.common.prefix`, full blocks), when it was parked (tick for LRU order,
     monotonic seconds for Status), and how many of its tokens were its job's prompt (the matcher's
     continuation rule, `prefix_match.py`)."""
 

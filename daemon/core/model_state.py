@@ -1,4 +1,4 @@
-"""The model lifecycle (DESIGN.md section 3, seed 000 section 10) as one transition table.
+"""The model lifecycle (docs/daemon.md, seed 000 section 10) as one transition table.
 
 Unloaded -> Validating -> Configuring -> Warming -> Ready -> Draining -> Unloading -> Unloaded;
 Validating, Configuring and Warming may fail (-> Failed -> Unloaded after cleanup). A load that
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from calculet.daemon.lifecycle import table
+from calculet.common.lifecycle import table
 
 
 class ModelState(Enum):

@@ -1,4 +1,4 @@
-"""Model lifecycle per alias: load, warm, publish, drain, unload (DESIGN.md section 3, seed 000 §10).
+"""Model lifecycle per alias: load, warm, publish, drain, unload (docs/daemon.md, seed 000 §10).
 
 `ModelManager` drives each generation through the table in `model_state.py`:
 Validating (package validator, on the caller's thread, never the device threads) -> Configuring
@@ -28,19 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculet.daemon.aliases import check_alias
-from calculet.daemon.core.engine import Engine
-from calculet.daemon.core.errors import BoardHalted
-from calculet.daemon.core.golden import AttemptResult, GoldenVerdict, golden_request, judge
-from calculet.daemon.core.golden import recheck as golden_recheck
-from calculet.daemon.core.memory_ledger import MemoryLedger
-from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.switch import PhaseClock, SwitchSpec, phases_text, switch_entry
-from calculet.daemon.core.unload_check import ChipExcess, excess_text, footprint, unload_problem
-from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
-from calculet.daemon.device.errors import DeviceError, ModelReleased, OutOfDeviceMemory
-from calculet.daemon.errors import (
+from calculet.common.aliases import check_alias
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     ErrorKind,
@@ -49,6 +38,18 @@ from calculet.daemon.errors import (
     NotFound,
     PermissionDenied,
 )
+from calculet.common.phase_clock import PhaseClock
+from calculet.daemon.core.engine import Engine
+from calculet.daemon.core.errors import BoardHalted
+from calculet.daemon.core.golden import AttemptResult, GoldenVerdict, golden_request, judge
+from calculet.daemon.core.golden import recheck as golden_recheck
+from calculet.daemon.core.memory_ledger import MemoryLedger
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.core.switch import SwitchSpec, phases_text, switch_entry
+from calculet.daemon.core.unload_check import ChipExcess, excess_text, footprint, unload_problem
+from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
+from calculet.daemon.device.errors import DeviceError, ModelReleased, OutOfDeviceMemory
 from calculet.daemon.package.capacity import DeviceLimits
 from calculet.daemon.package.compat import co_residency_refusal, driver_refusal
 from calculet.daemon.package.fs import is_symlink_loop

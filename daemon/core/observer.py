@@ -1,5 +1,5 @@
 """Engine events for telemetry: the `EngineObserver` interface and the `ObserverHub` that delivers
-them (DESIGN.md section 8; metrics in `calculet.daemon.telemetry`, traces later).
+them (docs/metrics.md; metrics in `calculet.daemon.telemetry`, traces later).
 
 Data flow: the engine builds a small frozen event where something happens (a request queued, a
 device job started or done, a request finished, a refusal, a reset, a fault) and hands it to its
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from queue import SimpleQueue
 from typing import Any
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.core.events import FinishReason, Timings, Usage
 from calculet.daemon.core.request import NO_TRACE, RequestTrace
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
-from calculet.daemon.errors import ErrorKind
 
 log = logging.getLogger(__name__)
 

@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from calculet.common.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound
 from calculet.daemon.core.errors import MemoryNotBack
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport, ResetTally
 from calculet.daemon.core.reset_controller import ResetController
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.errors import DeviceError
-from calculet.daemon.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound
 
 
 @dataclass(frozen=True)

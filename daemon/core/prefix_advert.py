@@ -1,7 +1,7 @@
 """What a board advertises of the prefixes its KV lanes hold (observe.proto `PrefixBlocks`).
 
 Each lane that holds trusted KV (parked, or owned by a running sequence) is a chain of block hashes
-(`calculet.client.prefix`): hash i names the lane's first (i + 1) * 64 tokens. A router looks up a
+(`calculet.common.prefix`): hash i names the lane's first (i + 1) * 64 tokens. A router looks up a
 prompt's chain in the union of these sets; the longest run from block 0 it finds is what the board
 holds of that prompt.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from calculet.client.prefix import MAX_ADVERTISED_BLOCKS
+from calculet.common.prefix import MAX_ADVERTISED_BLOCKS
 
 
 def tips(chains: Sequence[Sequence[int]]) -> tuple[int, ...]:

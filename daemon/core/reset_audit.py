@@ -1,4 +1,4 @@
-"""The reset controller's audit trail: one entry per reset, automatic or operator (DESIGN.md section 3,
+"""The reset controller's audit trail: one entry per reset, automatic or operator (docs/daemon.md,
 seed 000 section 14: "every reset records its reason, the jobs in flight, the versions and health
 before and after, and the result").
 

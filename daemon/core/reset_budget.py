@@ -1,4 +1,4 @@
-"""The reset controller's bookkeeping (DESIGN.md section 3, reset controller; seed 000 section 14).
+"""The reset controller's bookkeeping (docs/daemon.md, reset controller; seed 000 section 14).
 
 - `ResetBudget`: automatic resets (a hung job) are allowed `limit` times per `window_s`; past that
   the board stops resetting itself, reports NOT_SERVING and waits for an operator, so a broken
@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
+from calculet.common.errors import CalculetError, InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.errors import CalculetError, InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
 
 SETTLE_TIMEOUT_S = 10.0  # how long an operator reset waits for the jobs it hit before it answers
 

@@ -1,5 +1,5 @@
 """The reset controller: with the VirtualDevice, the model generations and the buffer pools, one of the
-four things a board's daemon owns (DESIGN.md section 3, "Reset controller"; seed 000 section 14).
+four things a board's daemon owns (docs/daemon.md, "Reset controller"; seed 000 section 14).
 
 What it owns, all of one board:
 
@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from calculet.common.errors import CalculetError, FailedPrecondition, Unavailable
+from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.errors import BoardHalted, MemoryNotBack
 from calculet.daemon.core.executor import DeviceJob, Executor
@@ -70,8 +72,6 @@ from calculet.daemon.core.status import ResetOutcome
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, ModelReleased, WaitTimeout
 from calculet.daemon.device.types import JobStatus
-from calculet.daemon.errors import CalculetError, FailedPrecondition, Unavailable
-from calculet.daemon.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 

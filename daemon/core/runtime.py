@@ -3,9 +3,9 @@
 A `ModelRuntime` is created by the ModelManager when a package is configured and lives until
 that generation is unloaded. It bundles what the engine needs per generation: the device's
 `ConfiguredModel`, the `KVManager` for its lanes, the `JobPool` of its host buffers, the
-`Sampler`, the constraint compiler, the submodels chosen for prefill and decode, its prefill chunk size and its prefix
-reuse figures. Nothing in it outlives the generation; a completion carrying another generation never
-touches it.
+`Sampler`, the constraint compiler, the submodels chosen for prefill and decode, its prefill chunk
+size, its jump-forward threshold (`jump.py`) and its prefix reuse and jump figures. Nothing in it
+outlives the generation; a completion carrying another generation never touches it.
 """
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from calculet.common.errors import FailedPrecondition
+from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
 from calculet.daemon.core.jobs import JobPool
+from calculet.daemon.core.jump import JumpStats, jump_thresholds
 from calculet.daemon.core.kv import KVManager
 from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState
 from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.types import EngineSlot, SubmodelInfo, TaskType
-from calculet.daemon.errors import FailedPrecondition
 from calculet.daemon.grammar import GrammarCompiler
-from calculet.daemon.lifecycle import Lifecycle
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.sampling.sampler import Sampler, SamplingPolicy
 
@@ -90,7 +91,9 @@ class ModelRuntime:
         self.interrupted_jobs = 0  # jobs the drain timeout cut off (ERROR + UNAVAILABLE)
         self.prefill_chunk = 0  # tokens one prefill job carries (set by `attach`)
         self.chunked = False  # prefills longer than `prefill_chunk` run as several jobs
+        self.jump_min_runs: tuple[int, ...] = ()  # `jump.jump_thresholds` (empty: never jumps; set by `attach`)
         self.prefix = PrefixStats()
+        self.jumps = JumpStats()
 
     @property
     def state(self) -> ModelState:
@@ -126,6 +129,9 @@ class ModelRuntime:
         )
         self.model = model
         self.kv = KVManager(model.lanes, model.lane_context, self.generation)
+        self.jump_min_runs = jump_thresholds(
+            self.manifest, self.prefill.name, lambda rows: self.decode_submodel_for(rows).batch, model.lanes
+        )
         self.pool = JobPool(device, [self.prefill, *decodes], 0, slots_per_key=1, engine_slots=engine_slots)
         rows = max(s.batch for s in decodes)
         self.sampler = (
@@ -144,6 +150,16 @@ class ModelRuntime:
             prefill_tokens=context if self.chunked else self.prefill.max_tokens,  # chunks reach any length
             eos_token_ids=self.eos_ids,
         )
+
+    @property
+    def jump_min_run(self) -> int:
+        """Forced tokens a jump needs with one stream running (0: the model never jumps)."""
+        return self.jump_threshold(1)
+
+    def jump_threshold(self, running: int) -> int:
+        """Forced tokens a jump needs with `running` sequences holding lanes (0: none pays)."""
+        runs = self.jump_min_runs
+        return runs[min(max(running, 1), len(runs)) - 1] if runs else 0
 
     @property
     def max_decode_batch(self) -> int:

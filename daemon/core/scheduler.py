@@ -1,4 +1,4 @@
-"""Continuous batching: which job the device runs next (DESIGN.md section 3, seed 000 sections 5-6).
+"""Continuous batching: which job the device runs next (docs/daemon.md, seed 000 sections 5-6).
 
 The scheduler owns the waiting and ready sets of every sequence that is not in flight and turns
 them into `JobPlan`s; it never touches the device. Order of preference for each free in-flight slot:
@@ -53,6 +53,8 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from calculet.common.error_codes import DEFAULT_RETRY_AFTER_S
+from calculet.common.errors import Overloaded
 from calculet.daemon.core.admission import AdmissionQueue
 from calculet.daemon.core.chunking import CHUNK_AUTO
 from calculet.daemon.core.kv import LaneHandle, LaneState
@@ -60,8 +62,6 @@ from calculet.daemon.core.prefix_match import LaneSource
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType
-from calculet.daemon.error_codes import DEFAULT_RETRY_AFTER_S
-from calculet.daemon.errors import Overloaded
 
 DECODE_JOBS_AUTO = 0
 """`SchedulingPolicy.decode_jobs_per_model`: a second decode cohort only when it would be full."""

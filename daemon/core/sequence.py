@@ -14,7 +14,8 @@ with exactly the tokens of an undisturbed run (sampling is keyed by (seed, step)
 In every state the lane's committed KV holds `prefill_tokens[:length]` (length from the KV
 manager). A prefill starts at that length: 0 on a cold lane, the kept prefix on a parked lane it
 took, the chunks done so far while PARTIAL. A prefill longer than the model's chunk runs as several
-device jobs; between them the sequence is PARTIAL and no token is sampled.
+device jobs; between them the sequence is PARTIAL and no token is sampled. A jump-forward
+(`jump.py`) leaves it PARTIAL too: its tokens grew by a forced run that its lane does not hold yet.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from enum import Enum, auto
 
 import numpy as np
 
-from calculet.client.prefix import BLOCK_TOKENS, block_hashes
+from calculet.common.errors import ErrorKind
+from calculet.common.lifecycle import Lifecycle, table
+from calculet.common.prefix import BLOCK_TOKENS, block_hashes
 from calculet.daemon.core.events import EventLog, FinishReason, Timings, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.grammar import GrammarMatcher
-from calculet.daemon.lifecycle import Lifecycle, table
 from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.thinking import ThinkingTracker, ThinkPhase
 
@@ -40,7 +41,7 @@ class SeqState(Enum):
     READY = auto()  # has a lane, waiting for its next decode job
     DECODE = auto()  # decode job in flight
     RECOVER = auto()  # lane KV lost; waiting for a re-prefill
-    PARTIAL = auto()  # has a lane holding part of its prefill; waiting for the next prefill chunk
+    PARTIAL = auto()  # has a lane holding part of its prefill; waiting for the next prefill chunk (or a jump's)
     DONE = auto()
 
 
@@ -50,7 +51,7 @@ SEQ_TRANSITIONS = table(
         (SeqState.PREFILL, [SeqState.READY, SeqState.PARTIAL, SeqState.RECOVER, SeqState.DONE]),
         (SeqState.PARTIAL, [SeqState.PREFILL, SeqState.RECOVER, SeqState.DONE]),
         (SeqState.READY, [SeqState.DECODE, SeqState.RECOVER, SeqState.DONE]),
-        (SeqState.DECODE, [SeqState.READY, SeqState.RECOVER, SeqState.DONE]),
+        (SeqState.DECODE, [SeqState.READY, SeqState.PARTIAL, SeqState.RECOVER, SeqState.DONE]),
         (SeqState.RECOVER, [SeqState.PREFILL, SeqState.DONE]),
     ]
 )
@@ -125,7 +126,7 @@ class Sequence:
         return self._array
 
     def block_hashes(self, tokens: int) -> list[int]:
-        """Chained hashes of the full blocks of `prefill_tokens[:tokens]` (`calculet.client.prefix`),
+        """Chained hashes of the full blocks of `prefill_tokens[:tokens]` (`calculet.common.prefix`),
         computed once per block and kept: prefill tokens only ever grow."""
         blocks = min(tokens, len(self.prompt) + len(self.generated)) // BLOCK_TOKENS
         known = self._block_hashes

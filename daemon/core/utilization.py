@@ -1,4 +1,4 @@
-"""Device utilisation from the device's own job timestamps (DESIGN.md section 8): the busy ratio per
+"""Device utilisation from the device's own job timestamps (docs/metrics.md): the busy ratio per
 engine bank and in total, phase seconds and generated tokens, since the first job and over the last
 few seconds. Status reports it (`UtilizationView`); the metrics export it.
 

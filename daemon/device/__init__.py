@@ -1,4 +1,4 @@
-"""The device contract (DESIGN.md section 4): ABCs, value types and typed errors.
+"""The device contract (docs/vendor-binding.md): ABCs, value types and typed errors.
 
 Implementations: `calculet.daemon.calsim` (the embedded emulator) and vendor bindings, all
 registered under the entry point group `calculet.devices`.

@@ -1,4 +1,4 @@
-"""The device contract: abstract classes every board implementation provides (DESIGN.md section 4).
+"""The device contract: abstract classes every board implementation provides (docs/vendor-binding.md).
 
 Data flow: the daemon opens a `VirtualDevice` through a `DeviceDriver` (found by entry point
 group `calculet.devices`), configures a model package into a `ConfiguredModel`, registers host

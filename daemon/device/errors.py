@@ -6,7 +6,7 @@ unchanged (most are handled by the executor and reset controller first).
 
 from __future__ import annotations
 
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 
 
 class DeviceError(CalculetError):

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
+from calculet.common.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.grammar.matcher import GrammarMatcher
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 

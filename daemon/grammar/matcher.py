@@ -3,8 +3,8 @@
 Ownership: the `Sequence` owns its `GrammarMatcher` (made by `GrammarCompiler.matcher`, a copy of the
 compiled template, so no two sequences share state). Like the sequence's tokens it changes only
 where they change: `consume` when the engine accepts a token (under its lock), and it is read by the
-completion thread while a device job carries the sequence (`allowed`, `would_stop`), when nothing
-else touches it. Not thread-safe by itself.
+completion thread while a device job carries the sequence (`allowed`, `would_stop`, `forced_after`),
+when nothing else touches it. Not thread-safe by itself.
 
 Lifecycle (`MatcherState`): ACTIVE while tokens may follow; STOPPED once the grammar is complete and
 nothing may follow (the sequence ends STOP); FAILED if llguidance reports an error (a bug, not a
@@ -14,13 +14,14 @@ client's: every consumed token came from the mask), after which it allows nothin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.errors import InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
 
 if TYPE_CHECKING:  # imported for real by the compiler that made the matcher (`compiler.py`)
     import llguidance
@@ -30,6 +31,22 @@ class MatcherState(Enum):
     ACTIVE = auto()
     STOPPED = auto()
     FAILED = auto()
+
+
+@dataclass(frozen=True)
+class ForcedRun:
+    """Tokens the grammar forces one after another (each the only token its mask allows).
+
+    Attributes:
+        tokens: the run, in order (empty: the next token is not forced).
+        completes: its last token completes the grammar (nothing may follow it).
+    """
+
+    tokens: tuple[int, ...] = ()
+    completes: bool = False
+
+
+NO_RUN = ForcedRun()
 
 
 MATCHER_TRANSITIONS = table(
@@ -121,6 +138,41 @@ class GrammarMatcher:
         self._m.rollback(1)
         self._sync()
         return stopped
+
+    def forced_after(self, token: int, limit: int) -> ForcedRun:
+        """The run the grammar forces after `token` (one its mask allows now): each next token while
+        the mask allows exactly one, at most `limit` of them, ending after one that completes the
+        grammar. These are the tokens a step-by-step run must draw (a one-token mask leaves the draw
+        no choice), so jump-forward may append them without decoding them. Consumed, read and rolled
+        back: the state is unchanged (a token the matcher refuses leaves it FAILED, as in `would_stop`).
+        """
+        if limit < 1 or self.state is not MatcherState.ACTIVE:
+            return NO_RUN
+        if not self._m.consume_token(token):
+            self._sync()
+            return NO_RUN
+        run: list[int] = []
+        completes = False
+        while len(run) < limit and not self._m.is_stopped():
+            only = self._only_allowed()
+            if only is None or not self._m.consume_token(only):
+                break
+            run.append(only)
+            completes = self._m.is_stopped()
+        self._m.rollback(1 + len(run))
+        self._sync()
+        return ForcedRun(tuple(run), completes) if self.state is MatcherState.ACTIVE else NO_RUN
+
+    def _only_allowed(self) -> int | None:
+        """The one token the mask allows now, or None when it allows several (or none). Counted on
+        the packed mask, without unpacking the vocabulary."""
+        self._fill(self._m, self._bits)
+        words = self._bits[0].view(np.uint32)
+        if int(np.bitwise_count(words).sum()) != 1:
+            return None
+        word = int(np.flatnonzero(words)[0])
+        token = word * 32 + int(words[word]).bit_length() - 1
+        return token if token < self.vocab_size else None
 
     def _sync(self) -> None:
         target = (

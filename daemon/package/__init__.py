@@ -1,1 +1,1 @@
-"""Model packages: manifest, loader, validator and capacity planning (DESIGN.md section 5)."""
+"""Model packages: manifest, loader, validator and capacity planning (docs/package.md)."""

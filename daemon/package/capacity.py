@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.device.types import DeviceInfo
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.package.manifest import KERNELS, Architecture, ChipMemoryDecl, PackageManifest
 from calculet.daemon.package.presets import GIB, MIB, ModelPreset
 from calculet.daemon.package.versions import parse_version, release_part

@@ -12,7 +12,7 @@ shares a board.
 
 from __future__ import annotations
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.capacity import DeviceLimits
 from calculet.daemon.package.manifest import CompatRow, PackageManifest
 from calculet.daemon.package.versions import in_range, parse_range, parse_version

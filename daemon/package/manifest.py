@@ -1,4 +1,4 @@
-"""The model package manifest `calculet-package.json`, schema version 1 (DESIGN.md section 5).
+"""The model package manifest `calculet-package.json`, schema version 1 (docs/package.md).
 
 This module owns the in-memory form of a manifest: frozen dataclasses, `from_dict` (strict
 structural parsing, first problem raises `ManifestError`) and `to_dict` (the exact JSON form).
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.package.fs import FileTooLarge, NotRegularFile, read_regular
 from calculet.daemon.package.logits_output import LogitsOutput
 
@@ -90,7 +90,12 @@ class TensorDecl:
 
 @dataclass(frozen=True)
 class SubmodelDecl:
-    """One calbin submodel. `smodel_type` is the vendor's label, kept to catch mislabels."""
+    """One calbin submodel. `smodel_type` is the vendor's label, kept to catch mislabels.
+
+    `prefill_at_offset` (prefill submodels only): whether the graph runs a prefill after `past_kv_len`
+    tokens already in the lane (a non-zero offset), so new tokens attend over KV a previous job
+    wrote. None: not declared (absent from the manifest), read as no; jump-forward over a
+    constraint's forced tokens runs only where it is True (docs/package.md `submodels[]`)."""
 
     name: str
     role: str
@@ -102,6 +107,7 @@ class SubmodelDecl:
     inputs: tuple[TensorDecl, ...]
     outputs: tuple[TensorDecl, ...]
     csr: dict[str, str] = field(default_factory=dict)
+    prefill_at_offset: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -274,7 +280,11 @@ class PackageManifest:
         return min([self.kv.lane_context, *(s.context for s in self.submodels)])
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        out: dict[str, Any] = _plain(asdict(self))
+        for sub in out["submodels"]:
+            if sub["prefill_at_offset"] is None:  # undeclared: a package without it does not have it
+                del sub["prefill_at_offset"]
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> PackageManifest:
@@ -508,6 +518,7 @@ def _submodel(s: _Reader) -> SubmodelDecl:
         s.str_("name"), s.str_("role"), s.str_("smodel_type"), s.int_("batch"), s.int_("max_tokens"),
         s.int_("context"), s.str_("folder"), tuple(_tensor(x) for x in s.subs("inputs")),
         tuple(_tensor(x) for x in s.subs("outputs")), s.strmap("csr"),
+        s.bool_("prefill_at_offset") if "prefill_at_offset" in s.raw else None,
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.package.manifest import PackageManifest
 
 
@@ -55,6 +55,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "submodel.ambiguous": (E, "two submodels of one role have the same batch and token bucket"),
     "submodel.mislabelled": (E, "the vendor smodel_type names the other role"),
     "submodel.smodel_type_unknown": (W, "the vendor smodel_type is not a known label"),
+    "submodel.offset_role": (E, "prefill_at_offset is declared on a decode submodel (it describes a prefill)"),
     "submodel.io": (E, "a required tensor (tokens, positions, the logits output mode's) is missing or repeated"),
     "logits.output": (E, "logits_output: an unknown mode, or a top-k width outside 1..vocab"),
     "submodel.shape": (E, "a tensor shape does not match the role, batch, bucket or vocab"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.capacity import DeviceLimits, MemoryModel, chip_dram_need, kv_bytes
 from calculet.daemon.package.compat import matrix_rows, versions_text
 from calculet.daemon.package.manifest import PackageManifest

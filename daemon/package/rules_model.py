@@ -178,6 +178,12 @@ class ModelRules:
                     f"{where}.smodel_type",
                     f"{s.name}: role {s.role} but the vendor labels it {s.smodel_type!r} ({label_role})",
                 )
+            if s.prefill_at_offset is not None and s.role != "prefill":
+                self.f.add(
+                    "submodel.offset_role",
+                    f"{where}.prefill_at_offset",
+                    f"{s.name}: a {s.role} submodel declares prefill_at_offset, which only a prefill has",
+                )
         for role in SUBMODEL_ROLES:
             if not any(s.role == role for s in subs):
                 self.f.add("submodel.role_missing", "manifest.submodels", f"no {role} submodel")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument, NotFound
+from calculet.common.errors import InvalidArgument, NotFound
 from calculet.daemon.package.byte_progress import BytesFn, ByteThrottle
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits
 from calculet.daemon.package.files import FileChecker, resolve_inside

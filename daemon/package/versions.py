@@ -12,7 +12,7 @@ import operator
 import re
 from collections.abc import Callable
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 # Whole-string patterns (used with fullmatch: `$` also matches before a trailing newline), ASCII
 # digits only (`\d` is any Unicode digit, which int() would then accept).

@@ -1,4 +1,4 @@
-"""Near-device sampling for the daemon (DESIGN.md section 3, Sampler and Determinism).
+"""Near-device sampling for the daemon (docs/daemon.md, Sampler and Determinism).
 
 Public API: `SamplingParams` (params.py), `TokenHistory` (history.py), `RowSampling` /
 `RowResult` (types.py), `Sampler` / `SamplingPolicy` (sampler.py), `uniform` (rng.py).

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 MAX_GRAMMAR_BYTES = 64 * 1024  # a schema, regex or grammar (UTF-8), and all choices together
 MAX_CHOICES = 256

@@ -5,7 +5,7 @@ is the group {j, j + cols, j + 2 cols, ...} of `size` elements. Their maxima are
 over the row. The k-th largest group maximum is a lower bound of the row's k-th largest element (k
 distinct groups each hold an element at least that large), and a tight one: at vocab 151,936 with
 64-element groups, about k + 1 elements of a language model's row pass it, where a strided subsample
-let through thousands (DESIGN.md section 9 describes that older prefilter). Elements at or above a
+let through thousands (docs/performance.md describes that older prefilter). Elements at or above a
 bound lie in the groups whose maximum is at or above it, so only those columns are gathered and
 compared; when most groups qualify, one full comparison into the caller's mask is cheaper. The last
 `n - size * cols` elements (fewer than `size`) belong to no group and are always compared.

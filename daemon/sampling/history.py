@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 _INITIAL_CAPACITY = 64
 

@@ -32,7 +32,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.sampling.constraint import Constraint
 from calculet.daemon.sampling.thinking import ThinkingBudget
 

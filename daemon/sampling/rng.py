@@ -3,7 +3,7 @@
 A request's token at step n is drawn with `uniform(seed, n)`; nothing else feeds the draw, so the
 token does not depend on which lane, batch position, batch size, board or retry produced it.
 That is what lets the daemon re-prefill a lost lane and the gateway fail over mid-stream and still
-emit exactly the tokens of an undisturbed run (DESIGN.md section 3, Determinism).
+emit exactly the tokens of an undisturbed run (docs/daemon.md, Determinism).
 
 The hash is SplitMix64's output function (Steele, Lea, Flood 2014; the finaliser of Java's
 SplittableRandom) applied to a stream keyed by the mixed seed: `mix(mix(seed) + (step + 1) * GAMMA)`.

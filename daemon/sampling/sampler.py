@@ -44,7 +44,7 @@ from enum import Enum
 
 import numpy as np
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.sampling.bf16 import BF16, NEG_NONFINITE, POS_NONFINITE, Bf16Row, to_float32
 from calculet.daemon.sampling.masked import MaskedRow
 from calculet.daemon.sampling.penalties import apply_penalties

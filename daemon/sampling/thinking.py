@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.errors import InvalidArgument
+from calculet.common.lifecycle import Lifecycle, table
 
 MAX_THINKING_BUDGET = 2**31 - 1  # any budget fits: max_tokens (<= the context) bounds it anyway
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.sampling.history import TokenHistory
 from calculet.daemon.sampling.params import SamplingParams
 
@@ -54,7 +54,7 @@ class RowResult:
         top_logprobs: the `params.logprobs` most likely `(token, logprob)`, most likely first
             (ties: lower id first); empty unless requested.
         anomaly: the row's logits held NaN or +-Inf; no token was drawn and the daemon must
-            quarantine the model generation (DESIGN.md section 3, reset controller).
+            quarantine the model generation (docs/daemon.md, reset controller).
     """
 
     token: int | None

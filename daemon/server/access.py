@@ -1,4 +1,4 @@
-"""Access planes: who may call which RPC (DESIGN.md section 6), checked in one interceptor.
+"""Access planes: who may call which RPC (docs/daemon.md "Access planes"), checked in one interceptor.
 
 Every RPC of `calculet.v1.Daemon` belongs to one plane: inference (Submit, Wait, Cancel, GetModel),
 observe (Health, Status, WatchLoad) or operate (Load, Unload, Drain, Resume, Reset, InjectFault).
@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from calculet.daemon.errors import CalculetError, InvalidArgument, PermissionDenied, Unauthenticated
+from calculet.common.errors import CalculetError, InvalidArgument, PermissionDenied, Unauthenticated
 from calculet.daemon.server.errors import abort_with
 
 

@@ -35,8 +35,9 @@ from grpc_health.v1 import health, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 from grpc_reflection.v1alpha import reflection
 
+from calculet.common.errors import InvalidArgument
+from calculet.common.sd_notify import Notifier
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.server.access import BearerAuth, ServerSecurity
 from calculet.daemon.server.checks import REFERENCE_CONTEXT, request_bytes
 from calculet.daemon.server.errors import StrictDecoding
@@ -47,7 +48,6 @@ from calculet.daemon.server.ownership import (
     directory_lock,
     remove_own_socket,
 )
-from calculet.daemon.server.sd_notify import Notifier
 from calculet.daemon.server.servicer import SERVICE_NAME, DaemonServicer
 from calculet.v1 import daemon_pb2_grpc
 

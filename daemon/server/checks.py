@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from calculet.common.errors import InvalidArgument, NotFound
 from calculet.daemon.core.events import EventLog, TokenChunk
-from calculet.daemon.errors import InvalidArgument, NotFound
 from calculet.daemon.sampling.constraint import MAX_CHOICES, MAX_GRAMMAR_BYTES, check_sizes
 from calculet.daemon.sampling.thinking import MAX_THINKING_BUDGET
 from calculet.v1 import common_pb2, inference_pb2, operate_pb2
@@ -29,7 +29,7 @@ RESET_KINDS = {common_pb2.RESET_KIND_CCU: "ccu", common_pb2.RESET_KIND_CONFIGURA
 MAX_JOB_ID_CHARS = 64  # inference.proto SubmitResponse.job_id: at most 64 ASCII characters
 
 # The receive limit is sized for this context unless a larger model is loaded: the calbin context
-# of CalRT 0.7.6 packages (seed 001 section 5, DESIGN.md section 4).
+# of CalRT 0.7.6 packages (seed 001 section 5, docs/vendor-binding.md).
 REFERENCE_CONTEXT = 40_960
 TOKEN_ID_BYTES = 5  # a uint32 token id as a protobuf varint, at most
 # Every SubmitRequest field but the token lists and the constraint, each at its wire limit, is about

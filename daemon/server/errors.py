@@ -1,4 +1,4 @@
-"""The one place where domain errors become gRPC statuses (DESIGN.md section 6).
+"""The one place where domain errors become gRPC statuses (docs/architecture.md "Errors").
 
 `map_errors` wraps every servicer method: a `CalculetError` aborts the call with the code of its
 kind (RESOURCE_EXHAUSTED also carries `calculet-retry-after-s`); anything else is a bug, logged with
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded
+from calculet.common.errors import CalculetError, InvalidArgument, Overloaded
 from calculet.daemon.wire import GRPC_CODE, RETRY_AFTER_KEY
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from calculet.common.errors import CalculetError, InvalidArgument
 from calculet.daemon.core.events import Event, EventLog, FinalEvent, TokenChunk
-from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.daemon.server.checks import wait_start
 
 # What one reply may carry before the rest waits for the next one, in units of about 10 bytes on

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculet.daemon.errors import CalculetError, ErrorKind, InvalidArgument
+from calculet.common.errors import CalculetError, ErrorKind, InvalidArgument
 from calculet.daemon.pid_lock import holder, lock_pid_file, make_dir, unlock_pid_file
 
 log = logging.getLogger(__name__)

@@ -31,13 +31,13 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 
+from calculet.common.errors import CalculetError, InvalidArgument
 from calculet.daemon.core.device_core import DeviceCore, SubmitReceipt
 from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, RequestTrace, prevalidate
 from calculet.daemon.core.status import HealthView
-from calculet.daemon.errors import CalculetError, InvalidArgument
 from calculet.daemon.server.changes import StateChanges, signature
 from calculet.daemon.server.checks import (
     REFERENCE_CONTEXT,

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
 
+from calculet.common.telemetry.registry import LATENCY_BUCKETS_S, RATIO_BUCKETS
 from calculet.daemon.core.observer import (
     DeviceJobDone,
     EngineObserver,
@@ -32,7 +33,6 @@ from calculet.daemon.core.observer import (
     ResetRecorded,
 )
 from calculet.daemon.device.types import TaskType
-from calculet.daemon.telemetry.registry import LATENCY_BUCKETS_S, RATIO_BUCKETS
 
 # Counter name -> description; each is an observable counter over `Totals`.
 COUNTERS = {

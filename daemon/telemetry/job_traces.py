@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
+from calculet.common.telemetry.tracing import remote_context, wall_ns, wall_offset_ns
 from calculet.daemon.core.observer import (
     DeviceJobDone,
     DeviceJobStarted,
@@ -37,7 +38,6 @@ from calculet.daemon.core.observer import (
     RequestQueued,
 )
 from calculet.daemon.device.types import JobStatus
-from calculet.daemon.telemetry.tracing import remote_context, wall_ns, wall_offset_ns
 
 MAX_JOB_SPANS = 128
 

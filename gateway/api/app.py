@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.gateway.api import formats, responses_stream, streaming
 from calculet.gateway.api.auth import ApiKeyAuth
 from calculet.gateway.api.body_limit import BodyLimit

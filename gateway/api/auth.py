@@ -19,7 +19,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.errors import InvalidApiKey, error_response
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})

@@ -17,7 +17,7 @@ from calculet.client.types import TokenLogprob
 from calculet.gateway.serving.choice import ChoiceDelta
 from calculet.gateway.text.chat_output import ChatOutput, OutputPiece
 from calculet.gateway.text.model_text import ModelText
-from calculet.gateway.text.tool_calls import ParsedCall
+from calculet.gateway.text.tool_calls import CallPart, ParsedCall
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
@@ -140,11 +140,16 @@ def tool_call(call: ParsedCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
-def tool_call_deltas(call: ParsedCall) -> list[dict[str, Any]]:
-    """A call as streamed `delta.tool_calls` entries, one a chunk: index, id and name first (with
-    empty arguments, as OpenAI's first delta of a call), then the arguments."""
-    head = {"index": call.index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
-    return [head, {"index": call.index, "function": {"arguments": call.arguments}}]
+def tool_call_delta(part: CallPart) -> dict[str, Any] | None:
+    """A call's part as a streamed `delta.tool_calls` entry (None: its closing part, which OpenAI's
+    stream does not mark): index, id and name first (with empty arguments, as OpenAI's first delta
+    of a call), then pieces of the arguments."""
+    if part.call is not None:
+        return None
+    if part.id is not None:
+        function = {"name": part.name, "arguments": ""}
+        return {"index": part.index, "id": part.id, "type": "function", "function": function}
+    return {"index": part.index, "function": {"arguments": part.arguments}}
 
 
 def chat_response(

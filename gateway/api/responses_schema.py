@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
 from calculet.gateway.api.refused_fields import StorageRefusals, check_output_format, refuse
 from calculet.gateway.api.schemas import (

@@ -7,10 +7,10 @@ Output items come in the answer's order: a `reasoning` item for the think block,
 for content, a `function_call` item per call (content between calls opens a new message item); an
 answer with none of them is one empty message item.
 Each item goes `output_item.added` -> its content part's `added` and deltas -> `done` events ->
-`output_item.done`; a call goes out whole when its block closes (`function_call_arguments.delta`
-with every argument, then `.done`). The stream starts `response.created`, `response.in_progress`
-and ends `response.completed`, or `response.incomplete` when the answer was cut by length; an error
-after the first byte is an `error` event and ends it.
+`output_item.done`; a call's item is added once its name is known, its arguments follow as
+`function_call_arguments.delta` pieces, then `.done` when its block closes. The stream starts
+`response.created`, `response.in_progress` and ends `response.completed`, or `response.incomplete`
+when the answer was cut by length; an error after the first byte is an `error` event and ends it.
 
 Reasoning tokens: the tokens of the deltas that carried the think block (its tags and the
 whitespace after it included), so exact when tokens come one a delta; a delta that closes the
@@ -29,7 +29,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.gateway.api import responses_format as fmt
 from calculet.gateway.api import streaming
 from calculet.gateway.api.responses_schema import ResponsesRequest
@@ -37,7 +37,7 @@ from calculet.gateway.errors import error_body
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEvent
 from calculet.gateway.serving.service import Prepared
 from calculet.gateway.text.chat_output import ChatOutput, OutputPiece
-from calculet.gateway.text.tool_calls import ParsedCall
+from calculet.gateway.text.tool_calls import CallPart
 
 log = logging.getLogger("calculet.gateway.http")
 
@@ -60,6 +60,7 @@ class ResponseBuilder:
         self._items: list[dict[str, Any]] = []  # done items
         self._open: tuple[str, str] | None = None  # (kind, id) of the item being written
         self._parts: list[str] = []  # its text so far
+        self._call: tuple[str, str] | None = None  # (item id, call id) of the call being streamed
         self._seq = 0
         self._reasoning_tokens = 0
         self._undecided_tokens = 0  # tokens of an answer's start that may still open a think block
@@ -127,9 +128,8 @@ class ResponseBuilder:
             events += self._text(REASONING, "response.reasoning_text.delta", piece.reasoning)
         if piece.content:
             events += self._text(MESSAGE, "response.output_text.delta", piece.content, logprobs=[])
-        for call in piece.calls:
-            events += self._close(False)
-            events += self._call(call)
+        for part in piece.call_parts:
+            events += self._call_part(part)
         return events
 
     def _text(self, kind: str, delta_kind: str, text: str, **extra: Any) -> list[dict[str, Any]]:
@@ -177,15 +177,24 @@ class ResponseBuilder:
         self._open, self._parts = None, []
         return events
 
-    def _call(self, call: ParsedCall) -> list[dict[str, Any]]:
-        fid, index = "fc_" + call.id.removeprefix("call_"), len(self._items)
-        added = fmt.function_call_item(fid, call.id, call.name, "", "in_progress")
-        item = fmt.function_call_item(fid, call.id, call.name, call.arguments, "completed")
+    def _call_part(self, part: CallPart) -> list[dict[str, Any]]:
+        """A call's item added (its first part), an arguments delta, or the item done (its last)."""
+        if part.id is not None:
+            events = self._close(False)
+            index = len(self._items)
+            self._call = ("fc_" + part.id.removeprefix("call_"), part.id)
+            added = fmt.function_call_item(self._call[0], part.id, part.name or "", "", "in_progress")
+            return [*events, self._event("response.output_item.added", output_index=index, item=added)]
+        assert self._call is not None, "a call's part before its first"
+        index = len(self._items)
+        where = {"item_id": self._call[0], "output_index": index}
+        if part.call is None:
+            return [self._event("response.function_call_arguments.delta", **where, delta=part.arguments)]
+        call, status = part.call, "completed" if part.call.complete else "incomplete"
+        item = fmt.function_call_item(self._call[0], call.id, call.name, call.arguments, status)
         self._items.append(item)
-        where = {"item_id": fid, "output_index": index}
+        self._call = None
         return [
-            self._event("response.output_item.added", output_index=index, item=added),
-            self._event("response.function_call_arguments.delta", **where, delta=call.arguments),
             self._event("response.function_call_arguments.done", **where, arguments=call.arguments),
             self._event("response.output_item.done", output_index=index, item=item),
         ]

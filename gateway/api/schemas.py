@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from calculet.client import Constraint
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
 from calculet.gateway.api.refused_fields import ChatRefusals, CompletionRefusals, SamplingRefusals
 from calculet.gateway.api.structured import ResponseFormat, StructuredFields
 from calculet.gateway.api.thinking import MAX_BUDGET
-from calculet.gateway.api.tool_grammar import TEXT_TAGS, tool_call_constraint
+from calculet.gateway.api.tool_grammar import TEXT_TAGS, CallTags, tool_call_constraint
 from calculet.gateway.api.tool_schemas import MAX_TOOLS, Tool, ToolCall, ToolChoice, tools_for_template
 
 MAX_N = 16
@@ -153,9 +153,10 @@ class ChatCompletionRequest(_Sampling, ChatRefusals):
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     thinking_token_budget: Annotated[int, Field(ge=0, le=MAX_BUDGET)] | None = None  # vLLM's name
 
-    def answer_constraint(self, tags: tuple[str, str] = TEXT_TAGS) -> Constraint | None:
+    def answer_constraint(self, tags: CallTags = TEXT_TAGS) -> Constraint | None:
         """What the answer must match, or None: `response_format` or `structured_outputs`; or,
-        with tools, calls of the offered functions when `tool_choice` is `required` or names one
+        with tools (unless `tool_choice` is `none`), the calls of the offered functions: only calls
+        when `tool_choice` is `required` or names one, free text then calls under `auto`
         (`tool_grammar.py`; `tags`: its terms for the block's tags, `tool_grammar.call_tags`).
 
         Raises:
@@ -201,7 +202,7 @@ class CompletionRequest(_Sampling, CompletionRefusals):
     suffix: str | None = None
     best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
 
-    def answer_constraint(self, tags: tuple[str, str] = TEXT_TAGS) -> Constraint | None:
+    def answer_constraint(self, tags: CallTags = TEXT_TAGS) -> Constraint | None:
         """What each completion must match (`structured_outputs`), or None (`tags`: unused, as
         completions take no tools)."""
         return self.constraint()

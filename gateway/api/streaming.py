@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from starlette.requests import Request
 
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.gateway.api import formats
 from calculet.gateway.errors import error_body
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, ChoiceEvent
@@ -179,18 +179,19 @@ def _piece_chunks(
 ) -> list[bytes]:
     """The chunks of one piece of a choice's answer: its reasoning and content as one delta (a
     content delta, even empty, for every token event, as without reasoning or tools; at the end
-    only what was still held), then each tool call's deltas, a chunk each."""
+    only what was still held), then the tool calls' deltas, a chunk each."""
     chunks = []
     delta: dict[str, Any] = {}
     if piece.reasoning:
         delta["reasoning_content"] = piece.reasoning
-    if piece.content or not (end or piece.reasoning or piece.calls):
+    if piece.content or not (end or piece.reasoning or piece.call_parts):
         delta["content"] = piece.content
     if delta:
         chunks.append(chunk(index, delta, lp))
         lp = None
-    for call in piece.calls:
-        for entry in formats.tool_call_deltas(call):
+    for part in piece.call_parts:
+        entry = formats.tool_call_delta(part)
+        if entry is not None:
             chunks.append(chunk(index, {"tool_calls": [entry]}, lp))
             lp = None
     return chunks

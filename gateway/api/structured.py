@@ -22,7 +22,7 @@ import orjson
 from pydantic import Field, field_validator, model_validator
 
 from calculet.client import Constraint
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
 
 MAX_CHOICES = 256  # the daemon's bound on a choice constraint's options

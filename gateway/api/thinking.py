@@ -6,14 +6,18 @@ reasoning"; the board forces the close, docs/daemon.md "Thinking budget").
 the explicit budget wins when both are given. The markers are the model's own tokens, looked up by
 text in the package's tokenizer: a model without them cannot be bounded, and a request that asks is
 a 400 naming its field.
+
+A constrained answer (structured outputs, tool calls) that asks no bound still thinks freely: it gets
+an unbounded budget, which only tells the board the markers, so the constraint applies after the
+think block rather than forbidding it (as vLLM applies a grammar after its reasoning parser's end).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from calculet.client import ThinkingBudget
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 EFFORTS = ("low", "medium", "high")
 # Tokens of thinking per effort: Qwen3 thinks for hundreds to thousands of tokens; at a board's ~58
@@ -47,3 +51,18 @@ def thinking_budget(
     if opening is None or closing is None:
         raise InvalidArgument(f"{field}: this model's tokenizer has no {THINK_OPEN} / {THINK_CLOSE} tokens to bound")
     return ThinkingBudget(tokens, open_token_id=opening, close_token_id=closing)
+
+
+def free_thinking(token_id: Callable[[str], int | None], stop_ids: Collection[int]) -> ThinkingBudget | None:
+    """An unbounded budget that lets a constrained answer think first (module docstring), or None
+    when the model has no think markers or the request stops at one (the board refuses a marker
+    that is a stop token).
+
+    Args:
+        token_id: the package tokenizer's id of a token's text (None: no such token).
+        stop_ids: the request's stop token ids.
+    """
+    opening, closing = token_id(THINK_OPEN), token_id(THINK_CLOSE)
+    if opening is None or closing is None or opening in stop_ids or closing in stop_ids:
+        return None
+    return ThinkingBudget(MAX_BUDGET, open_token_id=opening, close_token_id=closing)

@@ -1,6 +1,6 @@
-"""The grammar that makes `tool_choice` `required` or a named function hold: the answer is one or more
-`<tool_call>` blocks whose JSON names an offered function and carries arguments that validate
-against its `parameters` (docs/gateway.md "Tools and reasoning").
+"""The grammar of a request's tool calls. With `tool_choice` `required` or a named function the
+answer is one or more `<tool_call>` blocks whose JSON names an offered function and carries
+arguments that validate against its `parameters` (docs/gateway.md "Tools and reasoning").
 
 The blocks are the calsim templates' and Qwen3's format, the one `text/tool_calls.py` parses:
 
@@ -15,11 +15,18 @@ function without them).
 With `parallel_tool_calls` (OpenAI's default) more blocks may follow, one a line; without, exactly
 one. The board enforces it token by token (docs/daemon.md "Constrained decoding"), so even a model
 that would write anything returns calls whose arguments validate.
+
+Under `auto` (and a `tool_choice` left out) the grammar is lazy, as llama.cpp's and llguidance's
+tool-call grammars are: free text, which may end the answer, until the opening tag; from the tag on,
+the same calls, and after them nothing but further calls (with `parallel_tool_calls`) or the end.
+Where the tag is the tokenizer's own token the text cannot hold it, so the token is the trigger;
+where it is text, a lazy lexeme ends the free text at the tag's first occurrence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -28,7 +35,6 @@ from calculet.client import Constraint
 from calculet.gateway.api.tool_schemas import NamedToolChoice, Tool, ToolChoice
 from calculet.gateway.text.tool_calls import CALL_CLOSE, CALL_OPEN
 
-TEXT_TAGS = (orjson.dumps(CALL_OPEN).decode(), orjson.dumps(CALL_CLOSE).decode())
 # Compact JSON, as the board writes a json_schema constraint's: a model is never steered into runs of
 # whitespace between the call's tokens.
 COMPACT = {"whitespace_flexible": False}
@@ -50,8 +56,26 @@ def call_schema(tool: Tool) -> dict[str, Any]:
     }
 
 
-def call_tags(token_id: Callable[[str], int | None]) -> tuple[str, str]:
-    """The grammar's terms for the block's tags: the tokenizer's own tokens where it has them (by id,
+@dataclass(frozen=True)
+class CallTags:
+    """The grammar's terms for a call block's tags.
+
+    Attributes:
+        open: the opening tag's term (`<[ID]>` for a token, else the quoted text).
+        close: the closing tag's.
+        special: the tags are tokens, which free text can never contain.
+    """
+
+    open: str
+    close: str
+    special: bool
+
+
+TEXT_TAGS = CallTags(orjson.dumps(CALL_OPEN).decode(), orjson.dumps(CALL_CLOSE).decode(), special=False)
+
+
+def call_tags(token_id: Callable[[str], int | None]) -> CallTags:
+    """The grammar's terms for the block's tags: the tokenizer's own tokens where it has both (by id,
     llguidance's `<[ID]>`; Qwen3 has `<tool_call>` and `</tool_call>`), else the text.
 
     llguidance holds every added token special: a grammar that spells such a token's text cannot be
@@ -61,25 +85,25 @@ def call_tags(token_id: Callable[[str], int | None]) -> tuple[str, str]:
     Args:
         token_id: the package tokenizer's id of a token's text (None: no single token).
     """
-    terms = []
-    for tag in (CALL_OPEN, CALL_CLOSE):
-        token = token_id(tag)
-        terms.append(f"<[{token}]>" if token is not None else orjson.dumps(tag).decode())
-    return terms[0], terms[1]
+    opening, closing = token_id(CALL_OPEN), token_id(CALL_CLOSE)
+    if opening is None or closing is None:
+        return TEXT_TAGS
+    return CallTags(f"<[{opening}]>", f"<[{closing}]>", special=True)
 
 
 def tool_call_constraint(
-    tools: list[Tool] | None, tool_choice: ToolChoice | None, parallel: bool, tags: tuple[str, str] = TEXT_TAGS
+    tools: list[Tool] | None, tool_choice: ToolChoice | None, parallel: bool, tags: CallTags = TEXT_TAGS
 ) -> Constraint | None:
-    """The constraint a request's tool choice needs, or None (`auto`, `none`, no tools).
+    """The constraint of a request's tool calls, or None (`none`, or no tools).
 
     Args:
         tools: the offered tools (checked already: `tool_schemas.tools_for_template`).
-        tool_choice: `required` (any offered function) or a named function constrain; others do not.
+        tool_choice: `required` (any offered function) or a named function: the answer is calls;
+            `auto` or None (OpenAI's default with tools): free text, then calls (the lazy grammar).
         parallel: `parallel_tool_calls`: further calls may follow the first.
         tags: the grammar's terms for the opening and closing tags (`call_tags`).
     """
-    if not tools or tool_choice is None or tool_choice in ("auto", "none"):
+    if not tools or tool_choice == "none":
         return None
     if isinstance(tool_choice, NamedToolChoice):
         chosen = [t for t in tools if t.function.name == tool_choice.function.name]
@@ -87,7 +111,17 @@ def tool_call_constraint(
         chosen = list(tools)
     schemas = [call_schema(t) for t in chosen]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    schema = {**schema, "x-guidance": COMPACT}
-    start = 'start: call ("\\n" call)*' if parallel else "start: call"
-    call = f'call: {tags[0]} "\\n" %json {orjson.dumps(schema).decode()} "\\n" {tags[1]}'
-    return Constraint.of_lark(f"{start}\n{call}\n")
+    body = f'"\\n" %json {orjson.dumps({**schema, "x-guidance": COMPACT}).decode()} "\\n" {tags.close}'
+    more = ' ("\\n" call)*' if parallel else ""
+    if tool_choice is not None and tool_choice != "auto":
+        return Constraint.of_lark(f"start: call{more}\ncall: {tags.open} {body}\n")
+    return Constraint.of_lark(_lazy(tags, body, more))
+
+
+def _lazy(tags: CallTags, body: str, more: str) -> str:
+    """`auto`'s grammar: free text (which may end the answer), or free text then calls."""
+    head = f"%llguidance {{}}\nTEXT: /(.|\\n)*/\ncall: {tags.open} {body}\n"
+    if tags.special:  # the token cannot be text: it ends the free text by itself
+        return head + f"start: TEXT | TEXT call{more}\n"
+    # A lazy lexeme ends at the tag's first occurrence, so the free text never holds the tag.
+    return head + f"start: TEXT | opened {body}{more}\nopened[lazy]: TEXT {tags.open}\n"

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.api.lenient import Lenient
 
 MAX_TOOLS = 128  # OpenAI's own bound on `tools`

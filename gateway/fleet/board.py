@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 
 from calculet.client.types import LoadReport, ModelLoad, ServingStatus
-from calculet.daemon.errors import CalculetError
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.errors import CalculetError
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.gateway.fleet.connection import DaemonConnection
 from calculet.gateway.fleet.scoring.inputs import BoardView
 

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from calculet.daemon.aliases import check_alias
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.aliases import check_alias
+from calculet.common.errors import InvalidArgument
 
 KEYS = frozenset({"package", "min-boards", "max-boards", "priority", "pinned"})
 MAX_BOARDS = 10_000

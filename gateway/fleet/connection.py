@@ -29,9 +29,8 @@ from calculet.client import AsyncDaemonClient, AsyncGeneration, SamplingParams, 
 from calculet.client.convert import model_state_from_pb
 from calculet.client.messages import Switch, load_outcome
 from calculet.client.types import FinalEvent, LoadReport, ModelInfo, ServingStatus, TokenChunk
-from calculet.daemon.core.model_state import ModelState as DaemonModelState
-from calculet.daemon.core.switch import PhaseClock
-from calculet.daemon.errors import CalculetError, ErrorKind, Unavailable
+from calculet.common.errors import CalculetError, ErrorKind, Unavailable
+from calculet.common.phase_clock import PhaseClock
 
 # How long a single call (Submit, GetModel, Cancel) may take before the board counts as unreachable.
 CALL_TIMEOUT_S = 10.0
@@ -79,7 +78,7 @@ class ModelSwitch:
 @dataclass(frozen=True)
 class SwitchDone:
     """A switch that published `generation`; `phases`: seconds per phase as the gateway saw the
-    progress stream (`daemon.core.switch.PHASES`)."""
+    progress stream (`common.phase_clock.PHASES`)."""
 
     generation: int
     phases: dict[str, float] = field(default_factory=dict)
@@ -267,9 +266,7 @@ class ClientConnection(DaemonConnection):
         calls = self._operate.load(switch.alias, switch.package, switch=expected)
         async with contextlib.aclosing(calls) as stream:  # type: ignore[type-var]
             async for last in stream:
-                state = model_state_from_pb(last.state)
-                if state.value in DaemonModelState._value2member_map_:
-                    clock.seen(last.generation, DaemonModelState(state.value))
+                clock.seen(last.generation, model_state_from_pb(last.state))
                 if last.done:
                     break
         done = load_outcome(last, switch.alias)

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 log = logging.getLogger("calculet.gateway.discovery")
 

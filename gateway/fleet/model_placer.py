@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from calculet.client.types import ModelState, ServingStatus
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.gateway.errors import ModelNotPlaceable, ModelWaitExpired
 from calculet.gateway.fleet.board import Board, BoardState
 from calculet.gateway.fleet.catalog import CatalogModel

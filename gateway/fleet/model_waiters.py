@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from calculet.daemon.errors import InvalidArgument, Overloaded
+from calculet.common.errors import InvalidArgument, Overloaded
 
 MAX_QUEUE = 100_000
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from calculet.client.types import ModelInfo
-from calculet.daemon.errors import CalculetError, Unavailable
+from calculet.common.errors import CalculetError, Unavailable
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.text.model_text import ModelFacts, ModelText
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.lifecycle import Lifecycle, table
 
 if TYPE_CHECKING:
     from calculet.gateway.fleet.board import Board

@@ -1,5 +1,5 @@
-"""`Router`: which board gets the next choice, counted there before anything awaits (DESIGN.md
-section 7; the shape of llm-d's endpoint picker: filters, then a policy over scored candidates).
+"""`Router`: which board gets the next choice, counted there before anything awaits (docs/gateway.md;
+the shape of llm-d's endpoint picker: filters, then a policy over scored candidates).
 
 Filters, in order: the board serves the model (its latest report says READY on a SERVING board,
 its health Watch says SERVING, its streams are up), it is not excluded (the boards a choice

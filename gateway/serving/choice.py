@@ -6,7 +6,7 @@ The runner submits there and turns the daemon's token chunks into `ChoiceDelta`s
 `Detokenizer`, cut by the `StopMatcher`), then one `ChoiceEnd` (with the daemon Final's cached
 prompt tokens, for usage).
 
-Retry and failover (DESIGN.md "Recovery without loss"): every token received is remembered. When
+Retry and failover (docs/daemon.md "Recovery without loss"): every token received is remembered. When
 a board refuses the job (UNAVAILABLE, RESOURCE_EXHAUSTED, NOT_FOUND during a rollout) or its
 stream breaks (daemon killed, drained with interruption: UNAVAILABLE), the same `ChoiceSubmit` goes to
 another board with `resume_tokens` = the tokens received so far and the same seed. Sampling draws
@@ -41,7 +41,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 
 from calculet.client.types import FinalEvent, FinishReason, TokenChunk, TokenLogprob
-from calculet.daemon.errors import CalculetError, ErrorKind, Overloaded, Unavailable
+from calculet.common.errors import CalculetError, ErrorKind, Overloaded, Unavailable
 from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonStream
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.placement import Placement

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calculet.client import Constraint, SamplingParams, ThinkingBudget
-from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
+from calculet.common.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
-from calculet.gateway.api.thinking import DEFAULT_BUDGETS, thinking_budget
+from calculet.gateway.api.thinking import DEFAULT_BUDGETS, free_thinking, thinking_budget
 from calculet.gateway.api.tool_grammar import call_tags
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.fleet.board import Board
@@ -399,7 +399,7 @@ class GatewayService:
         placement)."""
         token_id = package.text.tokenizer.token_to_id
         constraint = req.answer_constraint(call_tags(token_id))  # one for every choice
-        thinking = _thinking(req, self.thinking_budgets, token_id)
+        thinking = _thinking(req, self.thinking_budgets, token_id, constrained=constraint is not None)
         seed = secrets.randbits(63) if req.seed is None else req.seed % SEED_SPACE
         runners: list[ChoiceRunner] = []
         try:
@@ -422,12 +422,23 @@ class GatewayService:
 
 
 def _thinking(
-    req: ChatCompletionRequest | CompletionRequest, budgets: Mapping[str, int], token_id: Callable[[str], int | None]
+    req: ChatCompletionRequest | CompletionRequest,
+    budgets: Mapping[str, int],
+    token_id: Callable[[str], int | None],
+    *,
+    constrained: bool,
 ) -> ThinkingBudget | None:
-    """The request's thinking budget with this package's markers (chat only). Raises: InvalidArgument."""
+    """The request's thinking budget with this package's markers (chat only): the one it asks, else
+    for a constrained answer whose thinking is on an unbounded one (`api/thinking.py`).
+
+    Raises: InvalidArgument."""
     if not isinstance(req, ChatCompletionRequest):
         return None
-    return thinking_budget(req.thinking_token_budget, req.reasoning_effort, budgets, token_id)
+    asked = thinking_budget(req.thinking_token_budget, req.reasoning_effort, budgets, token_id)
+    thinking_off = (req.chat_template_kwargs or {}).get("enable_thinking") is False
+    if asked is not None or not constrained or thinking_off:
+        return asked
+    return free_thinking(token_id, req.stop_token_ids or ())
 
 
 def _choice_job(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from calculet.daemon.errors import CalculetError, InvalidArgument, Unavailable
+from calculet.common.errors import CalculetError, InvalidArgument, Unavailable
 from calculet.gateway.api.tokenize_schemas import DetokenizeRequest, TokenizeRequest
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.serving.service import ChatRender, GatewayService

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from calculet.daemon.telemetry.registry import CONTENT_TYPE, LATENCY_BUCKETS_S, MetricsRegistry, package_version
+from calculet.common.telemetry.registry import CONTENT_TYPE, LATENCY_BUCKETS_S, MetricsRegistry, package_version
 from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.model_placer import ModelPlacer, PlacementObserver

@@ -26,7 +26,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from calculet.daemon.telemetry.tracing import trace_headers
+from calculet.common.telemetry.tracing import trace_headers
 from calculet.gateway.serving.tracing import REQUEST_ID_METADATA, AttemptScope, PlainScope, RequestScope
 from calculet.gateway.telemetry.middleware import COMPLETION_ROUTES
 

@@ -28,7 +28,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 DEFAULT_MAX_TOKENS = 0
 """Off by default: the ids it splices make a prompt depend on this gateway's memory (another gateway,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from calculet.gateway.text.reasoning import ReasoningSplitter
-from calculet.gateway.text.tool_calls import ParsedCall, ToolCallParser
+from calculet.gateway.text.tool_calls import CallPart, ParsedCall, ToolCallParser
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,19 @@ class OutputSpec:
 
 @dataclass
 class OutputPiece:
-    """What a piece of the answer turned out to be (any part may be empty)."""
+    """What a piece of the answer turned out to be (any part may be empty).
+
+    Attributes:
+        reasoning: think-block text.
+        content: content text.
+        calls: the tool calls that ended in it (whole answers read these).
+        call_parts: the calls' streamed parts in it, in order (streamed answers send these).
+    """
 
     reasoning: str = ""
     content: str = ""
     calls: list[ParsedCall] = field(default_factory=list)
+    call_parts: list[CallPart] = field(default_factory=list)
 
 
 class ChatOutput:
@@ -79,7 +87,10 @@ class ChatOutput:
     def _content(self, reasoning: str, content: str, *, final: bool) -> OutputPiece:
         if self._tools is None:
             return OutputPiece(reasoning, content)
-        text, calls = self._tools.feed(content)
+        piece = self._tools.feed(content)
         if final:
-            text += self._tools.finish()
-        return OutputPiece(reasoning, text, calls)
+            end = self._tools.finish()
+            piece.content += end.content
+            piece.calls += end.calls
+            piece.parts += end.parts
+        return OutputPiece(reasoning, piece.content, piece.calls, piece.parts)

@@ -18,7 +18,7 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
+from calculet.common.errors import FailedPrecondition, InvalidArgument
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from calculet.daemon.errors import Overloaded, Unavailable
+from calculet.common.errors import Overloaded, Unavailable
 
 T = TypeVar("T")
 

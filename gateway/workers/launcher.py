@@ -5,7 +5,7 @@ A worker is `python -m calculet.gateway.main` with the supervisor's own argument
 `--workers N` (the count the supervisor runs, whatever the config file says by then) and the hidden
 `--worker-index I --worker-fds LISTEN,PRIVATE --worker-dir DIR`: it inherits the shared listening
 socket and its private socket as those descriptors (`pass_fds`). A fresh interpreter, not a fork:
-the supervisor has imported grpcio, whose at-fork handlers break a forked child (daemon/parent_death.py),
+the supervisor has imported grpcio, whose at-fork handlers break a forked child (common/parent_death.py),
 and subprocess spawns with vfork + exec when no preexec_fn is given. Its environment names the
 supervisor's notify socket (`$NOTIFY_SOCKET`, `notify.NotifyReceiver`) and the supervisor's pid
 (`parent_death.PARENT_PID_ENV`): the worker asks the kernel for SIGTERM when the supervisor dies, so
@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from calculet.daemon.parent_death import PARENT_PID_ENV
+from calculet.common.parent_death import PARENT_PID_ENV
 
 GATEWAY_MODULE = "calculet.gateway.main"
 # Only the supervisor talks to systemd's watchdog and notify socket; workers talk to the supervisor.

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from calculet.daemon.server.sd_notify import Notifier
+from calculet.common.sd_notify import Notifier
 from calculet.gateway.config import GatewayConfig
 from calculet.gateway.workers.identity import worker_socket
 from calculet.gateway.workers.launcher import ExecLauncher

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from calculet.daemon.server.sd_notify import Notifier
+from calculet.common.sd_notify import Notifier
 from calculet.gateway.workers.launcher import WorkerLauncher, WorkerProcess
 from calculet.gateway.workers.restarts import RestartBackoff, RestartPolicy
 

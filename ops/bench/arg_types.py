@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 
 def typed_arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from tokenizers import Tokenizer
 
 from calculet.client import AsyncDaemonClient
-from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.common.errors import CalculetError, InvalidArgument
 from calculet.ops.bench.backend import BenchBackend, BenchSampling
 from calculet.ops.bench.records import RequestRecord
 from calculet.ops.bench.workload import BenchRequest

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.manifest import PackageManifest, SubmodelDecl, TensorDecl, TimingDecl, load_manifest
 
 # Bytes per element of the manifest's dtype names (daemon/package/manifest.py DTYPES).

@@ -1,7 +1,7 @@
 """The device's side of a run: each daemon's utilisation counters read before and after, diffed.
 
 A daemon's Status carries cumulative device figures since it opened the device (docs/metrics.md,
-"Device busy ratio"; DESIGN.md section 8): device-clock seconds, compute-busy seconds (total and
+"Device busy ratio"; docs/metrics.md): device-clock seconds, compute-busy seconds (total and
 per engine bank), phase seconds (H2D, compute, D2H on the device clock; sampling on the host) and
 generated tokens. Over the run, each figure is after - before, and the busy ratio is
 d(busy_seconds) / d(device_seconds) (None when the device clock did not move). Over several boards
@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 
 
 @dataclass(frozen=True)

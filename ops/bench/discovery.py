@@ -20,7 +20,7 @@ from typing import TypeVar
 import httpx
 import orjson
 
-from calculet.daemon.errors import CalculetError, Unavailable
+from calculet.common.errors import CalculetError, Unavailable
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import orjson
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.backend import BenchBackend, BenchSampling
 from calculet.ops.bench.records import RequestRecord
 from calculet.ops.bench.sse import SseEvent, SseFormatError, SseKind, error_message, parse_sse_line

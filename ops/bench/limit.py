@@ -43,8 +43,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.calsim.timing import attention_ms, copy_s, decode_batch1_ms, decode_ms, prefill_ms
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.package.manifest import TimingDecl
 from calculet.ops.bench.device_model import DeviceModel
 

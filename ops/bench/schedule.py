@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.records import RequestRecord
 from calculet.ops.bench.workload import BenchRequest
 

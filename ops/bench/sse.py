@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 
 
 class SseKind(Enum):

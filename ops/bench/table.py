@@ -1,7 +1,8 @@
 """The human-readable report of a run: rich tables built from the JSON report (so the two can never
 disagree): the run (counts, window, throughput, goodput), latencies (mean and percentiles in ms),
 the device (busy ratio and phase seconds per board), the timing model when the report has one
-(`timing_table.py`), the turns of a multi-turn run (`multiturn/table.py`), and the first errors. A
+(`timing_table.py`), the turns of a multi-turn run (`multiturn/table.py`), the answers checked of a
+structured or tools run (`structured/report.py`), and the first errors. A
 figure that could not be computed shows as "n/a".
 """
 
@@ -14,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from calculet.ops.bench.multiturn.table import turn_table
+from calculet.ops.bench.structured.report import validity_table
 from calculet.ops.bench.timing_table import timing_table
 
 NA = "n/a"
@@ -97,6 +99,8 @@ def render_report(report: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = [run_table(report), latency_table(report)]
     if "multiturn" in report:
         parts.append(turn_table(report))
+    if "validity" in report:
+        parts.append(validity_table(report))
     if report["device"]["boards"]:
         parts.append(device_table(report))
     if "timing_model" in report:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from calculet.client import AsyncDaemonClient
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.ops.bench.device_stats import BoardVersions, ModelVersion, StatusOf, UtilizationSample
 from calculet.ops.bench.limit import Policy, Serving
 from calculet.v1 import observe_pb2

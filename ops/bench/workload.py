@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 
 @dataclass(frozen=True)

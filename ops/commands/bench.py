@@ -18,6 +18,9 @@ Status). `calctl bench suite` (bench_suite.py) calls `measure` for each of its r
 (`calculet.ops.bench.multiturn.flags`) go through `_multiturn` and the multi-turn harness
 (`calculet.ops.bench.multiturn`), through a gateway's chat API only; the report gains a `multiturn`
 section. A flag of the other workload with it, or one of its flags without it, is a usage error.
+`--workload structured` and `--workload tools` send schema'd chat answers or enforced tool calls
+(`calculet.ops.bench.structured`) through a gateway's chat API, timed like `requests`, and check
+each answer; the report gains a `validity` section.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from calculet.client import AsyncDaemonClient
-from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.common.errors import CalculetError, InvalidArgument
 from calculet.gateway.api.auth import read_secret_lines
 from calculet.ops.bench.arg_types import count_arg, non_negative_arg, positive_arg, typed_arg
 from calculet.ops.bench.backend import BenchBackend, BenchSampling
@@ -56,6 +59,10 @@ from calculet.ops.bench.report import report_json
 from calculet.ops.bench.runner import BenchPlan, BenchResult, run_bench, warmup_concurrency
 from calculet.ops.bench.schedule import ArrivalSchedule, ClosedLoop, OpenLoop
 from calculet.ops.bench.slo import Slo
+from calculet.ops.bench.structured.backend import StructuredBackend
+from calculet.ops.bench.structured.report import validity_json
+from calculet.ops.bench.structured.schemas import require_jsonschema
+from calculet.ops.bench.structured.workload import StructuredKind, StructuredWorkload
 from calculet.ops.bench.table import render_report
 from calculet.ops.bench.wire_views import serving_reader, status_reader
 from calculet.ops.bench.workload import BenchRequest, LengthSpec, cycle_to, load_jsonl, synthetic_requests
@@ -76,6 +83,9 @@ DEFAULT_LENGTH = 128
 OBSERVE_TIMEOUT_S = 10.0  # a board that does not answer Status or GetModel in this long is reported n/a
 STDOUT = "-"
 REQUESTS, MULTITURN = "requests", "multiturn"
+STRUCTURED_KINDS = {kind.value: kind for kind in StructuredKind}  # `structured`, `tools`
+# A bounded schema's answer or one call ends within a few hundred tokens whatever the model writes.
+DEFAULT_STRUCTURED_LENGTH = 512
 
 
 def _length(flag: str) -> Callable[[str], LengthSpec]:
@@ -99,8 +109,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--requests", type=count_arg(1), metavar="N", help=requests_help)
     load.add_argument("--warmup", type=count_arg(0), default=0, metavar="N", help="warm-up requests, not counted (0)")
     work = parser.add_argument_group("workload")
-    workload_help = "independent requests, or conversations of several turns through --gateway (requests)"
-    work.add_argument("--workload", choices=(REQUESTS, MULTITURN), help=workload_help)
+    workload_help = (
+        "independent requests; conversations of several turns; schema'd answers (structured) or enforced tool "
+        "calls (tools), each checked; the last three through --gateway (requests)"
+    )
+    work.add_argument("--workload", choices=(REQUESTS, MULTITURN, *STRUCTURED_KINDS), help=workload_help)
+    budget_help = "structured|tools: every request's thinking_token_budget (default: thinking off)"
+    work.add_argument("--thinking-budget", type=count_arg(0), metavar="N", help=budget_help)
     for flag, what in (("--prompt-len", "random prompt tokens"), ("--output-len", "max_tokens")):
         length_help = f"{what}, fixed or uniform in LO..HI ({DEFAULT_LENGTH})"
         work.add_argument(flag, type=_length(flag), metavar="N|LO:HI", help=length_help)
@@ -166,7 +181,12 @@ def _settings(args: argparse.Namespace) -> _Settings:
 
 
 def _check_workload_flags(args: argparse.Namespace) -> None:
-    """Raises: UsageError: a flag of the other workload, or a multi-turn run without --gateway."""
+    """Raises: UsageError: a flag of another workload, or a chat workload without --gateway."""
+    structured = args.workload in STRUCTURED_KINDS
+    if args.thinking_budget is not None and not structured:
+        raise UsageError("--thinking-budget: only with --workload structured or tools")
+    if structured:
+        _check_structured_flags(args)
     if args.workload != MULTITURN:
         mine = multiturn_flags.given(args)
         if mine:
@@ -180,6 +200,23 @@ def _check_workload_flags(args: argparse.Namespace) -> None:
         )
     if args.gateway is None:
         raise UsageError("--workload multiturn talks to a gateway's chat API: give --gateway URL")
+
+
+def _check_structured_flags(args: argparse.Namespace) -> None:
+    """Raises: UsageError: a flag that does not apply to checked chat answers, or no --gateway."""
+    given = [flag for flag, value in (("--prompts", args.prompts), ("--prompt-len", args.prompt_len),
+             ("--vocab", args.vocab), ("--ignore-eos", args.ignore_eos or None)) if value is not None]  # fmt: skip
+    if given:
+        raise UsageError(f"{', '.join(given)}: not with --workload {args.workload} (its prompts are chat messages)")
+    if args.gateway is None:
+        raise UsageError(f"--workload {args.workload} talks to a gateway's chat API: give --gateway URL")
+    require_jsonschema()
+
+
+def _structured(args: argparse.Namespace) -> StructuredWorkload | None:
+    """The checked chat workload of `--workload structured|tools`, else None."""
+    kind = STRUCTURED_KINDS.get(args.workload or "")
+    return StructuredWorkload(kind, args.seed, args.thinking_budget) if kind is not None else None
 
 
 def _open_client(settings: _Settings, *, observe: bool = False) -> Callable[[str], AsyncDaemonClient]:
@@ -205,9 +242,16 @@ async def _backend(settings: _Settings) -> tuple[BenchBackend, list[str]]:
             clients, args.model, ignore_eos=args.ignore_eos, seed=args.seed, sampling=sampling
         ), targets
     http = open_http(settings.gateway, timeout_s=args.timeout, api_key=settings.api_key)
-    backend = GatewayBackend(
-        http, settings.gateway, args.model, ignore_eos=args.ignore_eos, seed=args.seed, sampling=_sampling(args)
-    )
+    structured = _structured(args)
+    backend: BenchBackend
+    if structured is not None:
+        backend = StructuredBackend(
+            http, settings.gateway, args.model, structured, seed=args.seed, sampling=_sampling(args)
+        )
+    else:
+        backend = GatewayBackend(
+            http, settings.gateway, args.model, ignore_eos=args.ignore_eos, seed=args.seed, sampling=_sampling(args)
+        )
     try:
         targets = list(dict.fromkeys(args.daemon or await gateway_boards(http, settings.gateway.text)))
     except CalculetError:
@@ -222,6 +266,11 @@ async def _workload(settings: _Settings, targets: list[str]) -> tuple[list[Bench
     rng = random.Random(f"calctl-bench:{args.seed}:workload")
     fixed = LengthSpec(DEFAULT_LENGTH, DEFAULT_LENGTH)
     prompt_len, output_len = args.prompt_len or fixed, args.output_len or fixed
+    structured = _structured(args)
+    if structured is not None:
+        total = args.warmup + (args.requests or DEFAULT_REQUESTS)
+        max_tokens = args.output_len.draw(rng) if args.output_len else DEFAULT_STRUCTURED_LENGTH
+        return structured.requests(total, max_tokens), structured.describe() | {"output_len": [max_tokens] * 2}
     if args.prompts is not None:
         loaded = load_jsonl(args.prompts, output_len, rng)
         total = args.warmup + (args.requests or len(loaded))
@@ -299,6 +348,8 @@ async def _bench(settings: _Settings) -> tuple[BenchResult, dict[str, Any]]:
     finally:
         await backend.close()
     report = report_json(result, _config(settings, backend.describe(), targets, workload))
+    if isinstance(backend, StructuredBackend):
+        report["validity"] = validity_json(backend.verdicts, [r.index for r in plan.measured])
     if timing is not None:
         concurrency = settings.schedule.concurrency if isinstance(settings.schedule, ClosedLoop) else None
         report["timing_model"] = timing_json(timing, result, concurrency)

@@ -32,7 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.runner import BenchResult
 from calculet.ops.bench.suite import multiturn_flags
 from calculet.ops.bench.suite.document import SuiteDocument

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 from calculet.ops.commands.status_view import device_utilization, model_state, serving
 from calculet.v1 import observe_pb2
 

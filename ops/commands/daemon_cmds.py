@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from rich.console import Console
 
 from calculet.client import DaemonClient, Transport, parse_target
-from calculet.daemon.errors import InvalidArgument, Unavailable
+from calculet.common.errors import InvalidArgument, Unavailable
 from calculet.ops.commands.access import ENV_TOKEN, DaemonAccess, StoreOnce, access_from, add_access_arguments
 
 __all__ = ["ENV_TOKEN"]  # re-exported: tests and scripts import it from here

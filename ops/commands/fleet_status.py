@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from calculet.daemon.errors import CalculetError, Unavailable
+from calculet.common.errors import CalculetError, Unavailable
 from calculet.ops.commands.access import DaemonAccess
 from calculet.ops.commands.board_rows import BoardRow, board_row, unreachable_row
 from calculet.ops.commands.daemon_cmds import UsageError, add_daemon_arguments, connection_hint, daemon_targets

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from calculet.daemon.errors import Unavailable
+from calculet.common.errors import Unavailable
 from calculet.gateway.api.auth import read_secret_lines
 
 UNIX_BASE_URL = "http://gateway"

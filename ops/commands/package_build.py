@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.sim_packages import PRESETS, build_sim_package
 from calculet.ops.sim_packages.build import check_decode_batches
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError, Unavailable
+from calculet.common.errors import CalculetError, Unavailable
 from calculet.ops.commands.access import access_from
 from calculet.ops.commands.daemon_cmds import EXIT_OK, problem, to_ms, window_seconds
 from calculet.ops.commands.fleet_status import add_fleet_arguments, check_fleet_arguments, fleet_targets

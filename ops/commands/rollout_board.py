@@ -27,8 +27,8 @@ from collections.abc import Callable
 from enum import Enum
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.errors import CalculetError
+from calculet.common.lifecycle import Lifecycle, table
 from calculet.ops.commands.access import DaemonAccess
 from calculet.ops.commands.rollout_plan import BoardPlan
 from calculet.v1 import common_pb2

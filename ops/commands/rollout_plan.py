@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from calculet.daemon.errors import CalculetError, FailedPrecondition
+from calculet.common.errors import CalculetError, FailedPrecondition
 from calculet.ops.commands.access import DaemonAccess
 from calculet.v1 import common_pb2, observe_pb2
 

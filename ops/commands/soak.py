@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 from calculet.ops.commands.up import board_count, time_scale
 from calculet.ops.fleet import FleetError
 from calculet.ops.sim_packages import PRESETS

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 from calculet.daemon.package.manifest import MANIFEST_NAME
 from calculet.daemon.package.validate import validate_package
 from calculet.ops.fleet import GATEWAY_MODULE, FleetConfig, FleetError, LocalFleet, gateway_argv

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.capacity import MemoryModel, kv_bytes_per_token
 from calculet.daemon.package.logits_output import TOPK, LogitsOutput
 from calculet.daemon.package.manifest import (
@@ -238,6 +238,7 @@ def build_sim_package(
     force: bool = False,
     chip: int | None = None,
     logits_topk: int = 0,
+    prefill_at_offset: bool | None = True,
 ) -> Path:
     """Write a complete calsim package directory.
 
@@ -252,6 +253,8 @@ def build_sim_package(
         chip: the chip a single-chip preset (qwen3-4b) runs on (default: the preset's, chip 0).
         logits_topk: 0 for full logits, else K: the decode submodels return each row's top K
             (`logits_output` mode topk; `daemon/package/logits_output.py`).
+        prefill_at_offset: what the prefill submodel declares (calsim's prefill runs at any
+            `past_kv_len`, so True); None leaves the field out, as a package that predates it.
 
     Returns:
         The absolute package directory.
@@ -269,7 +272,7 @@ def build_sim_package(
         context = plan.preset.context
         logits = LogitsOutput(TOPK, logits_topk) if logits_topk else LogitsOutput()
         submodels = all_submodels(
-            plan.preset.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches, logits
+            plan.preset.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches, logits, prefill_at_offset
         )
         for sub in submodels:
             write_submodel_folder(writer, sub, plan.topology)

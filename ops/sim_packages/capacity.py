@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.package import capacity as planner
 from calculet.daemon.package.capacity import DeviceLimits, MemoryModel
 from calculet.daemon.package.manifest import ChipMemoryDecl, MemoryDecl

@@ -20,7 +20,7 @@ from typing import Any
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 TEMPLATE_RESOURCE = "chat_template.j2"
 QWEN_TEMPLATE_RESOURCE = "qwen_chat_template.j2"

@@ -1,7 +1,7 @@
 """Golden outputs of a package: what its kernel produces for a fixed prompt, recorded at build time.
 
-Owns the golden procedure, which the daemon's Warming step repeats and compares (DESIGN.md
-section 3): build the package's kernel (`make_kernel`, 1 lane), prefill the prompt into lane 0,
+Owns the golden procedure, which the daemon's Warming step repeats and compares (docs/daemon.md):
+build the package's kernel (`make_kernel`, 1 lane), prefill the prompt into lane 0,
 round the logits to bf16 (the device returns bf16), record the top-`GOLDEN_TOP_K` (token,
 logit) pairs, then greedy-decode `GOLDEN_DECODE_STEPS` steps, recording every greedy token.
 Greedy = the lowest id among the largest bf16 logits. The golden depends only on the manifest's

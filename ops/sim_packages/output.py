@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 
 
 class StagedOutput:

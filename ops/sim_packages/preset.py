@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits
 from calculet.daemon.package.manifest import (
     Architecture,

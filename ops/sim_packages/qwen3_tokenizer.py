@@ -18,7 +18,7 @@ from importlib import resources
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.ops.sim_packages.tiktoken_bpe import byte_level_bpe, parse_tiktoken_ranks
 from calculet.ops.sim_packages.tokenizer import ENDOFTEXT, IM_END, IM_START, TrainedTokenizer
 

@@ -34,8 +34,10 @@ def _csr(rows: int) -> dict[str, str]:
     return csr
 
 
-def prefill_submodel(bucket: int, context: int, vocab_size: int) -> SubmodelDecl:
-    """The prefill submodel: up to `bucket` tokens of one sequence per job."""
+def prefill_submodel(bucket: int, context: int, vocab_size: int, at_offset: bool | None = True) -> SubmodelDecl:
+    """The prefill submodel: up to `bucket` tokens of one sequence per job, after any `past_kv_len`
+    (calsim's kernels attend over the lane's KV below the offset): `at_offset` is what it declares
+    (None: undeclared, as a package built before the field)."""
     return SubmodelDecl(
         name="prefill",
         role="prefill",
@@ -47,6 +49,7 @@ def prefill_submodel(bucket: int, context: int, vocab_size: int) -> SubmodelDecl
         inputs=(TensorDecl("tokens", (1, bucket), "int32"), TensorDecl("positions", (1, bucket), "int32")),
         outputs=(TensorDecl("logits", (1, vocab_size), "bf16"),),
         csr=_csr(1),
+        prefill_at_offset=at_offset,
     )
 
 
@@ -77,7 +80,8 @@ def all_submodels(
     vocab_size: int,
     decode_batches: Sequence[int],
     logits_output: LogitsOutput | None = None,
+    prefill_at_offset: bool | None = True,
 ) -> tuple[SubmodelDecl, ...]:
     """Prefill first, then decode submodels by ascending batch."""
     decodes = tuple(decode_submodel(b, context, vocab_size, logits_output) for b in sorted(decode_batches))
-    return (prefill_submodel(bucket, context, vocab_size), *decodes)
+    return (prefill_submodel(bucket, context, vocab_size, prefill_at_offset), *decodes)

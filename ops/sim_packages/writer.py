@@ -14,7 +14,7 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 from calculet.daemon.package.manifest import MANIFEST_NAME, FileEntry
 
 # The manifest's roles; "params-standin" marks a small file standing in for a vendor param block

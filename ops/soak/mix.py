@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.limit import RequestShape
 from calculet.ops.bench.multiturn.text import TokenCounter, sized_text
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import openai
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.ops.soak.exchange import send
 from calculet.ops.soak.mix import RequestSpec
 

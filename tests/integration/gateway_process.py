@@ -24,7 +24,10 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from calculet.client import DaemonClient
+from calculet.client import Constraint, DaemonClient, SamplingParams, ThinkingBudget
+from calculet.gateway.api.thinking import free_thinking
+from calculet.gateway.api.tool_grammar import call_tags, tool_call_constraint
+from calculet.gateway.api.tool_schemas import Tool
 
 STARTUP_TIMEOUT_S = 60.0
 BASE_URL = "http://gateway"
@@ -111,12 +114,33 @@ class Oracle:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def tokens(
-        self, prompt: list[int], seed: int, max_tokens: int, temperature: float = 1.0, ignore_eos: bool = False
+        self,
+        prompt: list[int],
+        seed: int,
+        max_tokens: int,
+        temperature: float = 1.0,
+        ignore_eos: bool = False,
+        constraint: Constraint | None = None,
+        thinking: ThinkingBudget | None = None,
+        resume: list[int] | None = None,
     ) -> list[int]:
+        """The tokens of an undisturbed run (`constraint` / `thinking`: as the gateway sends them;
+        `resume`: tokens the answer already has, which the result does not repeat)."""
+        sampling = SamplingParams(seed=seed, temperature=temperature, constraint=constraint, thinking=thinking)
         gen = self.client.generate(
-            self.alias, prompt, max_tokens=max_tokens, seed=seed, temperature=temperature, ignore_eos=ignore_eos
-        )
+            self.alias, prompt, max_tokens=max_tokens, ignore_eos=ignore_eos, sampling=sampling,
+            resume_tokens=resume or (),
+        )  # fmt: skip
         return gen.result()
+
+    def auto_tools(self, tools: list[dict[str, Any]], parallel: bool = True, thinking: bool = True) -> dict[str, Any]:
+        """The `constraint` and `thinking` of `tokens` the gateway sends with chat `tools` under
+        `tool_choice: auto`: the lazy call grammar, and the unbounded budget that lets it think first
+        (none with `enable_thinking: false`)."""
+        checked = [Tool.model_validate(t) for t in tools]
+        constraint = tool_call_constraint(checked, "auto", parallel, call_tags(self.tokenizer.token_to_id))
+        budget = free_thinking(self.tokenizer.token_to_id, ()) if thinking else None
+        return {"constraint": constraint, "thinking": budget}
 
     def text(self, tokens: list[int]) -> str:
         visible = [t for t in tokens if t not in self.eos and t < self.tokenizer.get_vocab_size()]

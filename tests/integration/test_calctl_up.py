@@ -27,14 +27,14 @@ TIMEOUT_S = 90.0
 
 STAND_IN_GATEWAY = '''
 """Stand-in for calculet-gateway: /health 200; /ready 200 once some daemon answers SERVING, else 503.
-Like the real one, it dies with the calctl that started it (calculet.daemon.parent_death)."""
+Like the real one, it dies with the calctl that started it (calculet.common.parent_death)."""
 import argparse
 import http.server
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from calculet.daemon.parent_death import die_with_parent
+from calculet.common.parent_death import die_with_parent
 
 die_with_parent()
 

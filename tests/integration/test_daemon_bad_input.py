@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     CalculetError,
     Cancelled,
     ErrorKind,

@@ -11,7 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError, FailedPrecondition, Unavailable
+from calculet.common.errors import CalculetError, FailedPrecondition, Unavailable
 from calculet.v1.common_pb2 import MODEL_STATE_READY, RESET_KIND_QUARANTINE, SERVING_STATUS_SERVING
 
 from .helpers import assert_idle_soon, poll

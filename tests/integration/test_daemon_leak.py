@@ -17,7 +17,7 @@ import pytest
 
 from calculet.client import DaemonClient
 from calculet.client.messages import Switch
-from calculet.daemon.errors import Unavailable
+from calculet.common.errors import Unavailable
 from calculet.v1.common_pb2 import (
     RESET_KIND_SWITCH,
     RESET_KIND_UNLOAD,

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError, ErrorKind, Unavailable
+from calculet.common.errors import CalculetError, ErrorKind, Unavailable
 
 from .helpers import assert_idle_soon, idle_problems, poll
 from .oracle import Req, generate, make_requests, run_sequential

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.ops.sim_packages.build import build_sim_package
 from calculet.v1.observe_pb2 import LANE_STATE_FREE, LANE_STATE_PARKED
 

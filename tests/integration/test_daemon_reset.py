@@ -15,7 +15,7 @@ import time
 import pytest
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError, FailedPrecondition, Unavailable
+from calculet.common.errors import CalculetError, FailedPrecondition, Unavailable
 from calculet.v1 import common_pb2
 
 from .helpers import assert_idle_soon

@@ -33,7 +33,7 @@ import openai
 import pytest
 
 from calculet.client import DaemonClient
-from calculet.daemon.errors import CalculetError, InvalidArgument
+from calculet.common.errors import CalculetError, InvalidArgument
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess, Oracle
 from tests.integration.helpers import assert_idle_soon, process_usage, usage_back_to, within

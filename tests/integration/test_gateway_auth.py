@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from calculet.client import DaemonClient, TlsConfig
-from calculet.daemon.errors import Unavailable
+from calculet.common.errors import Unavailable
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import BASE_URL, GatewayProcess
 from tests.integration.tls_helpers import free_port, wait_tls_serving

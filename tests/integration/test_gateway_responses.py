@@ -35,11 +35,12 @@ def qwen(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterato
 
 
 def _expected(oracle: Oracle, seed: int) -> tuple[list[int], list[int]]:
-    """(prompt ids, answer ids) of the equivalent chat messages, without the gateway."""
+    """(prompt ids, answer ids) of the equivalent chat messages, without the gateway (with the
+    constraint and thinking budget chat sends with tools under `tool_choice: auto`)."""
     views = [*MESSAGES[:2], {**MESSAGES[2], "content": ""}, MESSAGES[3]]
     text = oracle.template.render(messages=views, add_generation_prompt=True, tools=TOOLS)
     prompt = list(oracle.tokenizer.encode(text, add_special_tokens=False).ids)
-    return prompt, oracle.tokens(prompt, seed=seed, max_tokens=MAX_TOKENS)
+    return prompt, oracle.tokens(prompt, seed=seed, max_tokens=MAX_TOKENS, **oracle.auto_tools(TOOLS))
 
 
 def _request(seed: int, **fields: Any) -> dict[str, Any]:

@@ -3,9 +3,10 @@ Qwen3-convention template), with the official `openai` client: `tools=[...]`, a 
 and its `role: "tool"` result, and `chat_template_kwargs.enable_thinking` are accepted, and the
 prompt the board got is the package template's rendering of exactly them (usage's prompt tokens
 and the seeded text match an oracle that renders and generates without the gateway), and `/tokenize`
-gives those ids, `/detokenize` their text. The synthetic
-model writes no calls; how calls and reasoning are parsed is tested with scripted answers
-(tests/unit/gateway/test_tools_reasoning_api.py)."""
+gives those ids, `/detokenize` their text. `required` and named calls hold, their arguments
+streamed in pieces, and a call begun under `auto` is held to the grammar from its tag on. The
+synthetic model hardly writes calls by itself; how calls and reasoning are parsed is tested with
+scripted answers (tests/unit/gateway/test_tools_reasoning_api.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from calculet.gateway.text.tool_calls import CALL_OPEN, ToolCallParser
 from tests.integration.gateway_process import GatewayProcess, Oracle
 from tests.integration.local_fleet import local_fleet
 
@@ -46,11 +48,13 @@ def qwen(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterato
 
 
 def _expected(oracle: Oracle, seed: int, **template_vars: Any) -> tuple[list[int], str, str]:
-    """(prompt ids, prompt text, answer text) rendered and generated without the gateway."""
+    """(prompt ids, prompt text, answer text) rendered and generated without the gateway, under the
+    constraint and the unbounded thinking budget the gateway sends with tools (`tool_choice: auto`)."""
     views = [*MESSAGES[:2], {**MESSAGES[2], "content": ""}, MESSAGES[3]]
     text = oracle.template.render(messages=views, add_generation_prompt=True, **template_vars)
     prompt = list(oracle.tokenizer.encode(text, add_special_tokens=False).ids)
-    return prompt, text, oracle.text(oracle.tokens(prompt, seed=seed, max_tokens=16))
+    sent = oracle.auto_tools(TOOLS, thinking=template_vars.get("enable_thinking") is not False)
+    return prompt, text, oracle.text(oracle.tokens(prompt, seed=seed, max_tokens=16, **sent))
 
 
 def test_tools_and_a_tool_history_reach_the_template(qwen: tuple[GatewayProcess, Oracle]) -> None:
@@ -125,15 +129,18 @@ def test_required_and_named_tool_choice_are_enforced(qwen: tuple[GatewayProcess,
                                           parallel_tool_calls=False, max_tokens=64, seed=seed)  # fmt: skip
             if stream:
                 calls: dict[int, dict[str, str]] = {}
-                finish = None
+                finish, pieces = None, 0
                 for chunk in client.chat.completions.create(stream=True, **kwargs):
                     for delta in chunk.choices[0].delta.tool_calls or () if chunk.choices else ():
                         entry = calls.setdefault(delta.index, {"name": "", "arguments": ""})
                         entry["name"] += delta.function.name or "" if delta.function else ""
                         entry["arguments"] += delta.function.arguments or "" if delta.function else ""
+                        pieces += bool(delta.function and delta.function.arguments)
                     if chunk.choices and chunk.choices[0].finish_reason:
                         finish = chunk.choices[0].finish_reason
                 got = [(c["name"], c["arguments"]) for _, c in sorted(calls.items())]
+                # The arguments in pieces, as the board writes them (`{}` is one token).
+                assert pieces > 1 or got == [("get_time", "{}")], got
             else:
                 r = client.chat.completions.create(**kwargs)
                 finish = r.choices[0].finish_reason
@@ -146,3 +153,29 @@ def test_required_and_named_tool_choice_are_enforced(qwen: tuple[GatewayProcess,
                 assert set(args) == {"city", "days"}
             else:
                 assert (name, args) == ("get_time", {})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_call_the_model_begins_under_auto_is_constrained_from_its_tag(
+    qwen: tuple[GatewayProcess, Oracle], seed: int
+) -> None:
+    """The synthetic model hardly ever opens a call by itself (one token in 151,936), so the answer
+    here already has some text and the opening tag (resume tokens, as after a failover): the board
+    replays the lazy grammar over them, and from there writes one call that validates, then stops."""
+    _, oracle = qwen
+    prompt = oracle.chat_prompt([{"role": "user", "content": "Weather in Oslo?"}])
+    begun = oracle.tokenizer.encode("Let me check. " + CALL_OPEN, add_special_tokens=False).ids
+    grammar = oracle.auto_tools(BOUNDED, parallel=False)["constraint"]
+    rest = oracle.tokens(prompt, seed=seed, max_tokens=64, constraint=grammar, resume=begun)
+    parser = ToolCallParser(parallel=False)
+    text = oracle.tokenizer.decode(begun + rest, skip_special_tokens=False)
+    piece, end = parser.feed(text.split("<|im_end|>")[0]), parser.finish()
+    ((call,),) = [piece.calls + end.calls]
+    assert call.complete and piece.content + end.content == "Let me check.", text
+    args = json.loads(call.arguments)
+    if call.name == "get_weather":
+        assert args["city"] in ("Oslo", "Rome") and 1 <= args["days"] <= 7
+    else:
+        assert (call.name, args) == ("get_time", {})
+    # Ended by the grammar (its close, after which nothing may follow), not by max_tokens.
+    assert len(rest) < 64 and rest[-1] == oracle.tokenizer.token_to_id("</tool_call>"), text

@@ -17,7 +17,7 @@ import pytest
 
 from calculet.client import DaemonClient
 from calculet.client.messages import Switch
-from calculet.daemon.errors import Aborted, CalculetError, FailedPrecondition
+from calculet.common.errors import Aborted, CalculetError, FailedPrecondition
 from calculet.v1.common_pb2 import RESET_KIND_SWITCH, RESET_KIND_UNLOAD, SERVING_STATUS_NOT_SERVING
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess

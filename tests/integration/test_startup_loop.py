@@ -3,7 +3,7 @@
 A gateway once died at start-up inside grpcio's poller (`ev_epoll1_linux.cc ... Check failed:
 wakeup_fd_->Wakeup().ok()`, "epoll_wait error: Bad file descriptor", SIGABRT): `calctl up` spawned
 its children with a `preexec_fn`, which makes `subprocess` fork() a process that runs gRPC threads
-(grpc/grpc#43055; `calculet.daemon.parent_death`). This test starts the fleet the way `calctl up`
+(grpc/grpc#43055; `calculet.common.parent_death`). This test starts the fleet the way `calctl up`
 and `make run` do, `calculet.ops.fleet.LocalFleet`, many times over, while this process (the one
 that spawns) keeps gRPC busy and the CPU is saturated:
 
@@ -35,7 +35,7 @@ import httpx
 import pytest
 
 from calculet.client import DaemonClient
-from calculet.daemon.parent_death import PARENT_PID_ENV
+from calculet.common.parent_death import PARENT_PID_ENV
 from calculet.ops.fleet import Child, FleetConfig, LocalFleet, exit_text, read_tail
 from tests.integration.conftest import DaemonProcess
 from tests.integration.tls_helpers import free_port
@@ -56,7 +56,7 @@ GATEWAY_STOPPED = "Finished server process"  # uvicorn's last line after a compl
 
 # A CPU spinner that, like the fleet's children, dies with the process that started it.
 SPIN = """
-from calculet.daemon.parent_death import die_with_parent
+from calculet.common.parent_death import die_with_parent
 die_with_parent()
 while True:
     pass

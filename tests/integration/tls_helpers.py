@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from calculet.client import DaemonClient, ServingStatus, TlsConfig
-from calculet.daemon.errors import Unavailable
+from calculet.common.errors import Unavailable
 from tests.integration.conftest import DaemonProcess
 from tests.unit.client.pki import SERVER_NAME, Pki
 

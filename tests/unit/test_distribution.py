@@ -25,14 +25,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 
 def test_wheel_maps_every_folder_into_the_calculet_namespace(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
-    for folder, package in [("daemon", "daemon"), ("client", "client"), ("ops", "ops"), ("gateway", "gateway")]:
+    pairs = [("common", "common"), ("daemon", "daemon"), ("client", "client"), ("ops", "ops"), ("gateway", "gateway")]
+    for folder, package in pairs:
         for init in (REPO / folder).rglob("__init__.py"):
             rel = init.relative_to(REPO / folder).as_posix()
             assert f"calculet/{package}/{rel}" in names, f"{init} missing from the wheel"
     assert "calculet/v1/daemon_pb2_grpc.py" in names
     assert "calculet/v1/daemon.proto" in names
     assert "calculet/ops/sim_packages/chat_template.j2" in names, "package data read at build-sim time"
-    assert not any(n.startswith(("daemon/", "client/", "ops/", "tests/")) for n in names), "bare top-level names"
+    bare = ("common/", "daemon/", "client/", "ops/", "tests/")
+    assert not any(n.startswith(bare) for n in names), "bare top-level names"
 
 
 def test_wheel_declares_console_scripts_and_the_calsim_driver(wheel: zipfile.ZipFile) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
+    "calculet.common": "common",
     "calculet.daemon": "daemon",
     "calculet.client": "client",
     "calculet.gateway": "gateway",

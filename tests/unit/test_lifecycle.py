@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import ErrorKind, IllegalTransition
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.errors import ErrorKind, IllegalTransition
+from calculet.common.lifecycle import Lifecycle, table
 
 
 class Light(Enum):

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import calculet.v1
-from calculet.daemon.errors import ErrorKind
+from calculet.common.errors import ErrorKind
 from calculet.ops import protogen
 from calculet.ops.protogen import ProtoGenError
 from calculet.v1 import (

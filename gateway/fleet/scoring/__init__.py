@@ -1,4 +1,4 @@
-"""The TTFT router's scorers (DESIGN.md section 7; the shape of llm-d's endpoint picker).
+"""The TTFT router's scorers (docs/gateway.md; the shape of llm-d's endpoint picker).
 
 Each scorer is a pure function of (the prepared request, one candidate board's view) -> estimated
 milliseconds; a board's estimated time to first token is their sum (`estimate.estimate_ms`), and

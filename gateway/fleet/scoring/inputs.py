@@ -1,7 +1,7 @@
 """What the scorers read: `RouteRequest` (one choice to place) and `BoardView` (one candidate).
 
 Data flow: the service tokenizes a prompt once per package and builds a `RouteRequest` from its
-tokens (their chained 64-token block hashes, `calculet.client.prefix`); the router turns each
+tokens (their chained 64-token block hashes, `calculet.common.prefix`); the router turns each
 candidate `Board` into a `BoardView` (plain numbers, a snapshot) and hands both to the scorers.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from calculet.client.prefix import block_hashes
+from calculet.common.prefix import block_hashes
 
 
 @dataclass(frozen=True)

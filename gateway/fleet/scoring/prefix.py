@@ -18,7 +18,7 @@ sends no tips (before lane tips) gets the plain run.
 
 from __future__ import annotations
 
-from calculet.client.prefix import BLOCK_TOKENS, cached_blocks
+from calculet.common.prefix import BLOCK_TOKENS, cached_blocks
 from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
 
 

@@ -15,8 +15,8 @@ computes them). At time scale `s` the wall figure is `s` times the modelled one.
 
 from __future__ import annotations
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.calsim.timing import copy_s, decode_ms, prefill_ms
-from calculet.daemon.errors import InvalidArgument
 from calculet.ops.bench.device_model import DeviceModel
 
 

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 TokenCounter = Callable[[str], int]
 """Tokens of a text as the model's tokenizer encodes it (no special tokens added)."""

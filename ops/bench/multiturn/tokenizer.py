@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
+from calculet.common.errors import FailedPrecondition, InvalidArgument
 from calculet.ops.bench.multiturn.text import TokenCounter
 
 

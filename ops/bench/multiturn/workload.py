@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.multiturn.text import WORDS, SizedText, TokenCounter, sized_text
 
 

@@ -8,7 +8,7 @@ modelled second at that load.
 `auto_time_scale` (`--time-scale auto`, the default) picks the calsim time scale of a fleet so that
 host CPU is not the limit: at time scale `s` the fleet streams at most `L / s` tokens per wall second
 (`L` the largest at-load limit of its runs), and each costs the host about `host_s_per_token` of CPU
-(daemon + gateway + client; DESIGN.md section 9 measured ~0.64 ms in the daemon and ~0.22 ms in the
+(daemon + gateway + client; docs/performance.md measured ~0.64 ms in the daemon and ~0.22 ms in the
 client per token), so `s >= host_s_per_token * L / (CPU_SHARE * cpus)` keeps the harness under
 `CPU_SHARE` of the host's cores; never below `AUTO_FLOOR` (1 = the emulated board's own speed, where
 a decode step is long enough that the host's ~1 ms per step barely shows; a fleet may set a lower

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.limit import Policy
 
 GATEWAY, DAEMON = "gateway", "daemon"

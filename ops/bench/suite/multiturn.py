@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.limit import Policy
 from calculet.ops.bench.multiturn.workload import ThinkTime
 from calculet.ops.bench.suite.matrix import FleetSpec

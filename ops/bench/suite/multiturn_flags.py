@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.arg_types import count_arg, positive_arg, typed_arg
 from calculet.ops.bench.multiturn.workload import ThinkTime
 from calculet.ops.bench.slo import Slo

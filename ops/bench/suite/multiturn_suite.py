@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.suite.document import MULTITURN, SuiteDocument
 from calculet.ops.bench.suite.estimate import AUTO_FLOOR, CPU_SHARE, time_scale_for_peak
 from calculet.ops.bench.suite.multiturn import comparison_fleets, select

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calculet.daemon.errors import CalculetError, FailedPrecondition
+from calculet.common.errors import CalculetError, FailedPrecondition
 from calculet.daemon.package.manifest import MANIFEST_NAME, load_manifest
 from calculet.daemon.package.validate import validate_package
 from calculet.ops.bench.device_model import DeviceModel

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calculet.daemon.errors import CalculetError
+from calculet.common.errors import CalculetError
 from calculet.ops.bench.runner import BenchResult
 from calculet.ops.bench.suite.cpu import CpuMeter, cpu_json
 from calculet.ops.bench.suite.estimate import RunEstimate

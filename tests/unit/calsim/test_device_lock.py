@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.calsim.device_lock import STATE_DIR_ENV, hold_board, state_dir
 from calculet.daemon.device.errors import DeviceBusy, InvalidJob
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.runtime_paths import default_runtime_dir
 
 from .conftest import OpenDevice

@@ -16,7 +16,7 @@ import pytest
 
 from calculet.client import AsyncDaemonClient, DaemonClient, ServingStatus, TlsConfig
 from calculet.client.channel import ClientSettings, channel_options, read_tls
-from calculet.daemon.errors import InvalidArgument, Unavailable
+from calculet.common.errors import InvalidArgument, Unavailable
 
 from .conftest import MetadataRecorder, serve
 from .fake_daemon import FakeDaemon, completion_tokens

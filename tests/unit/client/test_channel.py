@@ -14,7 +14,7 @@ from calculet.client.channel import (
     channel_options,
     parse_target,
 )
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=12).filter(
     lambda s: s not in {".", ".."}

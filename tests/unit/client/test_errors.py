@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from calculet.client.errors import error_from_rpc, retry_after
-from calculet.daemon.error_codes import GRPC_CODE, RETRY_AFTER_KEY
-from calculet.daemon.errors import (
+from calculet.common.error_codes import GRPC_CODE, RETRY_AFTER_KEY
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     Cancelled,

@@ -15,7 +15,7 @@ import pytest
 
 from calculet.client import AsyncDaemonClient
 from calculet.client.follow_mux import FollowMux
-from calculet.daemon.errors import NotFound
+from calculet.common.errors import NotFound
 from calculet.v1 import inference_pb2
 
 from .conftest import MetadataRecorder, serve

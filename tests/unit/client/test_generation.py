@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from calculet.client import FinishReason, TokenChunk, TokenLogprob
 from calculet.client.generation import AsyncGeneration, Generation, StreamState, WaitCursor
 from calculet.client.messages import SubmitResult
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     DeadlineExceeded,

@@ -1,4 +1,4 @@
-"""Importing the client stays light: no daemon engine, sampler, wire module, emulator or numpy.
+"""Importing the client stays light: nothing of the daemon (engine, sampler, wire module, emulator) and no numpy.
 
 The gateway imports `calculet.client` in every worker; the daemon's modules (and numpy with them)
 must not come along. A fresh interpreter is needed because this test process has imported them.
@@ -12,6 +12,7 @@ import sys
 
 HEAVY = (
     "numpy",
+    "calculet.daemon",  # all of it: the client shares only calculet.common with the daemon (issue 32)
     "calculet.daemon.core",
     "calculet.daemon.sampling",
     "calculet.daemon.wire",

@@ -24,7 +24,7 @@ from calculet.client.messages import (
     wait_request,
     watch_load_request,
 )
-from calculet.daemon.errors import CalculetError, ErrorKind, FailedPrecondition, InvalidArgument, Overloaded
+from calculet.common.errors import CalculetError, ErrorKind, FailedPrecondition, InvalidArgument, Overloaded
 from calculet.v1 import common_pb2, inference_pb2, operate_pb2
 
 

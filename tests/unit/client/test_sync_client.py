@@ -25,8 +25,8 @@ from calculet.client import (
     StreamState,
     TokenChunk,
 )
-from calculet.daemon.error_codes import RETRY_AFTER_KEY
-from calculet.daemon.errors import (
+from calculet.common.error_codes import RETRY_AFTER_KEY
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     ErrorKind,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calculet.common.errors import ErrorKind, FailedPrecondition, InvalidArgument, NotFound, Overloaded
 from calculet.daemon.core.admission import AdmissionQueue
-from calculet.daemon.errors import ErrorKind, FailedPrecondition, InvalidArgument, NotFound, Overloaded
 
 
 @dataclass

@@ -20,6 +20,7 @@ import jsonschema
 import numpy as np
 import pytest
 
+from calculet.common.errors import ErrorKind, FailedPrecondition, InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
@@ -27,7 +28,6 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.types import EngineSlot, JobSpec
-from calculet.daemon.errors import ErrorKind, FailedPrecondition, InvalidArgument
 from calculet.daemon.grammar import GrammarMatcher
 from calculet.daemon.grammar.matcher import MatcherState
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
@@ -252,7 +252,8 @@ class WaitLogDevice(HeldSubmitDevice):
 
 def test_each_mask_is_computed_while_the_device_runs_the_step(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The completion thread computes a constrained row's mask after its job is submitted and before
-    it waits for it: every wait of the request's jobs follows its mask, none precedes it."""
+    it waits for it: every wait of the request's jobs follows its mask, none precedes it. One job per
+    token the device produced: the forced runs jump-forward appended ran in no step of their own."""
     log: list[str] = []
     core = DeviceCore(DaemonConfig(models_root=models, models=(("tiny", "tiny"),)), device=WaitLogDevice(log))
     core.start()
@@ -267,7 +268,9 @@ def test_each_mask_is_computed_while_the_device_runs_the_step(models: Path, monk
         log.clear()  # the warm-up probes' jobs
         tokens, final = finish(core, core.submit(constrained(JSON_SCHEMA, 6)).job_id)
         assert final.reason is FinishReason.STOP
-        assert log == ["mask", "wait"] * len(tokens), log[:8]
+        rt = core.models.serving("tiny")
+        assert rt is not None and rt.jumps.tokens > 0  # forced runs were appended, not decoded (jump.py)
+        assert log == ["mask", "wait"] * (len(tokens) - rt.jumps.tokens), log[:8]
     finally:
         core.close()
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from calculet.common.errors import DeadlineExceeded, ErrorKind, FailedPrecondition, Unavailable
 from calculet.daemon.core.chunking import CHUNK_OFF
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.engine import Engine, EngineConfig
@@ -23,7 +24,6 @@ from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.types import JobStatus
-from calculet.daemon.errors import DeadlineExceeded, ErrorKind, FailedPrecondition, Unavailable
 from calculet.daemon.package.manifest import load_manifest
 
 from .engine_factories import assert_clean, build_models, finish, generate_each, request, running_core, until

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from calculet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import EventLog, Retention, TokenLogprob, job_bytes
 from calculet.daemon.core.ids import MAX_SEQUENCE_ID_CHARS
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.request_digest import request_digest
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument, NotFound
 from calculet.daemon.main import config_from
 from calculet.daemon.main import main as daemon_main
 from calculet.daemon.sampling.params import SamplingParams

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.errors import ErrorKind, NotFound, Unavailable
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.submit_streak import SubmitErrorStreak
 from calculet.daemon.device.errors import ModelReleased
-from calculet.daemon.errors import ErrorKind, NotFound, Unavailable
 
 from .engine_factories import (
     assert_clean,

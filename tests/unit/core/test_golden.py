@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from calculet.common.errors import ErrorKind, InvalidArgument, Unavailable
 from calculet.daemon.core.engine_types import ProbeOutcome
 from calculet.daemon.core.events import FinalEvent, FinishReason, Timings, Usage
 from calculet.daemon.core.golden import RECHECK_ATTEMPTS, REPRODUCE, AttemptResult, GoldenVerdict, judge, recheck
-from calculet.daemon.errors import ErrorKind, InvalidArgument, Unavailable
 from calculet.daemon.package.manifest import GoldenDecl
 
 LOGITS = np.array([0.5, 3.0, 1.0, -2.0], dtype=np.float32)

@@ -11,12 +11,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from calculet.common.errors import FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.daemon.core.errors import StaleGeneration
 from calculet.daemon.core.jobs import BufferState, JobContext, JobPool, PoolKey, shape_profile
 from calculet.daemon.device.api import HostBuffer
 from calculet.daemon.device.errors import BufferInUse, DeviceLost
 from calculet.daemon.device.types import EngineSlot, JobStatus, RowSpec, SubmodelInfo, TaskType, TensorSpec
-from calculet.daemon.errors import FailedPrecondition, IllegalTransition, InvalidArgument
 
 from .fakes import FakeDevice, FakeModel, submodel
 

@@ -9,6 +9,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from calculet.common.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.daemon.core.errors import StaleGeneration
 from calculet.daemon.core.kv import (
     KVManager,
@@ -20,7 +21,6 @@ from calculet.daemon.core.kv import (
 )
 from calculet.daemon.core.prefix_match import LaneSource, ParkedView, choose_lane
 from calculet.daemon.device.types import RowSpec
-from calculet.daemon.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
 
 CONTEXT = 16
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.calsim.device import CalsimDevice
 from calculet.daemon.calsim.options import parse_options
 from calculet.daemon.core.config import DaemonConfig
@@ -21,7 +22,6 @@ from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.scheduler import SchedulingPolicy
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.errors import OutOfKV
-from calculet.daemon.errors import ErrorKind
 
 from .engine_factories import (
     OwnerLock,

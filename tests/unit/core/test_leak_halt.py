@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.errors import CalculetError, ErrorKind, Unavailable
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.switch import SwitchSpec
-from calculet.daemon.errors import CalculetError, ErrorKind, Unavailable
 from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.telemetry.daemon_metrics import DaemonMetrics
 from tests.unit.telemetry.scrape import Scrape

@@ -9,12 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.calsim.faults import Fault, FaultKind
-from calculet.daemon.calsim.memory import chip_needs
-from calculet.daemon.core.events import FinishReason
-from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.reset_budget import BoardHalt
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     ErrorKind,
     FailedPrecondition,
     InvalidArgument,
@@ -22,6 +17,11 @@ from calculet.daemon.errors import (
     PermissionDenied,
     Unavailable,
 )
+from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.calsim.memory import chip_needs
+from calculet.daemon.core.events import FinishReason
+from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.reset_budget import BoardHalt
 from calculet.daemon.package.manifest import load_manifest
 
 from .engine_factories import build_models, finish, request, running_core, until

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.errors import FailedPrecondition, Unavailable
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.errors import FailedPrecondition, Unavailable
 from calculet.ops.sim_packages import build_sim_package
 
 from .engine_factories import build_models, finish, request, running_core

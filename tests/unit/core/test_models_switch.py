@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.errors import Aborted, CalculetError, FailedPrecondition
+from calculet.common.phase_clock import PHASES
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.switch import PHASES, SwitchSpec
-from calculet.daemon.errors import Aborted, CalculetError, FailedPrecondition
+from calculet.daemon.core.switch import SwitchSpec
 
 from .engine_factories import build_models, finish, request, running_core
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calculet.client.prefix import BLOCK_TOKENS, block_hash, block_hashes, cached_blocks
+from calculet.common.errors import FailedPrecondition, IllegalTransition, InvalidArgument
+from calculet.common.prefix import BLOCK_TOKENS, block_hash, block_hashes, cached_blocks
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, auto_chunk_tokens, chunk_tokens, parse_chunk_setting
 from calculet.daemon.core.kv import KVManager, LaneState
 from calculet.daemon.core.prefix_advert import advertise, tips
@@ -20,7 +21,6 @@ from calculet.daemon.core.prefix_match import (
     choose_lane,
     common_prefix,
 )
-from calculet.daemon.errors import FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.ops.sim_packages.timing import sim_timing
 
 

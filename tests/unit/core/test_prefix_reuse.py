@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from calculet.client.prefix import block_hashes
+from calculet.common.prefix import block_hashes
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.chunking import CHUNK_OFF
 from calculet.daemon.core.config import DaemonConfig

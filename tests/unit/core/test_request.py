@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, StoppingParams, validate_request
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.params import SamplingParams
 
 LIMITS = ModelLimits(vocab_size=512, context=256, prefill_tokens=256, eos_token_ids=frozenset({2}))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.reset_budget import ResetBudget
-from calculet.daemon.errors import InvalidArgument
 
 
 class Clock:

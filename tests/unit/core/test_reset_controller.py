@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
@@ -25,7 +26,6 @@ from calculet.daemon.core.reset_budget import (
     fate,
 )
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.daemon.wire_views import status_to_pb
 from calculet.v1 import common_pb2
 

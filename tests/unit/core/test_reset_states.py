@@ -22,6 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from calculet.common.errors import ErrorKind, FailedPrecondition, IllegalTransition
+from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.reset_budget import (
@@ -32,8 +34,6 @@ from calculet.daemon.core.reset_budget import (
     ResetState,
     ResetTally,
 )
-from calculet.daemon.errors import ErrorKind, FailedPrecondition, IllegalTransition
-from calculet.daemon.lifecycle import Lifecycle
 
 from .engine_factories import build_models, finish, request, running_core, until
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from calculet.common.errors import Overloaded
 from calculet.daemon.core.kv import KVManager, LaneState
 from calculet.daemon.core.prefix_views import pending_prefill_tokens
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType, TensorSpec
-from calculet.daemon.errors import Overloaded
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages.build import build_sim_package
 

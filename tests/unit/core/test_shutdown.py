@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.errors import ErrorKind, InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core import request as request_module
 from calculet.daemon.core.config import DaemonConfig
@@ -25,7 +26,6 @@ from calculet.daemon.core.request import (
     prevalidate,
     validate_request,
 )
-from calculet.daemon.errors import ErrorKind, InvalidArgument
 from calculet.daemon.sampling.params import SamplingParams
 
 from .engine_factories import request

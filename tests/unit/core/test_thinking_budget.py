@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
+from calculet.common.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core import completion
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason, TokenChunk
 from calculet.daemon.core.request import GenerationRequest
 from calculet.daemon.core.sequence import Sequence
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.daemon.sampling.thinking import ThinkingBudget, ThinkingTracker

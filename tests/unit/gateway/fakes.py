@@ -8,7 +8,7 @@ so generated text is readable ASCII and the real `Detokenizer`/`StopMatcher` run
 
 Prefix reuse: a fake's load reports advertise `prefix_hashes` (what its lanes would hold) and its
 `pending_prefill_tokens`; its Finals count as cached the prompt (+ resume) tokens those hashes
-cover, as a daemon reusing a parked lane would (`calculet.client.prefix`).
+cover, as a daemon reusing a parked lane would (`calculet.common.prefix`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from calculet.client.prefix import BLOCK_TOKENS, block_hashes, cached_blocks
 from calculet.client.types import (
     FinalEvent,
     FinishReason,
@@ -34,7 +33,8 @@ from calculet.client.types import (
     TokenLogprob,
     Usage,
 )
-from calculet.daemon.errors import CalculetError, FailedPrecondition, NotFound, Unavailable
+from calculet.common.errors import CalculetError, FailedPrecondition, NotFound, Unavailable
+from calculet.common.prefix import BLOCK_TOKENS, block_hashes, cached_blocks
 from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonConnection, DaemonStream, ModelSwitch, SwitchDone
 
 ALIAS = "fake"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.text.answer_memory import DEFAULT_MAX_TOKENS, AnswerMemory
 
 

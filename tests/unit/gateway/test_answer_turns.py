@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import pytest
 
 from calculet.client.types import FinishReason
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.api.schemas import ChatCompletionRequest
 from calculet.gateway.serving.choice import answer_ids
 from calculet.gateway.serving.observer import ServingObserver

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from calculet.daemon.errors import InvalidArgument, Unauthenticated
+from calculet.common.errors import InvalidArgument, Unauthenticated
 from calculet.gateway.api import auth
 from calculet.gateway.api.app import create_app
 from calculet.gateway.api.auth import ApiKeyAuth, bearer_key, key_matches, read_api_keys

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.api.app import create_app
 from calculet.gateway.config import config_from, read_config
 from calculet.gateway.fleet.catalog import CatalogModel, catalog_from

@@ -11,7 +11,7 @@ import pytest
 from calculet.gateway.text.chat_output import ChatOutput, OutputSpec
 from calculet.gateway.text.reasoning import ReasoningSplitter, prompt_opens_thinking
 from calculet.gateway.text.tags import held_tail
-from calculet.gateway.text.tool_calls import ToolCallParser, parse_block
+from calculet.gateway.text.tool_calls import CallPart, ParsedCall, ToolCallParser, parse_block
 
 Reading = tuple[str, str, list[tuple[str, str]]]
 
@@ -103,7 +103,10 @@ def test_parse_block() -> None:
         # A block that does not parse stays content, word for word.
         ("Hi\n<tool_call>\n{broken\n</tool_call> after", "Hi\n<tool_call>\n{broken\n</tool_call> after", []),
         ("plain text, no calls <tool", "plain text, no calls <tool", []),
-        (f"<tool_call>\n{WEATHER}", f"<tool_call>\n{WEATHER}", []),  # never closed: content
+        # Never closed (cut by max_tokens): once its head is there it is a call, with the arguments it has.
+        (f"<tool_call>\n{WEATHER}", "", [("get_weather", '{"city": "Paris", "unit": "°C"}')]),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa', "", [("get_weather", '{"city": "Pa')]),
+        ('<tool_call>\n{"name": "get_w', '<tool_call>\n{"name": "get_w', []),  # before its head: content
         (
             f"<tool_call>{WEATHER}</tool_call>Then text.",
             "Then text.",
@@ -137,9 +140,52 @@ def test_without_parallel_tool_calls_only_the_first_call_is_kept() -> None:
 
 def test_calls_have_indexes_and_ids() -> None:
     parser = ToolCallParser()
-    content, calls = parser.feed(f"<tool_call>{WEATHER}</tool_call><tool_call>" + '{"name": "g"}</tool_call>')
-    assert content == "" and [c.index for c in calls] == [0, 1]
-    assert all(c.id.startswith("call_") and len(c.id) == 29 for c in calls) and calls[0].id != calls[1].id
+    piece = parser.feed(f"<tool_call>{WEATHER}</tool_call><tool_call>" + '{"name": "g"}</tool_call>')
+    assert piece.content == "" and [c.index for c in piece.calls] == [0, 1]
+    assert all(c.id.startswith("call_") and len(c.id) == 29 for c in piece.calls)
+    assert piece.calls[0].id != piece.calls[1].id
+
+
+def _parts(parallel: bool, pieces: list[str]) -> list[CallPart]:
+    parser = ToolCallParser(parallel)
+    parts = [part for text in pieces for part in parser.feed(text).parts]
+    return parts + parser.finish().parts
+
+
+TRICKY = '{"q": "a}\\"b{[", "n": [1, {"x": null}]}'  # braces and an escaped quote inside a string
+
+
+@pytest.mark.parametrize("cut", [1, 3, 7])
+def test_a_call_streams_its_name_first_then_its_arguments_in_pieces(cut: int) -> None:
+    text = f'Hi <tool_call>\n{{"name": "search", "arguments": {TRICKY}}}\n</tool_call>'
+    pieces = [text[i : i + cut] for i in range(0, len(text), cut)]
+    head, *middle, last = _parts(True, pieces)
+    assert head.name == "search" and head.id is not None and head.arguments == "" and head.call is None
+    assert len(middle) > 1 and all(p.id is None and p.name is None and p.call is None for p in middle)
+    assert "".join(p.arguments for p in middle) == TRICKY  # the model's text, not a re-serialization
+    assert last.call == ParsedCall(0, head.id, "search", TRICKY) and last.arguments == ""
+    assert {p.index for p in (head, *middle, last)} == {0}
+
+
+def test_a_call_whose_head_is_not_name_first_is_read_when_its_block_closes() -> None:
+    text = '<tool_call>{"arguments": {"a": 1}, "name": "f"}</tool_call>'
+    for pieces in _splits(text):
+        head, arguments, last = _parts(True, pieces)
+        assert (head.name, arguments.arguments) == ("f", '{"a": 1}') and last.call is not None
+
+
+def test_without_parallel_tool_calls_a_second_call_is_never_announced() -> None:
+    text = '<tool_call>{"name": "f", "arguments": {}}</tool_call>\n<tool_call>{"name": "g", "arguments": {"b": 2}}'
+    for pieces in _splits(text):
+        parts = _parts(False, pieces)
+        assert {p.index for p in parts} == {0} and [p.name for p in parts if p.name] == ["f"]
+
+
+def test_a_call_cut_in_its_arguments_ends_incomplete() -> None:
+    parser = ToolCallParser()
+    parser.feed('<tool_call>{"name": "f", "arguments": {"a": [1, ')
+    end = parser.finish()
+    assert end.content == "" and [c.complete for c in end.calls] == [False] and end.calls[0].arguments == '{"a": [1, '
 
 
 def test_length_is_kept_as_the_finish_reason_even_after_a_call() -> None:

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from calculet.daemon.errors import ErrorKind, InvalidArgument, Overloaded, Unavailable
+from calculet.common.errors import ErrorKind, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.errors import ModelNotFound
 from calculet.gateway.serving.choice import RetryPolicy
 from tests.unit.gateway.fakes import CONTEXT, FakeDaemon, model_token

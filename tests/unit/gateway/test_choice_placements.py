@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from calculet.daemon.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
+from calculet.common.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.api.streaming import unless_disconnected
 from calculet.gateway.fleet.placement import PlacementState
 from calculet.gateway.serving.choice import RetryPolicy

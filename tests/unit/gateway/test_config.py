@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import GatewayConfig, config_from, read_config
 from calculet.gateway.fleet.routing_policy import RoutingMode

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from calculet.client import SamplingParams, ServingStatus, TlsConfig
-from calculet.daemon.errors import InvalidArgument, NotFound, Unavailable
+from calculet.common.errors import InvalidArgument, NotFound, Unavailable
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import GatewayConfig, config_from, read_config
 from calculet.gateway.fleet.connection import ChoiceSubmit, ClientConnection

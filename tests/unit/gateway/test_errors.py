@@ -1,4 +1,4 @@
-"""The gateway's one error mapping (DESIGN.md section 6): ErrorKind -> HTTP status, OpenAI's error
+"""The gateway's one error mapping (docs/architecture.md "Errors"): ErrorKind -> HTTP status, OpenAI's error
 body, and Retry-After for 429."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import orjson
 import pytest
 
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     DeadlineExceeded,
@@ -31,7 +31,7 @@ from calculet.gateway.errors import (
     retry_after_header,
 )
 
-# DESIGN.md section 6, "gateway HTTP" column.
+# docs/architecture.md "Errors", "gateway HTTP" column.
 DESIGN_STATUS = {
     ErrorKind.INVALID_ARGUMENT: 400,
     ErrorKind.NOT_FOUND: 404,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import IllegalTransition
-from calculet.daemon.lifecycle import Lifecycle
+from calculet.common.errors import IllegalTransition
+from calculet.common.lifecycle import Lifecycle
 from calculet.gateway.fleet.board import BOARD_TRANSITIONS, BoardState
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver, Resolver
 from calculet.gateway.fleet.fleet import Fleet

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from calculet.client.types import LoadReport, ModelLoad, ModelState, ServingStatus
-from calculet.daemon.errors import Aborted, FailedPrecondition, Overloaded, Unavailable
+from calculet.common.errors import Aborted, FailedPrecondition, Overloaded, Unavailable
 from calculet.gateway.errors import ModelNotPlaceable, ModelWaitExpired
 from calculet.gateway.fleet.board import Board, BoardState
 from calculet.gateway.fleet.catalog import CatalogModel

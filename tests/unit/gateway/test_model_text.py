@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
+from calculet.common.errors import FailedPrecondition, InvalidArgument
 from calculet.gateway.text.model_text import ModelFacts, ModelText
 from calculet.ops.sim_packages.build import build_sim_package
 

@@ -10,8 +10,8 @@ import random
 import pytest
 
 from calculet.client.types import LoadReport, ModelLoad, ModelState, ServingStatus
-from calculet.daemon.errors import IllegalTransition
-from calculet.daemon.lifecycle import Lifecycle
+from calculet.common.errors import IllegalTransition
+from calculet.common.lifecycle import Lifecycle
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS, Placement, PlacementState
 from calculet.gateway.fleet.router import Router

@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 from starlette.testclient import TestClient
 
-from calculet.daemon.errors import Unavailable
+from calculet.common.errors import Unavailable
 from calculet.gateway.api.responses_schema import ResponsesRequest
 from calculet.gateway.api.responses_stream import sse_response
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEvent
@@ -278,8 +278,9 @@ def test_the_stream_sends_openai_events_in_order() -> None:
     assert final["usage"] == whole["usage"]
 
 
-def test_a_streamed_call_is_one_item_with_its_arguments() -> None:
+def test_a_streamed_call_is_one_item_with_its_arguments_in_pieces() -> None:
     daemon = board("Sure.\n" + ANSWER.split("\n\n", 1)[1])
+    arguments = '{"city": "Paris"}'
     with gateway(daemon) as client:
         events = events_of(client, ask(tools=[FLAT_TOOL]))
     assert kinds(events)[5:] == [
@@ -287,15 +288,17 @@ def test_a_streamed_call_is_one_item_with_its_arguments() -> None:
         "response.content_part.done",
         "response.output_item.done",
         "response.output_item.added",
-        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",  # a run of them: a token a delta
         "response.function_call_arguments.done",
         "response.output_item.done",
         "response.completed",
     ]
-    added, delta, done, item_done = events[-5:-1]
+    pieces = len(arguments)
+    added, deltas, done, item_done = events[-4 - pieces], events[-3 - pieces : -3], events[-3], events[-2]
     assert added["item"]["arguments"] == "" and added["item"]["status"] == "in_progress" and added["output_index"] == 1
-    assert delta["delta"] == done["arguments"] == '{"city": "Paris"}' and delta["item_id"] == added["item"]["id"]
-    assert item_done["item"] == {**added["item"], "arguments": '{"city": "Paris"}', "status": "completed"}
+    assert "".join(d["delta"] for d in deltas) == done["arguments"] == arguments
+    assert all(d["item_id"] == added["item"]["id"] and d["output_index"] == 1 for d in deltas)
+    assert item_done["item"] == {**added["item"], "arguments": arguments, "status": "completed"}
     assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Sure."
 
 

@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from calculet.client.prefix import block_hashes
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
+from calculet.common.prefix import block_hashes
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.serving.service import Prepared

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from calculet.client.prefix import BLOCK_TOKENS, block_hashes
 from calculet.client.types import ModelInfo, ModelState
+from calculet.common.prefix import BLOCK_TOKENS, block_hashes
 from calculet.gateway.fleet.load_policy import LoadPolicy
 from calculet.gateway.fleet.packages import FALLBACK_PREFILL_MS_PER_TOKEN, ModelCosts
 from calculet.gateway.fleet.routing_policy import affinity

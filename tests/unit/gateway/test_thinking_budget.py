@@ -1,7 +1,8 @@
 """A chat request's bound on thinking reaches the board as a `ThinkingBudget` with the package's own
 marker ids (docs/gateway.md "Tools and reasoning"): `thinking_token_budget`, or the gateway's budget
 for a `reasoning_effort` (the Responses API's `reasoning.effort` too); a model without think markers
-is a 400 naming the field, and so is an effort that does not exist."""
+is a 400 naming the field, and so is an effort that does not exist. A constrained answer that asks
+no bound gets an unbounded one, so it may think before its grammar applies."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import pytest
 from tokenizers import AddedToken, Tokenizer
 
 from calculet.client import ThinkingBudget
-from calculet.gateway.api.thinking import DEFAULT_BUDGETS, thinking_budget
+from calculet.gateway.api.thinking import DEFAULT_BUDGETS, MAX_BUDGET, free_thinking, thinking_budget
 from tests.unit.gateway import fakes
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
 from tests.unit.gateway.harness import gateway
 
 PLAIN_TOKENIZER = fakes.byte_tokenizer_json
+TOOL = {"type": "function", "function": {"name": "f"}}
 
 
 def thinking_tokenizer_json() -> bytes:
@@ -89,3 +91,35 @@ def test_the_gateways_budgets_per_effort_are_used() -> None:
     got = thinking_budget(None, "medium", {"low": 1, "medium": 2, "high": 3}, ids.get)
     assert got == ThinkingBudget(2, open_token_id=5, close_token_id=6)
     assert thinking_budget(None, None, DEFAULT_BUDGETS, ids.get) is None
+
+
+JSON = {"type": "json_object"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "tokens"),
+    [
+        ({"response_format": JSON}, MAX_BUDGET),  # constrained, no bound asked: free thinking
+        ({"response_format": JSON, "thinking_token_budget": 5}, 5),  # a bound asked wins
+        ({"response_format": JSON, "chat_template_kwargs": {"enable_thinking": False}}, None),
+        ({"tools": [TOOL]}, MAX_BUDGET),  # `auto` is constrained too
+        ({"tools": [TOOL], "tool_choice": "none"}, None),  # not constrained
+    ],
+)
+def test_a_constrained_answer_may_think_before_its_grammar(
+    thinking_model: tuple[int, int], fields: dict[str, Any], tokens: int | None
+) -> None:
+    """Without a budget the board would hold the answer to its grammar from the first token, which
+    forbids `<think>`: an unbounded budget tells it the markers instead."""
+    daemon = FakeDaemon("a")
+    with gateway(daemon) as client:
+        assert client.post("/v1/chat/completions", json=chat(**fields)).status_code == 200
+    (submitted,) = daemon.submitted
+    assert submitted.job.sampling.constraint is not None or "tool_choice" in fields
+    assert submitted.job.sampling.thinking == (None if tokens is None else ThinkingBudget(tokens, *thinking_model))
+
+
+def test_no_free_thinking_when_a_marker_is_a_stop_token(thinking_model: tuple[int, int]) -> None:
+    assert free_thinking({"<think>": 7, "</think>": 8}.get, (8,)) is None
+    assert free_thinking({"<think>": 7}.get, ()) is None
+    assert free_thinking({"<think>": 7, "</think>": 8}.get, (1,)) == ThinkingBudget(MAX_BUDGET, 7, 8)

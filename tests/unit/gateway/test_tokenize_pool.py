@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import Overloaded, Unavailable
+from calculet.common.errors import Overloaded, Unavailable
 from calculet.gateway.text.model_text import ModelFacts, ModelText
 from calculet.gateway.text.tokenize_pool import TokenizePool
 from tests.unit.gateway.fakes import CHAT_TEMPLATE, EOS, byte_tokenizer_json

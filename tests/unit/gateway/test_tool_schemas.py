@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway.api.schemas import ChatCompletionRequest, parse_body
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from calculet.client.prefix import block_hashes
+from calculet.common.prefix import block_hashes
 from calculet.gateway.api import formats
 from calculet.gateway.serving.service import Prepared
 from calculet.gateway.text.model_text import ModelFacts, ModelText

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from calculet.daemon.server.sd_notify import Notifier
+from calculet.common.sd_notify import Notifier
 from calculet.gateway.workers.launcher import WorkerLauncher, WorkerProcess
 from calculet.gateway.workers.restarts import RestartBackoff, RestartPolicy
 from calculet.gateway.workers.supervisor import WorkerSupervisor

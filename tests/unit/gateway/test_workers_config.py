@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import MAX_WORKERS, GatewayConfig, config_from, read_config
 from calculet.gateway.main import build_parser, settings_from, worker_from

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.grammar import GrammarCompiler, GrammarMatcher
 from calculet.daemon.grammar.matcher import MatcherState
 from calculet.daemon.package.manifest import load_manifest
@@ -68,17 +68,29 @@ def decode(package: Path):  # type: ignore[no-untyped-def]
     return lambda ids: tok.decode(ids, skip_special_tokens=False)
 
 
-def generate(compiler: GrammarCompiler, c: Constraint, seed: int, temperature: float = 1.0) -> tuple[list[int], bool]:
-    """Tokens the sampler draws from random logits under the constraint's masks, and whether the
-    grammar ended them (stopped, or an EOS it allowed) within MAX_STEPS."""
+def generate(
+    compiler: GrammarCompiler,
+    c: Constraint,
+    seed: int,
+    temperature: float = 1.0,
+    prefix: tuple[int, ...] = (),
+    tokenizer_size: int = 512,
+) -> tuple[list[int], bool]:
+    """Tokens the sampler draws from random logits under the constraint's masks (after `prefix`, which
+    the grammar must allow, as if the model had written it), and whether the grammar ended them
+    (stopped, or an EOS it allowed) within MAX_STEPS; ids from `tokenizer_size` on are never allowed."""
     m = compiler.matcher(c)
     eos = set(compiler.eos_ids)
     rng = np.random.default_rng(seed)
     sampler = Sampler(VOCAB, 1)
     out: list[int] = []
+    for token in prefix:
+        assert m.allowed()[token] and not m.would_stop(token), token
+        m.consume(token)
+        out.append(token)
     for step in range(MAX_STEPS):
         allowed = m.allowed()
-        assert not allowed[512:].any()
+        assert not allowed[tokenizer_size:].any()
         x = (rng.standard_normal((1, VOCAB)) * 2.0).astype(np.float32)
         token = sampler.sample(
             x, [RowSampling(SamplingParams(seed=seed, temperature=temperature), step, allowed=allowed)]

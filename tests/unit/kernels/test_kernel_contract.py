@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.calsim.kernel import DecodeRow, Kernel
 from calculet.daemon.calsim.kernels.errors import KernelInputError
-from calculet.daemon.errors import ErrorKind
 
 from .kernel_factories import KernelMaker, arange32, clearly_different, same_logits
 

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.calsim.kernel import DecodeRow
 from calculet.daemon.calsim.kernels.errors import KernelConfigError
 from calculet.daemon.calsim.kernels.numeric import NumericKernel
 from calculet.daemon.calsim.kernels.reference import reference_forward
 from calculet.daemon.calsim.kernels.weights import load_param_block, save_param_block
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.package.manifest import Topology
 
 from .kernel_factories import TINY_ARCH, arange32, make_manifest, write_numeric_package

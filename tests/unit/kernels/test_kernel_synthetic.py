@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calculet.common.errors import ErrorKind
 from calculet.daemon.calsim.kernel import DecodeRow
 from calculet.daemon.calsim.kernels.errors import KernelConfigError, KernelInputError
 from calculet.daemon.calsim.kernels.hashing import U64, PowerTable, token_hash
 from calculet.daemon.calsim.kernels.synthetic import LogitShaper, SyntheticKernel
-from calculet.daemon.errors import ErrorKind
 
 from .kernel_factories import REAL_ARCH, arange32, make_manifest
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.device.types import ChipInfo, DeviceCapabilities, DeviceInfo
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.package.capacity import (
     CALSIM_BOARD,
     DeviceLimits,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import InvalidArgument, NotFound
+from calculet.common.errors import InvalidArgument, NotFound
 from calculet.daemon.package.manifest import MANIFEST_NAME
 from calculet.daemon.package.report import ValidationReport
 from calculet.daemon.package.validate import validate_package

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.package.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,

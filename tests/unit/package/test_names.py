@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from calculet.client.channel import parse_target
-from calculet.daemon.aliases import check_alias
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.aliases import check_alias
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.manifest import MANIFEST_NAME
 from calculet.daemon.package.validate import validate_package
 from calculet.daemon.package.versions import in_range, parse_range, parse_version, release_part

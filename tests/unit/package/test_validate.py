@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import ErrorKind, InvalidArgument, NotFound
+from calculet.common.errors import ErrorKind, InvalidArgument, NotFound
 from calculet.daemon.package.capacity import CALSIM_BOARD, DeviceLimits, chip_dram_need
 from calculet.daemon.package.logits_output import LogitsOutput
 from calculet.daemon.package.manifest import (
@@ -341,6 +341,12 @@ DEFECTS: dict[str, Defect] = {
     ),
     "submodel-mislabelled": Defect(
         "submodel.mislabelled", manifest_defect(lambda: _sub(0, smodel_type="llm_decode")), None, "llm_decode"
+    ),
+    "submodel-offset-on-decode": Defect(
+        "submodel.offset_role", manifest_defect(lambda: _sub(1, prefill_at_offset=True)), None, "only a prefill"
+    ),
+    "submodel-offset-not-bool": Defect(
+        "schema.wrong_type", raw_defect(_set("yes", "submodels", 0, "prefill_at_offset"))
     ),
     "submodel-label-unknown": Defect(
         "submodel.smodel_type_unknown", manifest_defect(lambda: _sub(1, smodel_type="llm_mystery"))
@@ -842,3 +848,12 @@ def test_qwen3_four_full_lanes_do_not_fit_beside_the_weights(factory: PackageFac
 
 def test_qwen3_sixteen_short_lanes_fit(factory: PackageFactory) -> None:
     assert validate_package(factory.write(_qwen_manifest(16, 5120))).ok
+
+
+@pytest.mark.parametrize("declared", [True, False, None])
+def test_prefill_at_offset_round_trips_and_is_absent_when_undeclared(declared: bool | None) -> None:
+    m = _sub(0, prefill_at_offset=declared)
+    raw = m.to_dict()
+    assert ("prefill_at_offset" in raw["submodels"][0]) is (declared is not None)
+    assert all("prefill_at_offset" not in s for s in raw["submodels"][1:])
+    assert PackageManifest.from_dict(raw).submodels[0].prefill_at_offset is declared

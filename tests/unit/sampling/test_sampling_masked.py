@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.sampling import RowSampling, Sampler, SamplingParams, SamplingPolicy
 from calculet.daemon.sampling.draw import FullMass
 from calculet.daemon.sampling.penalties import apply_penalties

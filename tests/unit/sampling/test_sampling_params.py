@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import ErrorKind, InvalidArgument
+from calculet.common.errors import ErrorKind, InvalidArgument
 from calculet.daemon.sampling import SamplingParams
 from calculet.daemon.sampling.params import MAX_LOGPROBS, MAX_SEED, MAX_TEMPERATURE
 

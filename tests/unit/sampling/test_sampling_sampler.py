@@ -7,7 +7,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from calculet.daemon.errors import ErrorKind, InvalidArgument
+from calculet.common.errors import ErrorKind, InvalidArgument
 from calculet.daemon.sampling import RowSampling, Sampler, SamplingParams, SamplingPolicy, TokenHistory
 
 from .factories import BF16, llm_like_logits, logits

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.sampling import RowSampling, Sampler, SamplingParams, TokenHistory
 from calculet.daemon.sampling.topk import NeedFullRow, TopkRow, device_topk
 from tests.unit.sampling.factories import BF16, llm_like_logits, logits, row_strategy

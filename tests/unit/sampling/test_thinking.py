@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from calculet.daemon.errors import IllegalTransition, InvalidArgument
+from calculet.common.errors import IllegalTransition, InvalidArgument
 from calculet.daemon.sampling.thinking import ThinkingBudget, ThinkingTracker, ThinkPhase
 
 OPEN, CLOSE = 10, 11

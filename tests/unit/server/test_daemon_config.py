@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon import main as daemon_main_module
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.device.errors import DeviceBusy
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.main import (
     EXIT_BOARD_BUSY,
     EXIT_USAGE,

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from calculet.client.convert import error_from_status, event_from_pb
+from calculet.common.errors import Cancelled, InvalidArgument, NotFound
 from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason, Timings, TokenChunk, TokenLogprob, Usage
-from calculet.daemon.errors import Cancelled, InvalidArgument, NotFound
 from calculet.daemon.server.follow import FollowSession, FollowUpdate, event_weight
 from calculet.daemon.wire import event_to_pb, follow_reply_to_pb
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from calculet.common.errors import CalculetError
 from calculet.daemon import main as daemon_main
-from calculet.daemon.errors import CalculetError
 from calculet.gateway import config as gateway_config
 from calculet.gateway import main as gateway_main
 

@@ -25,13 +25,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason, wait_finished
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.reset_budget import BoardHalt
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.daemon.server.liveness import LIVENESS_MARGIN_S, LIVENESS_SERVICE, EngineBeats, LivenessPolicy
 from calculet.ops.sim_packages.build import build_sim_package

@@ -24,7 +24,7 @@ assert child.stdout.readline() == b"armed\\n"
 """
 GRANDCHILD = """
 import os, time
-from calculet.daemon.parent_death import PARENT_PID_ENV, die_with_parent
+from calculet.common.parent_death import PARENT_PID_ENV, die_with_parent
 assert die_with_parent()
 assert PARENT_PID_ENV not in os.environ, "not passed on to our own children"
 print("armed", flush=True)
@@ -32,7 +32,7 @@ time.sleep(60)
 """
 # Without the variable nothing is set, and the call says so.
 UNNAMED = """
-from calculet.daemon.parent_death import die_with_parent
+from calculet.common.parent_death import die_with_parent
 assert die_with_parent({"OTHER": "1"}) is False
 print("ok")
 """

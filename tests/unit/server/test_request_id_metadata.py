@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.request import NO_TRACE, RequestTrace
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.wire import MAX_ID_BYTES, trace_from_metadata
 from calculet.v1 import inference_pb2
 from tests.unit.core.engine_factories import build_models, running_core

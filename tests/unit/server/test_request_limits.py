@@ -14,9 +14,9 @@ from typing import Any
 import grpc
 import pytest
 
+from calculet.common.errors import InvalidArgument, NotFound
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.errors import InvalidArgument, NotFound
 from calculet.daemon.sampling.constraint import MAX_CHOICES, MAX_GRAMMAR_BYTES, check_sizes
 from calculet.daemon.sampling.thinking import MAX_THINKING_BUDGET
 from calculet.daemon.server import app

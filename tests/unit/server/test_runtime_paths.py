@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.runtime_paths import default_runtime_dir
 
 UID = os.getuid()

@@ -1,4 +1,4 @@
-"""systemd notifications without libsystemd (issue 10, item 1): `daemon/server/sd_notify.py`, the
+"""systemd notifications without libsystemd (issue 10, item 1): `common/sd_notify.py`, the
 engine heartbeat that drives WATCHDOG=1, and the SIGHUP reload of the config file (`reload_config`).
 
 - A notification is one datagram of `KEY=VALUE` lines to `$NOTIFY_SOCKET` (a path, or an abstract
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from calculet.common.sd_notify import Notifier, watchdog_interval
 from calculet.daemon.calsim.device import CalsimDevice
 from calculet.daemon.calsim.handles import CalsimSubmission
 from calculet.daemon.calsim.options import parse_options
@@ -42,7 +43,6 @@ from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.types import EngineSlot, JobSpec
 from calculet.daemon.main import build_parser, reload_config
 from calculet.daemon.sampling.params import SamplingParams
-from calculet.daemon.server.sd_notify import Notifier, watchdog_interval
 from calculet.ops.sim_packages.build import build_sim_package
 
 from .held_device import HeldSubmitDevice
@@ -118,7 +118,7 @@ def test_without_notify_socket_nothing_is_sent(environ: dict[str, str], monkeypa
 
 
 def test_send_errors_are_swallowed_and_logged_once(short_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="calculet.daemon.server.sd_notify")
+    caplog.set_level(logging.WARNING, logger="calculet.common.sd_notify")
     notifier = Notifier(str(short_dir / "nobody-listens.sock"))  # ENOENT
     assert notifier.enabled
     assert not notifier.ready()
@@ -147,7 +147,7 @@ def test_a_full_socket_loses_the_message_instead_of_blocking(short_dir: Path) ->
 
 
 def test_an_unsupported_address_turns_notifications_off(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="calculet.daemon.server.sd_notify")
+    caplog.set_level(logging.WARNING, logger="calculet.common.sd_notify")
     notifier = Notifier("vsock:2:1234")
     assert not notifier.enabled and not notifier.ready()
     assert "unsupported NOTIFY_SOCKET" in caplog.text

@@ -8,10 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from calculet.client import convert
-from calculet.daemon import error_codes, wire
+from calculet.common import error_codes
+from calculet.common.errors import ErrorKind, InvalidArgument, Overloaded
+from calculet.daemon import wire
 from calculet.daemon.core.events import FinalEvent, FinishReason, Timings, TokenChunk, TokenLogprob, Usage
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
-from calculet.daemon.errors import ErrorKind, InvalidArgument, Overloaded
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.daemon.server import errors as server_errors
 from calculet.v1 import common_pb2

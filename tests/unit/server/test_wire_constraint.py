@@ -9,8 +9,8 @@ import pytest
 from calculet.client import Constraint as ClientConstraint
 from calculet.client import SamplingParams as ClientSampling
 from calculet.client import convert
+from calculet.common.errors import InvalidArgument
 from calculet.daemon import wire
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.constraint import MAX_CHOICES, MAX_GRAMMAR_BYTES, Constraint, ConstraintKind
 from calculet.daemon.server.checks import constraint_sizes
 from calculet.v1 import inference_pb2

@@ -9,8 +9,8 @@ import pytest
 from calculet.client import SamplingParams as ClientSampling
 from calculet.client import ThinkingBudget as ClientBudget
 from calculet.client import convert
+from calculet.common.errors import InvalidArgument
 from calculet.daemon import wire
-from calculet.daemon.errors import InvalidArgument
 from calculet.daemon.sampling.thinking import MAX_THINKING_BUDGET, ThinkingBudget
 from calculet.daemon.server.checks import thinking_range
 from calculet.v1 import inference_pb2

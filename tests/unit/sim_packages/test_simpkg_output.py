@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.package.manifest import MANIFEST_NAME, load_manifest
 from calculet.ops.sim_packages import build, build_sim_package
 

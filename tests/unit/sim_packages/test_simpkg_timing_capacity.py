@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calculet.common.errors import FailedPrecondition
 from calculet.daemon.calsim import timing
-from calculet.daemon.errors import FailedPrecondition
 from calculet.daemon.package.capacity import DeviceLimits, MemoryModel
 from calculet.daemon.package.manifest import ChipMemoryDecl
 from calculet.ops.sim_packages import capacity

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages import PRESETS
 from calculet.ops.sim_packages.chat_template import load_chat_template, render_chat

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import CalculetError, ErrorKind
+from calculet.common.errors import CalculetError, ErrorKind
 from calculet.ops.sim_packages.writer import PackageWriter
 
 

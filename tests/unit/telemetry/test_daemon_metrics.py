@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from calculet.common.telemetry.registry import CONTENT_TYPE
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.observer import DeviceJobDone, EngineObserver, RequestFinished
 from calculet.daemon.telemetry.daemon_metrics import DaemonMetrics
-from calculet.daemon.telemetry.registry import CONTENT_TYPE
 from tests.unit.core.engine_factories import (
     OwnerLock,
     build_models,

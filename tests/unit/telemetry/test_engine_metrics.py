@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from calculet.common.errors import ErrorKind
+from calculet.common.telemetry.registry import MetricsRegistry
 from calculet.daemon.core.events import FinishReason, Timings, Usage
 from calculet.daemon.core.observer import (
     DeviceJobDone,
@@ -20,9 +22,7 @@ from calculet.daemon.core.observer import (
 )
 from calculet.daemon.core.reset_audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.telemetry.engine_metrics import EngineMetrics
-from calculet.daemon.telemetry.registry import MetricsRegistry
 from tests.unit.telemetry.scrape import Scrape
 
 STAMPS = JobTimestamps(0.0, 0.0, 0.001, 0.001, 0.021, 0.021, 0.0215)  # h2d 1 ms, compute 20 ms, d2h 0.5 ms

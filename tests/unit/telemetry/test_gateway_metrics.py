@@ -10,8 +10,8 @@ from contextlib import contextmanager
 
 from starlette.testclient import TestClient
 
-from calculet.daemon.errors import Unavailable
-from calculet.daemon.telemetry.registry import CONTENT_TYPE
+from calculet.common.errors import Unavailable
+from calculet.common.telemetry.registry import CONTENT_TYPE
 from calculet.gateway.api.app import create_app
 from calculet.gateway.serving.service import GatewayService
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon

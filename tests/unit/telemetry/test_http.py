@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.telemetry.http import MetricsServer, parse_listen
 
 BODY = b"# TYPE calculet_x gauge\ncalculet_x 1.0\n"

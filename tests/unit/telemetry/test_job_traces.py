@@ -10,13 +10,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from calculet.common.errors import ErrorKind
+from calculet.common.telemetry.tracing import remote_context, trace_headers
 from calculet.daemon.core.events import FinishReason, Timings, Usage
 from calculet.daemon.core.observer import DeviceJobDone, DeviceJobStarted, RequestFinished, RequestQueued, RowDone
 from calculet.daemon.core.request import NO_TRACE, RequestTrace
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
-from calculet.daemon.errors import ErrorKind
 from calculet.daemon.telemetry.job_traces import MAX_JOB_SPANS, JobTraces
-from calculet.daemon.telemetry.tracing import remote_context, trace_headers
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 PARENT_SPAN = 0xB7AD6B7169203331

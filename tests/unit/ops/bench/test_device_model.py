@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.bench.device_model import DeviceModel
 from calculet.ops.sim_packages import build_sim_package

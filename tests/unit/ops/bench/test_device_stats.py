@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from calculet.daemon.errors import PermissionDenied
+from calculet.common.errors import PermissionDenied
 from calculet.ops.bench.device_stats import (
     BoardSample,
     BoardVersions,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from calculet.daemon.errors import InvalidArgument, Unavailable
+from calculet.common.errors import InvalidArgument, Unavailable
 from calculet.ops.bench.backend import BenchSampling
 from calculet.ops.bench.discovery import gateway_boards, model_vocab
 from calculet.ops.bench.gateway_backend import GatewayAddress, GatewayBackend

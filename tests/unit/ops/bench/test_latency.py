@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.latency import chunk_token_counts, request_latency
 from calculet.ops.bench.records import RequestRecord
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.limit import (
     Policy,
     RequestShape,

@@ -10,7 +10,7 @@ import json
 import pytest
 from rich.console import Console
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.limit import Policy, Serving
 from calculet.ops.bench.multiturn.model_cost import uncached_ttft_s
 from calculet.ops.bench.multiturn.per_turn import cached_share, turn_stats

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.multiturn.workload import ThinkTime
 from calculet.ops.bench.suite.multiturn import ComparisonFleet, MultiturnSizes, comparison_fleets, select
 from calculet.ops.bench.suite.multiturn_estimate import estimate

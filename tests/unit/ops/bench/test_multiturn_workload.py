@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.multiturn.text import WORDS, sized_text
 from calculet.ops.bench.multiturn.workload import MultiturnSpec, ThinkTime, build_workload, user_lead
 from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, train_tokenizer

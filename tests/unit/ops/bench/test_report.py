@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.ops.bench import plot
 from calculet.ops.bench.device_stats import BoardSample, board_utilization, fleet_busy_ratio
 from calculet.ops.bench.report import SCHEMA, board_json, report_json

@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.records import RequestRecord
 from calculet.ops.bench.schedule import ClosedLoop, OpenLoop, arrival_offsets, gamma_gaps
 from calculet.ops.bench.workload import BenchRequest

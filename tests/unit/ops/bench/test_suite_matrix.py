@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.limit import Policy
 from calculet.ops.bench.suite.matrix import (
     FleetSpec,

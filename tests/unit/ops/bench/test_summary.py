@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.latency import RequestLatency
 from calculet.ops.bench.slo import Slo
 from calculet.ops.bench.summary import MAX_ERRORS, LatencyStats, summarize

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.workload import BenchRequest, LengthSpec, cycle_to, load_jsonl, synthetic_requests
 
 

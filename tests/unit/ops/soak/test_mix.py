@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 from calculet.ops.soak.mix import (
     KIND_SHARES,
     TEMPLATE_TOKENS_PER_MESSAGE,

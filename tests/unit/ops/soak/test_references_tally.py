@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from calculet.daemon.errors import FailedPrecondition
+from calculet.common.errors import FailedPrecondition
 from calculet.ops import calctl
 from calculet.ops.soak.classify import Judgement, RequestClass
 from calculet.ops.soak.references import CACHE_SCHEMA, ReferenceBook, body_key

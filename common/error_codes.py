@@ -3,7 +3,7 @@
 Shared by the daemon (`daemon/server/errors.py` aborts calls with `GRPC_CODE[kind]`, through
 `calculet.daemon.wire`, which re-exports these names) and the client (`calculet.client.errors`
 reads `KIND_OF_CODE` and rebuilds the typed error with `error_from_kind`). It imports only the
-stdlib-only `calculet.daemon.errors`, grpc and the generated `common_pb2`, so importing it pulls in
+stdlib-only `calculet.common.errors`, grpc and the generated `common_pb2`, so importing it pulls in
 neither the daemon's engine nor numpy. Data flow: daemon `CalculetError` -> `GRPC_CODE` -> gRPC
 status -> `KIND_OF_CODE` -> `error_from_kind` -> the same `CalculetError` class in the client.
 `ErrorKind` values on the wire equal gRPC status codes (common.proto).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import grpc
 
-from calculet.daemon.errors import (
+from calculet.common.errors import (
     Aborted,
     CalculetError,
     Cancelled,
@@ -84,7 +84,7 @@ def error_from_kind(kind: ErrorKind, message: str, retry_after_s: float | None =
         retry_after_s: for OVERLOADED, the retry hint (None = `DEFAULT_RETRY_AFTER_S`); ignored otherwise.
 
     Returns:
-        An instance of the `calculet.daemon.errors` class of `kind`; a plain `CalculetError` with
+        An instance of the `calculet.common.errors` class of `kind`; a plain `CalculetError` with
         that kind for kinds without their own class (INTERNAL).
     """
     cls = ERROR_CLASS.get(kind)

@@ -1,5 +1,5 @@
 """Traces for the daemon and the gateway: a TracerProvider only when the standard `OTEL_*`
-variables ask for one, and W3C trace context carried in gRPC metadata (DESIGN.md section 8).
+variables ask for one, and W3C trace context carried in gRPC metadata (docs/metrics.md).
 
 `tracer_provider_from_env(service)` reads `OTEL_TRACES_EXPORTER` (a comma list; unset, empty or
 "none" = no tracing: it returns None and callers build no span at all, so tracing off costs
@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from calculet.daemon.errors import InvalidArgument
-from calculet.daemon.telemetry.tracing_env import ENV_EXPORTER, exporter_names
+from calculet.common.errors import InvalidArgument
+from calculet.common.telemetry.tracing_env import ENV_EXPORTER, exporter_names
 
 EXPORTER_GROUP = "opentelemetry_traces_exporter"
 TRACEPARENT, TRACESTATE = "traceparent", "tracestate"

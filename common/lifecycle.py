@@ -1,9 +1,10 @@
 """Table-driven lifecycles (DEVELOPERS.md rule 4).
 
-Every lifecycle in the daemon (model states, job buffer states, lane states, reset states) is an
-`Enum` plus a transition table; `Lifecycle.move` is the one function that changes the state, and
-an edge missing from the table raises `IllegalTransition`. Callers hold their own lock: this
-class does no locking so it can live inside objects that already serialise access.
+Every lifecycle in the daemon (model states, job buffer states, lane states, reset states), the
+client (clients, stream cursors) and the gateway (boards, placements) is an `Enum` plus a transition
+table; `Lifecycle.move` is the one function that changes the state, and an edge missing from the table
+raises `IllegalTransition`. Callers hold their own lock: this class does no locking so it can live
+inside objects that already serialise access.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Generic, TypeVar
 
-from calculet.daemon.errors import IllegalTransition
+from calculet.common.errors import IllegalTransition
 
 S = TypeVar("S", bound=Enum)
 

@@ -1,4 +1,4 @@
-"""Typed domain errors shared by the daemon, the client and the gateway (DESIGN.md section 6).
+"""Typed domain errors shared by the daemon, the client and the gateway (docs/architecture.md "Errors").
 
 Every error the serving stack raises on purpose is a `CalculetError` carrying an `ErrorKind`.
 Transport layers map the kind, in one place each, to a gRPC status code or an HTTP status;

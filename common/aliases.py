@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from calculet.daemon.errors import InvalidArgument
+from calculet.common.errors import InvalidArgument
 
 # common.proto: model alias. Used with fullmatch: `$` would also match before a trailing newline.
 ALIAS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
