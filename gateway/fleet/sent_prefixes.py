@@ -39,8 +39,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
 
-from calculet.client.prefix import MAX_ADVERTISED_BLOCKS
-from calculet.daemon.lifecycle import Lifecycle, table
+from calculet.common.lifecycle import Lifecycle, table
+from calculet.common.prefix import MAX_ADVERTISED_BLOCKS
 
 CONFIRM_WITHIN_S = 2.0
 """How long after a choice ended its board may take to advertise the parked lane before the entry is

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import pytest
 
-from calculet.client.prefix import BLOCK_TOKENS
+from calculet.common.prefix import BLOCK_TOKENS
 from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess
 

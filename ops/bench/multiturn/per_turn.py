@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from calculet.client.prefix import BLOCK_TOKENS
+from calculet.common.prefix import BLOCK_TOKENS
 from calculet.ops.bench.latency import request_latency
 from calculet.ops.bench.multiturn.turns import TurnRecord
 from calculet.ops.bench.summary import LatencyStats

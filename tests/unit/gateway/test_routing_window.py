@@ -9,7 +9,7 @@ import asyncio
 import random
 from collections import Counter
 
-from calculet.client.prefix import block_hashes
+from calculet.common.prefix import block_hashes
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.router import Router
 from calculet.gateway.fleet.routing_policy import RoutingMode

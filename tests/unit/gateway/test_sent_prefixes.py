@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calculet.daemon.errors import IllegalTransition
-from calculet.daemon.lifecycle import Lifecycle
+from calculet.common.errors import IllegalTransition
+from calculet.common.lifecycle import Lifecycle
 from calculet.gateway.fleet.sent_prefixes import ENTRY_TRANSITIONS, EntryState, SentPrefixes
 
 NONE: frozenset[int] = frozenset()
