@@ -28,6 +28,7 @@ from calculet.daemon.sampling.thinking import THINK_TRANSITIONS
 from calculet.gateway.errors import HTTP_OF_KIND
 from calculet.gateway.fleet.board import BOARD_TRANSITIONS
 from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS
+from calculet.gateway.fleet.sent_prefixes import ENTRY_TRANSITIONS
 from calculet.ops.commands.rollout_board import STEPS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
@@ -51,6 +52,7 @@ TABLES: list[tuple[str, Mapping[Enum, frozenset[Enum]]]] = [
     ("a Wait stream cursor", STREAM_TRANSITIONS),
     ("a board, seen by the gateway", BOARD_TRANSITIONS),
     ("a choice's claim on a board", PLACEMENT_TRANSITIONS),
+    ("a prompt in the router's pick-time view", ENTRY_TRANSITIONS),
     ("a rollout of one board", STEPS),
 ]
 
