@@ -1,6 +1,6 @@
 """How much of each KV lane of one configured model holds trustworthy KV, as calsim sees it.
 
-The real runtime trusts `past_kv_len` in each row (seed 001 section 8); calsim additionally tracks,
+The real runtime trusts `past_kv_len` in each row (docs/sources.md 001 §8); calsim additionally tracks,
 per lane, the length of the KV its jobs actually wrote and nothing has destroyed since, and refuses
 (`StaleKV`) a row that would attend over more. So a daemon that reads freed, cleared or corrupted KV
 (a parked lane it should have dropped, a lane it closed, a lane a reset cleared) fails loudly here

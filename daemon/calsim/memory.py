@@ -5,7 +5,7 @@ then `MemoryMap.reserve(owner, needs)` compares every chip's need with what is f
 records the whole reservation or raises `OutOfDeviceMemory` having changed nothing; `release`
 gives an owner's bytes back; `usage()` feeds `VirtualDevice.memory_usage()`.
 
-Need per chip c (docs/package.md, seed 003): DRAM = param_dram_bytes[c] + workspace_bytes[c]
+Need per chip c (docs/package.md, docs/sources.md 003 §6-8): DRAM = param_dram_bytes[c] + workspace_bytes[c]
 + ceil(kv.bytes_per_token * lanes * lane_context / chips) (KV is split evenly over the chips,
 by kv heads); SRAM = param_sram_bytes[c]. Not thread-safe: the device calls it under its lock.
 """

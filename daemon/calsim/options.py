@@ -11,10 +11,10 @@ Options:
         below override the profile's figures.
     release_leak_bytes (int >= 0, default 0): a fault: each release leaves this many DRAM bytes of
         every chip the model used held (at most what it held there) until a configuration reset,
-        as a runtime that leaks on unload would (seed 000 section 10.3: unload must verify).
+        as a runtime that leaks on unload would (docs/sources.md 000 §10.3: unload must verify).
     driver_version / firmware_version (str, dotted integers, an optional `-suffix`; default: the
         profile's): what `info()` reports. A driver before 1.0.0 holds one configured calbin
-        whatever the profile says (seed 000 section 9).
+        whatever the profile says (docs/sources.md 000 §9).
     time_scale (float >= 0, default 1.0): wall seconds per modelled second; 0 never sleeps.
     configure_time_scale (float >= 0, default: time_scale): the same for a configure's modelled
         switch cost (`switch_cost`), so a test may pace jobs slowly and still configure at once.
@@ -71,9 +71,9 @@ class DeviceProfile:
 
 
 PROFILES = {
-    # Seed 001 sections 4 and 8: one calbin configured at a time, ping/pong banks, 2 chips.
+    # docs/sources.md 001 §4, §8: one calbin configured at a time, ping/pong banks, 2 chips.
     "calrt-0.7.6": DeviceProfile("calrt-0.7.6", max_resident_configurations=1),
-    # Seed 000 sections 9 and 15: the 1.0.0 driver whose contract may hold two calbins (chip 0 runs
+    # docs/sources.md 000 §9, §17: the 1.0.0 driver whose contract may hold two calbins (chip 0 runs
     # A and chip 1 runs B, or two that fit in memory). Not released yet; calsim assumes its shape.
     "calrt-1.0.0": DeviceProfile(
         "calrt-1.0.0", max_resident_configurations=2, driver_version="1.0.0-calsim", firmware_version="1.0.0-calsim"
@@ -83,7 +83,7 @@ PROFILES = {
         "calsim-dev", max_resident_configurations=2, driver_version="1.0.0-calsim", firmware_version="1.0.0-calsim"
     ),
 }
-CO_RESIDENT_DRIVER = (1, 0, 0)  # seed 000 section 9: an older driver holds one calbin
+CO_RESIDENT_DRIVER = (1, 0, 0)  # docs/sources.md 000 §9, §17: an older driver holds one calbin
 DEFAULT_PROFILE = "calrt-0.7.6"
 
 

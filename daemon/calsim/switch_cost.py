@@ -2,7 +2,7 @@
 
 Owns the arithmetic only; `CalsimDevice.configure` paces itself by the total (scaled by
 `time_scale`) and hands the breakdown to the caller on the configured model, which the daemon
-reports and audits as the switch's Configuring phase. Seed 000 section 9.3: on CalRT 0.7.6 a
+reports and audits as the switch's Configuring phase. docs/sources.md 000 §9.3: on CalRT 0.7.6 a
 switch is a drained unload, then configure, parameter upload, program deployment and KV clearing.
 
     configure  = CONFIGURE_FIXED_S                                   (runtime, calbin parse, CSRs)

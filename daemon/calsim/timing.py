@@ -29,14 +29,14 @@ Formulas (milliseconds; `t` is the manifest's `TimingDecl`; "KV length" of a row
   phases (no second figure to keep consistent), and for a two-point curve this is exactly the
   former linear model's `slope * (n * p + n * (n + 1) / 2)`. It is computed in closed form per
   curve segment (`_curve_sum`), not token by token. A multi-row prefill pays `fixed` once plus
-  the per-row terms of each active row. Effect on the qwen preset (seed curve, flat at 58.25
+  the per-row terms of each active row. Effect on the qwen preset (docs/sources.md 001 §10 curve, flat at 58.25
   tok/s up to 512 tokens, vs the former 17.167 -> 80 ms line; fixed 17.167 ms, 4.791 ms/token):
   27 tokens 146.5 ms (was 147.1: now exactly the measured 184.27 tok/s), 256 tokens 1,244 ms
   (was 1,294), 2,048 tokens 14.9 s (was 13.0), 40,960 tokens 1,823 s (was 1,483): the measured
   curve is steeper than the line between 512 and 4K, so long prompts cost more than before.
 - copies:                          `bytes / (gbps * 1e9)` seconds. H2D moves, of every input
   `[batch, max_tokens]`, the first `cur_seq_len` tokens of each active row (`h2d_bytes`): the
-  host slices tokens/positions to the row's new tokens before the copy (seed 001 section 4,
+  host slices tokens/positions to the row's new tokens before the copy (docs/sources.md 001 §4,
   step 8), so a 27-token prefill on a 40,960-token bucket copies 27 tokens, not the bucket.
   D2H moves each active row of every output (`d2h_bytes`; logits are `[batch, vocab]`).
 """

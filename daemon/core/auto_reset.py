@@ -1,4 +1,4 @@
-"""An escalation's reset from decision to audit (seed 000 section 14): repeated CCU exceptions reset
+"""An escalation's reset from decision to audit (docs/sources.md 000 §14): repeated CCU exceptions reset
 the compute units, and if they recur, the configuration, whose models are then warmed again.
 
 Like an operator reset (`operator_reset.py`) but started by the board itself: it spends the automatic

@@ -1,4 +1,4 @@
-"""How many tokens one prefill job carries: the chunk size of chunked prefill (seed 000 section 6).
+"""How many tokens one prefill job carries: the chunk size of chunked prefill (docs/sources.md 000 §6).
 
 A prefill holds the device's one compute unit for its whole length, so a long prompt would stall
 every running stream (7.7 s for 1,600 tokens on the qwen preset). Chunked, it runs as a sequence of

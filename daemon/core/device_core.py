@@ -82,7 +82,7 @@ class DeviceCore:
             audit_point=self._audit_point,
             memory_back=self.models.memory_back,
         )
-        # Seed 000 section 14's escalations, acted on by their own thread (`escalations.py`).
+        # docs/sources.md 000 §14's escalations, acted on by their own thread (`escalations.py`).
         exit_process = self._request_exit if config.unhealthy_exit else None
         actions = BoardEscalations(self.engine, self.models, self.device, self._reset_hooks, exit_process)
         self._escalator = Escalator(actions)
@@ -300,8 +300,8 @@ class DeviceCore:
 
     def _unload_unverified(self, rt: ModelRuntime, problem: str) -> None:
         """An unload did not give back its memory (or left the device unhealthy): stop serving and
-        configure nothing until an operator reset finds the memory back, and audit why (seed 000
-        section 10.3 step 5). Called under the model manager's device lock: it takes no lock of its."""
+        configure nothing until an operator reset finds the memory back, and audit why (docs/sources.md
+        000 §10.3 step 5). Called under the model manager's device lock: it takes no lock of its."""
         reason = f"unload of {rt.alias} generation {rt.generation} ({rt.package_dir.name})"
         note = f"{reason} not verified: {problem}"
         before = self._audit_point()

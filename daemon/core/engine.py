@@ -695,7 +695,7 @@ class Engine(EngineGenerations):
             if not self._submit_streak.failed():
                 self._book.launch_failed(job.plan, exc)
                 return
-            # Seed 000 section 14: a streak of submit errors drains the board (`submit_streak.py`):
+            # docs/sources.md 000 §14: a streak of submit errors drains the board (`submit_streak.py`):
             # this job's sequences and every other unfinished one end UNAVAILABLE (resume elsewhere),
             # whatever their recovery budget says.
             reason = escalation_reason(self._submit_streak.limit, str(exc))

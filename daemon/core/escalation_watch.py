@@ -1,4 +1,4 @@
-"""Which device faults escalate (seed 000 section 14): counts of CCU exceptions and non-finite outputs
+"""Which device faults escalate (docs/sources.md 000 §14): counts of CCU exceptions and non-finite outputs
 in a sliding window, decided as device jobs settle.
 
 The first response to each fault is the settlement's (`completion.py`: the job's sequences

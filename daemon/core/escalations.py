@@ -1,4 +1,4 @@
-"""The escalations of seed 000 section 14, acted on one at a time on a thread of their own.
+"""The escalations of docs/sources.md 000 §14, acted on one at a time on a thread of their own.
 
 Data flow: the engine's completion thread decides an escalation (`escalation_watch.py`: repeated CCU
 exceptions, repeated non-finite outputs) and a halt listener reports a LOST board; both hand it to

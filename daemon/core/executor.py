@@ -121,7 +121,7 @@ RESTORE_AFTER_CLEAN_JOBS = 256  # consecutive clean completions before a degrade
 
 
 class InflightLimit:
-    """How many jobs may be in flight, and why (seed 000 section 5.2). Owned by the executor;
+    """How many jobs may be in flight, and why (docs/sources.md 000 §5.2). Owned by the executor;
     callers hold the engine lock.
 
     Args:
@@ -236,7 +236,7 @@ class Executor:
     # ---- the in-flight limit --------------------------------------------------------------
 
     def note_anomaly(self, reason: str) -> None:
-        """Count a device anomaly; the in-flight limit drops to 1 (seed 000 section 5.2)."""
+        """Count a device anomaly; the in-flight limit drops to 1 (docs/sources.md 000 §5.2)."""
         if self.limiter.anomaly(reason):
             log.warning("in-flight limit drops to 1: %s", reason)
 

@@ -1,6 +1,6 @@
 """JobContext pool: the host buffers every device job may DMA, allocated and registered once.
 
-docs/daemon.md / seed 000 §4. A `JobContext` owns every byte the device may read or write for
+docs/daemon.md / docs/sources.md 000 §4. A `JobContext` owns every byte the device may read or write for
 one job: one registered `HostBuffer` per input and output tensor of its submodel (`tokens` and
 `positions` int32 `[batch, max_tokens]`, `logits` bf16 `[batch, vocab]`). The `JobPool` allocates
 `slots_per_key` contexts per `PoolKey` when it is built, registers each buffer with the device once,

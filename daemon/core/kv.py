@@ -1,4 +1,4 @@
-"""KV lanes of one model generation, changed only through transactions (docs/daemon.md, seed 000 §7).
+"""KV lanes of one model generation, changed only through transactions (docs/daemon.md, docs/sources.md 000 §7).
 
 The `KVManager` owns the bookkeeping of every KV lane of one configured model generation: which
 sequence owns a lane and how many KV tokens in it are committed (trusted). The device does not

@@ -1,4 +1,4 @@
-"""The model lifecycle (docs/daemon.md, seed 000 section 10) as one transition table.
+"""The model lifecycle (docs/daemon.md, docs/sources.md 000 §10) as one transition table.
 
 Unloaded -> Validating -> Configuring -> Warming -> Ready -> Draining -> Unloading -> Unloaded;
 Validating, Configuring and Warming may fail (-> Failed -> Unloaded after cleanup). A load that

@@ -1,4 +1,4 @@
-"""Model lifecycle per alias: load, warm, publish, drain, unload (docs/daemon.md, seed 000 §10).
+"""Model lifecycle per alias: load, warm, publish, drain, unload (docs/daemon.md, docs/sources.md 000 §10).
 
 `ModelManager` drives each generation through the table in `model_state.py`:
 Validating (package validator, on the caller's thread, never the device threads) -> Configuring

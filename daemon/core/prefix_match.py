@@ -1,5 +1,5 @@
 """Which lane a new sequence takes: the prefix matcher and the eviction order (docs/daemon.md,
-"Conversations: prefix reuse and chunked prefill"; seed 001 section 9 P0.4, seed 000 section 7).
+"Conversations: prefix reuse and chunked prefill"; docs/sources.md 001 §9 P0.4, 000 §7).
 
 A parked lane holds a finished job's KV for a known token history. KV is never copied or shifted
 between lanes, so reuse is per lane: a new sequence either takes a parked lane whose history starts

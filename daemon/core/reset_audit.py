@@ -1,5 +1,5 @@
 """The reset controller's audit trail: one entry per reset, automatic or operator (docs/daemon.md,
-seed 000 section 14: "every reset records its reason, the jobs in flight, the versions and health
+docs/sources.md 000 §14: "every reset records its reason, the jobs in flight, the versions and health
 before and after, and the result").
 
 Owner: the `ResetController` (guarded by the engine lock), which records its automatic resets as

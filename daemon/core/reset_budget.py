@@ -1,4 +1,4 @@
-"""The reset controller's bookkeeping (docs/daemon.md, reset controller; seed 000 section 14).
+"""The reset controller's bookkeeping (docs/daemon.md, reset controller; docs/sources.md 000 §14).
 
 - `ResetBudget`: automatic resets (a hung job) are allowed `limit` times per `window_s`; past that
   the board stops resetting itself, reports NOT_SERVING and waits for an operator, so a broken

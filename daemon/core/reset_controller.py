@@ -1,5 +1,5 @@
 """The reset controller: with the VirtualDevice, the model generations and the buffer pools, one of the
-four things a board's daemon owns (docs/daemon.md, "Reset controller"; seed 000 section 14).
+four things a board's daemon owns (docs/daemon.md, "Reset controller"; docs/sources.md 000 §14).
 
 What it owns, all of one board:
 

@@ -1,4 +1,4 @@
-"""Continuous batching: which job the device runs next (docs/daemon.md, seed 000 sections 5-6).
+"""Continuous batching: which job the device runs next (docs/daemon.md, docs/sources.md 000 §5-6).
 
 The scheduler owns the waiting and ready sets of every sequence that is not in flight and turns
 them into `JobPlan`s; it never touches the device. Order of preference for each free in-flight slot:

@@ -1,4 +1,4 @@
-"""The submit-error escalation (seed 000 section 14): a streak of failed submits drains the board.
+"""The submit-error escalation (docs/sources.md 000 §14): a streak of failed submits drains the board.
 
 A device that refuses one submit gets the job's sequences re-prefilled (`bookkeeping.launch_failed`).
 One that refuses `limit` submits in a row is not serving: the engine then stops admitting with the

@@ -1,6 +1,6 @@
 """A model switch on a board: what it expects, how long each phase took, and its audit entry.
 
-The switch itself is `ModelManager.load` with a `SwitchSpec` (seed 000 section 9.3, issue 20):
+The switch itself is `ModelManager.load` with a `SwitchSpec` (docs/sources.md 000 §9.3, issue 20):
 validate the new package, stop admitting and drain the generation it replaces, unload it and verify
 its memory came back, configure and warm the new one, publish it. This module owns the pieces
 around it that are not lifecycle: the compare-and-swap expectation (`SwitchSpec`) and the audit entry

@@ -1,4 +1,4 @@
-"""Unload verification (seed 000 section 10.3 step 5): after a release, the memory the model took
+"""Unload verification (docs/sources.md 000 §10.3 step 5): after a release, the memory the model took
 at configure is free again and the device is healthy.
 
 Owns the arithmetic over `MemoryUsage` snapshots, no device calls: `footprint` is what a configure

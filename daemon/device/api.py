@@ -127,7 +127,7 @@ class ConfiguredModel(ABC):
     configure_cost: Mapping[str, float] = MappingProxyType({})
 
     def submodel(self, name: str) -> SubmodelInfo:
-        """Exact lookup (seed 001 section 9: never substring matching).
+        """Exact lookup (docs/sources.md 001 §9: never substring matching).
 
         Raises:
             KeyError: no submodel has this exact name.

@@ -8,8 +8,8 @@ and `release` refuse what an unfinished job still holds, and each call raises th
 
 Why: the refusals the daemon's tests rely on used to live only in calsim (`engine.py`,
 `job_check.py`). CalRT 0.7.6 makes none of them: `infer()` / `SubmitJob()` only queue a job and
-report an error code (seed 001 sections 4, 8-9), and a buffer reused before `Wait` or a lane
-advanced twice is silently corrupt data (seed 000 sections 4, 7, 14). With a vendor binding the
+report an error code (docs/sources.md 001 §4, §8-9), and a buffer reused before `Wait` or a lane
+advanced twice is silently corrupt data (docs/sources.md 000 §4, §7, §14). With a vendor binding the
 same daemon bug would pass every test and corrupt results; behind the guard it is the same typed
 refusal as on calsim. Wrap whatever `DeviceDriver.open` returns:
 `GuardedDevice(load_driver(name).open(board, options))`.

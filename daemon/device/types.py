@@ -1,6 +1,6 @@
 """Value types of the device contract: enums and frozen dataclasses, no behaviour.
 
-Shaped after CalRT 0.7.6 (seed 001 section 8): a VirtualDevice with chips, configured models
+Shaped after CalRT 0.7.6 (docs/sources.md 001 §8): a VirtualDevice with chips, configured models
 with named submodels, host buffers, jobs submitted to an engine bank (ping/pong), per-job status
 and timestamps, job counters, KV lanes and memory usage.
 """

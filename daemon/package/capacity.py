@@ -1,6 +1,6 @@
 """Capacity planning: what fits on one chip of a board, as pure functions over byte counts.
 
-This module owns the memory arithmetic of a package on a board (seed 003 sections 6-8, 13):
+This module owns the memory arithmetic of a package on a board (docs/sources.md 003 §6-8, §13):
 per chip, resident params (DRAM and SRAM), KV (lanes x context x this chip's share of the
 bytes per token), and workspace, against the chip's DRAM/SRAM. Data flows one way: a
 `PackageManifest` or a `ModelPreset` becomes a `MemoryModel` (per-chip figures); `plan` turns a

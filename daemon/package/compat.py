@@ -4,7 +4,7 @@ whether it may share the board with a second configured calbin there.
 Owns two questions over a `PackageManifest` and a `DeviceLimits` (pure functions, no device):
 `matrix_rows` (the rows covering the device's versions; the validator's `compat.matrix` check
 refuses a package with a matrix and no such row) and `co_residency_refusal` (why two resident
-calbins are not allowed, or None). Seed 000 sections 9 and 15: on CalRT 0.7.6 one calbin is
+calbins are not allowed, or None). docs/sources.md 000 §9, §17: on CalRT 0.7.6 one calbin is
 configured at a time; two resident calbins need driver 1.0.0 or later AND a matrix row for the
 device's versions that says `co_resident`. A package without a matrix states nothing, so it never
 shares a board.
@@ -17,7 +17,7 @@ from calculet.daemon.package.capacity import DeviceLimits
 from calculet.daemon.package.manifest import CompatRow, PackageManifest
 from calculet.daemon.package.versions import in_range, parse_range, parse_version
 
-CO_RESIDENT_DRIVER = "1.0.0"  # seed 000 section 9: the driver whose contract may hold two calbins
+CO_RESIDENT_DRIVER = "1.0.0"  # docs/sources.md 000 §9, §17: the driver whose contract may hold two calbins
 
 
 def _covers(spec: str, version: str | None) -> bool:

@@ -1,5 +1,5 @@
-"""A package's identity beyond its manifest hash, for benchmark and audit reports (seed 001 section
-11: the Runtime, driver, firmware, compiler and calbin hash go with every measurement).
+"""A package's identity beyond its manifest hash, for benchmark and audit reports (docs/sources.md
+001 §11: the Runtime, driver, firmware, compiler and calbin hash go with every measurement).
 
 - `compiler`: the manifest's `compatibility.compiler` map (e.g. the calcc and tvm commits).
 - `calbin_sha256`: the SHA-256 of the compiled artefact: over the sorted lines `SHA256  PATH` of

@@ -1,4 +1,4 @@
-"""The logits output mode of a package's decode submodels (issue 22; seed 003 section 12 lists a
+"""The logits output mode of a package's decode submodels (issue 22; docs/sources.md 003 §12 lists a
 sampling output mode among the manifest's fields).
 
 - `full` (the default): each decode row returns its bf16 `[vocab]` logits.

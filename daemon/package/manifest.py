@@ -51,7 +51,7 @@ class ManifestError(FailedPrecondition):
 
 @dataclass(frozen=True)
 class Architecture:
-    """Transformer geometry (seed 001 section 5 for Qwen3-30B-A3B).
+    """Transformer geometry (docs/sources.md 001 §5 for Qwen3-30B-A3B).
 
     A mixture-of-experts model has `experts` > 0 routed experts of width `expert_intermediate`,
     `experts_per_token` active; a dense model (Qwen3-4B) has `experts` = `experts_per_token` =
@@ -151,7 +151,7 @@ class Topology:
 class CompatRow:
     """One row of the compatibility matrix: a Runtime x driver x firmware combination (each a
     `>=A,<B` range, `*` for any) the package is known to work on, and whether it may share the board
-    with another configured calbin there (seed 000 sections 9 and 15: two resident calbins need
+    with another configured calbin there (docs/sources.md 000 §9, §17: two resident calbins need
     driver 1.0.0 and a matrix that says so)."""
 
     runtime: str

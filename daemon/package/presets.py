@@ -1,7 +1,7 @@
 """Model geometry and memory presets: the figures packages and capacity plans are built from.
 
-This module owns data only: the geometry (seed 001 section 5) and the per-chip memory plan
-(seed 003 sections 6-8) of the models we know, as the manifest's own dataclasses so
+This module owns data only: the geometry (docs/sources.md 001 §5) and the per-chip memory plan
+(docs/sources.md 003 §6-8) of the models we know, as the manifest's own dataclasses so
 `calctl package build-sim` can drop them into a manifest and `calctl capacity --preset` can plan
 with them. Nothing here computes beyond the board-wide sum `memory_decl` needs; capacity
 arithmetic lives in `calculet.daemon.package.capacity`, whose tests re-derive every figure below
@@ -19,11 +19,11 @@ from calculet.daemon.package.param_count import param_count
 GIB = 1 << 30
 MIB = 1 << 20
 
-# Seed 003 section 7: the logical DRAM / SRAM reservation of the model, the same virtual address
+# docs/sources.md 003 §7: the logical DRAM / SRAM reservation of the model, the same virtual address
 # plan applied to each chip (chip masks 1 and 2). It holds params + KV + workspace.
 QWEN3_DRAM_RESERVED_PER_CHIP = 15_113_064_448
 QWEN3_SRAM_RESERVED_PER_CHIP = 17_662_336
-# Seed 003 section 8: one full-context lane (40,960 tokens) of BF16 KV, split over 2 chips by KV head.
+# docs/sources.md 003 §8: one full-context lane (40,960 tokens) of BF16 KV, split over 2 chips by KV head.
 QWEN3_KV_ONE_LANE_PER_CHIP = 2_013_265_920
 
 
@@ -86,7 +86,7 @@ def _qwen3_chip(chip: int, param_dram: int) -> ChipMemoryDecl:
         chip=chip,
         chip_mask=1 << chip,
         param_dram_bytes=param_dram,
-        param_sram_bytes=15_079_424,  # seed 003 section 6: SRAM-window params, both chips
+        param_sram_bytes=15_079_424,  # docs/sources.md 003 §6: SRAM-window params, both chips
         workspace_bytes=QWEN3_DRAM_RESERVED_PER_CHIP - param_dram - QWEN3_KV_ONE_LANE_PER_CHIP,
     )
 
@@ -116,15 +116,15 @@ QWEN3_30B_A3B = ModelPreset(
     chips=(_qwen3_chip(0, 9_389_477_888), _qwen3_chip(1, 8_767_148_032)),
     param_file_bytes=(9_404_557_312, 8_782_227_456),
     sources={
-        "architecture": "seed 001 section 5 (48 layers, hidden 2048, 32 Q / 4 KV heads, head dim 128, "
+        "architecture": "docs/sources.md 001 §5 (48 layers, hidden 2048, 32 Q / 4 KV heads, head dim 128, "
         "128 experts, 8 active, expert intermediate 768, vocab 151936, RoPE theta 1e6)",
-        "rms_norm_eps": "not in the seeds; Qwen3-30B-A3B config.json value 1e-6",
-        "calbin_context": "seed 001 section 5 / seed 003 section 8: 40960, batch 1",
-        "kv_bytes_per_token": "seed 003 section 8: 48 x 4 x 2 x 128 x 2 B = 98304 B",
-        "param_dram_bytes": "seed 003 section 6: memory-reservation segments, chip0 9389477888, chip1 8767148032",
-        "param_sram_bytes": "seed 003 section 6: SRAM window 15079424 B per chip",
-        "param_file_bytes": "seed 003 section 6: param_blk0.bin 9404557312, param_blk1.bin 8782227456",
-        "workspace_bytes": "seed 003 section 7 DRAM reserved 15113064448 B per chip minus params DRAM minus "
+        "rms_norm_eps": "not in docs/sources.md; Qwen3-30B-A3B config.json value 1e-6",
+        "calbin_context": "docs/sources.md 001 §5 / 003 §8: 40960, batch 1",
+        "kv_bytes_per_token": "docs/sources.md 003 §8: 48 x 4 x 2 x 128 x 2 B = 98304 B",
+        "param_dram_bytes": "docs/sources.md 003 §6: memory-reservation segments, chip0 9389477888, chip1 8767148032",
+        "param_sram_bytes": "docs/sources.md 003 §6: SRAM window 15079424 B per chip",
+        "param_file_bytes": "docs/sources.md 003 §6: param_blk0.bin 9404557312, param_blk1.bin 8782227456",
+        "workspace_bytes": "docs/sources.md 003 §7 DRAM reserved 15113064448 B per chip minus params DRAM minus "
         "one lane's KV share 2013265920 B (section 8); chip0 3710320640 B matches section 9's ~3.456 GiB "
         "prefill activation region",
     },
@@ -182,8 +182,8 @@ QWEN3_4B_ARCHITECTURE = Architecture(
     tied_embeddings=True,
 )
 QWEN3_4B_PARAM_BYTES = 2 * param_count(QWEN3_4B_ARCHITECTURE).stored  # BF16: 2 B per weight
-QWEN3_SRAM_WINDOW = 15_079_424  # seed 003 section 6: the SRAM-window params of each A3B chip
-# Seed 003 section 9: A3B chip 0's workspace, ~3.456 GiB of prefill activations at hidden 2048.
+QWEN3_SRAM_WINDOW = 15_079_424  # docs/sources.md 003 §6: the SRAM-window params of each A3B chip
+# docs/sources.md 003 §9: A3B chip 0's workspace, ~3.456 GiB of prefill activations at hidden 2048.
 QWEN3_A3B_WORKSPACE_CHIP0 = QWEN3_DRAM_RESERVED_PER_CHIP - 9_389_477_888 - QWEN3_KV_ONE_LANE_PER_CHIP
 QWEN3_4B_WORKSPACE = QWEN3_A3B_WORKSPACE_CHIP0 * QWEN3_4B_ARCHITECTURE.hidden_size // 2048
 
@@ -213,8 +213,8 @@ QWEN3_4B = ModelPreset(
         "kv_bytes_per_token": "36 x 8 x 2 x 128 x 2 B (BF16) = 147456 B, all on the one chip",
         "param_file_bytes": f"{param_count(QWEN3_4B_ARCHITECTURE).stored:,} weights (param_count) x 2 B BF16",
         "param_sram_bytes": "ASSUMPTION: the compiler fills the same SRAM window as for A3B, 15079424 B "
-        "(seed 003 section 6); the rest of the weights are in DRAM",
-        "workspace_bytes": "ASSUMPTION: A3B chip 0's workspace (seed 003 sections 7 and 9, prefill "
+        "(docs/sources.md 003 §6); the rest of the weights are in DRAM",
+        "workspace_bytes": "ASSUMPTION: A3B chip 0's workspace (docs/sources.md 003 §7, §9, prefill "
         "activations of a 40960-token bucket) scaled by hidden size, x 2560 / 2048",
         "topology": "ASSUMPTION: chip mask 0x1 (chip 0); a build for chip 1 would differ only in the mask",
     },

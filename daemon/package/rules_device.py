@@ -124,7 +124,7 @@ class DeviceRules:
     def required_figure(self, need: int | None) -> None:
         """The vendor's board-wide figure must cover the per-chip parts (`need`, None when they are
         broken) and, unless the parts explain it, fit the board: a figure above both is a unit error
-        (seed 003 section 7: `16777216 MB`). Parts that overflow a chip are `capacity.dram`."""
+        (docs/sources.md 003 §7: `16777216 MB`). Parts that overflow a chip are `capacity.dram`."""
         m, req, board = self.m, self.m.memory.device_memory_required_bytes, self.d.board_dram_bytes
         if req < 0:
             return

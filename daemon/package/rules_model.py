@@ -36,7 +36,7 @@ from calculet.daemon.package.manifest import (
 )
 from calculet.daemon.package.report import Findings
 
-# Vendor `smodel_type` labels (seed 003 section 3) and the role each one means.
+# Vendor `smodel_type` labels (docs/sources.md 003 §3) and the role each one means.
 VENDOR_LABELS = {"llm_prefill": "prefill", "llm_decode": "decode"}
 MAX_TEMPLATE_BYTES = 1 << 20  # a chat template file larger than this is refused, not parsed
 MAX_CHIPS = 64  # chip masks are bit masks; also keeps `1 << chip` small for absurd inputs

@@ -29,7 +29,7 @@ RESET_KINDS = {common_pb2.RESET_KIND_CCU: "ccu", common_pb2.RESET_KIND_CONFIGURA
 MAX_JOB_ID_CHARS = 64  # inference.proto SubmitResponse.job_id: at most 64 ASCII characters
 
 # The receive limit is sized for this context unless a larger model is loaded: the calbin context
-# of CalRT 0.7.6 packages (seed 001 section 5, docs/vendor-binding.md).
+# of CalRT 0.7.6 packages (docs/sources.md 001 §5, docs/vendor-binding.md).
 REFERENCE_CONTEXT = 40_960
 TOKEN_ID_BYTES = 5  # a uint32 token id as a protobuf varint, at most
 # Every SubmitRequest field but the token lists and the constraint, each at its wire limit, is about

@@ -26,7 +26,7 @@ from calculet.common.errors import CalculetError
 
 @dataclass(frozen=True)
 class ModelVersion:
-    """One model a board serves, as its Status names it (seed 001 section 11: what ran)."""
+    """One model a board serves, as its Status names it (docs/sources.md 001 §11: what ran)."""
 
     alias: str
     generation: int

@@ -1,7 +1,7 @@
 """The run's figures from its records: counts, latency distributions, throughput and goodput.
 
 - Distributions (TTFT, TPOT, ITL, E2E) over the successful requests: mean and the 50th, 90th, 95th
-  and 99th percentiles (seed 001 section 12.1 asks for P50, P95 and P99), numpy's linear
+  and 99th percentiles (docs/sources.md 001 §12.1 asks for P50, P95 and P99), numpy's linear
   interpolation between closest ranks (`numpy.percentile`, its default method). ITL pools every
   request's values; TPOT leaves out requests of one token.
 - The measured window runs from `window_start` (just before the first measured request is sent) to

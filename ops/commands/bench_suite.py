@@ -1,4 +1,4 @@
-"""`calctl bench suite`: the seed's benchmark matrix on local calsim fleets (docs/benchmarking.md,
+"""`calctl bench suite`: the benchmark matrix of docs/sources.md 001 §12 on local calsim fleets (docs/benchmarking.md,
 "bench suite").
 
 For each configuration of the matrix (serial; continuous batching with in-flight 1 and 2 at each

@@ -28,11 +28,11 @@ from calculet.ops.sim_packages.timing import sim_timing
 from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, train_tokenizer
 from calculet.ops.sim_packages.writer import PackageWriter
 
-# Both presets emulate today's board: 2 chiplets, tensor parallel (seed 001 sections 1 and 6).
+# Both presets emulate today's board: 2 chiplets, tensor parallel (docs/sources.md 001 §1, §6).
 BOARD_TOPOLOGY = Topology(chips=2, chip_masks=(1, 2), parallelism="tensor")
 
 # What every calsim package declares it runs on: CalRT 0.7.6 with today's driver (one calbin at a
-# time), and with the 1.0.0 driver, where it may share the board (seed 000 sections 9 and 15).
+# time), and with the 1.0.0 driver, where it may share the board (docs/sources.md 000 §9, §17).
 SIM_RUNTIME = ">=0.7.6,<0.8"
 SIM_DRIVER = ">=0.7.6,<1.1"
 SIM_MATRIX = (

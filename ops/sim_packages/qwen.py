@@ -1,7 +1,7 @@
 """The `qwen3-30b-a3b` preset: the production model's geometry and memory, without its weights.
 
-Owns the mapping from `calculet.daemon.package.presets.QWEN3_30B_A3B` (seed 001 section 5, seed
-003 sections 6-8) into a calsim package for the synthetic kernel: real vocab (151,936), real
+Owns the mapping from `calculet.daemon.package.presets.QWEN3_30B_A3B` (docs/sources.md 001 §5,
+003 §6-8) into a calsim package for the synthetic kernel: real vocab (151,936), real
 calbin context (40,960), real per-chip memory figures, the compiler that built the real calbin
 and the runtime it needs. The 17 GB of weights are NOT written: `param_blk0.bin` and
 `param_blk1.bin` are small text stand-ins stating the real file's size and chip mask (the
@@ -21,11 +21,11 @@ from calculet.ops.sim_packages.qwen3_tokenizer import build_qwen3_tokenizer
 from calculet.ops.sim_packages.tokenizer import TrainedTokenizer
 from calculet.ops.sim_packages.writer import PackageWriter
 
-# Seed 001 section 3 (model YAML): the compiler that produced the production calbin.
+# docs/sources.md 001 §3 (model YAML): the compiler that produced the production calbin.
 CALCC_COMMIT = "575c2d708e306a60f10bc34f5087477073b58caa"
 TVM_COMMIT = "7aebd1c21fa67d942a1fd93e39e8a67007f91c0c"
 QWEN_SYNTHETIC_SEED = 30_003
-# The real tokenizer_config.json says 131072 although the calbin holds 40,960 (seed 001 section 9);
+# The real tokenizer_config.json says 131072 although the calbin holds 40,960 (docs/sources.md 001 §9);
 # kept so the validator's clamp-with-warning path is exercised.
 QWEN_TOKENIZER_MAX_LENGTH = 131_072
 
@@ -35,7 +35,7 @@ def param_standin_text(model: ModelPreset, index: int, c: ChipMemoryDecl) -> str
     real file is, and that this is not it."""
     return (
         f"CALSIM STAND-IN for {param_block_name(c.chip)} of {model.name} (not the weights).\n"
-        f"real file size: {model.param_file_bytes[index]} B (seed 003 section 6)\n"
+        f"real file size: {model.param_file_bytes[index]} B (docs/sources.md 003 §6)\n"
         f"chip: {c.chip} chip_mask: {hex(c.chip_mask)}\n"
         f"param_dram_bytes: {c.param_dram_bytes}\n"
         f"param_sram_bytes: {c.param_sram_bytes}\n"

@@ -1,4 +1,4 @@
-"""The `qwen3-4b` preset: Qwen3-4B, dense, BF16, on one chip (seed 000 milestone M4).
+"""The `qwen3-4b` preset: Qwen3-4B, dense, BF16, on one chip (docs/sources.md 000 §16 M4).
 
 Owns the mapping from `calculet.daemon.package.presets.QWEN3_4B` into a calsim package for the
 synthetic kernel: Qwen3-4B's geometry, the same real Qwen3 tokenizer and chat template as the A3B

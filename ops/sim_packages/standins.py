@@ -1,4 +1,4 @@
-"""Small stand-ins for the vendor's per-submodel files (seed 003 section 3).
+"""Small stand-ins for the vendor's per-submodel files (docs/sources.md 003 §3).
 
 A real calbin submodel folder holds `submodel_memory_reserved_info.txt` (type, batch, chip
 mode, I/O, CSR, file chip mask) and per-chip ping/pong command binaries. calsim does not
@@ -30,7 +30,7 @@ def submodel_info_text(sub: SubmodelDecl, topology: Topology) -> str:
     for m in topology.chip_masks:
         mask |= m
     lines = [
-        "# calsim stand-in for the vendor's submodel_memory_reserved_info.txt (seed 003 section 3);",
+        "# calsim stand-in for the vendor's submodel_memory_reserved_info.txt (docs/sources.md 003 §3);",
         "# the authoritative description is calculet-package.json.",
         f"smodel_name: {sub.name}",
         f"smodel_type: {sub.smodel_type}",

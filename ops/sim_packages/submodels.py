@@ -1,10 +1,10 @@
 """Submodel declarations of the calsim packages: one prefill bucket and one decode per batch.
 
-Owns the I/O contract the emulated calbin declares (seed 003 section 5): prefill takes tokens
+Owns the I/O contract the emulated calbin declares (docs/sources.md 003 §5): prefill takes tokens
 and positions as int32 `[1, bucket]` and returns the last token's bf16 logits `[1, vocab]`;
 decode batch B takes int32 `[B, 1]` and returns bf16 `[B, vocab]`. Names are exact (`prefill`,
 `decode_b{B}`) and `smodel_type` is correct for the role (the vendor's prefill was mislabelled
-`llm_decode`, seed 001 section 9). CSR registers follow the seed's offsets, one uint32 per row.
+`llm_decode`, docs/sources.md 001 §9). CSR registers follow 003 §5's offsets, one uint32 per row.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from calculet.daemon.package.logits_output import LogitsOutput, output_tensors
 from calculet.daemon.package.manifest import SubmodelDecl, TensorDecl
 
-CSR_CUR_SEQ_LEN = 0x1104  # seed 003 section 5
+CSR_CUR_SEQ_LEN = 0x1104  # docs/sources.md 003 §5
 CSR_PAST_KV_CUR_SEQ_LEN = 0x1144
 CSR_ROW_STRIDE = 4
 # cur_seq_len[i] registers sit between 0x1104 and 0x1144: room for 16 rows.

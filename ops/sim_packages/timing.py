@@ -2,10 +2,10 @@
 
 Owns the numbers behind `TimingDecl` (both presets use the same ones: the tiny model stands in
 for the real board, so it runs at the real board's pace). Every figure is derived here from a
-measured value in seed 001 section 10 or from a stated ASSUMPTION, and the derivation is
+measured value in docs/sources.md 001 §10 or from a stated ASSUMPTION, and the derivation is
 written into `TimingDecl.sources`, which the manifest carries.
 
-The decode curve: seed 001 section 10 measures 58.25 tok/s on a short context and tabulates
+The decode curve: docs/sources.md 001 §10 measures 58.25 tok/s on a short context and tabulates
 decode speed by context as ranges (Chinese; "上下文示例" = context, "Decode TPS" = tok/s):
 
     short 58-64 | ~2K 38-46 | ~4K 28-40 | ~8K-16K mostly 20-30 | ~33K about 12 | ~40K 10-16
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from calculet.daemon.package.manifest import DecodePoint, TimingDecl
 
-# Seed 001 section 10, first-round measurement of today's product (batch 1, short context).
+# docs/sources.md 001 §10, first-round measurement of today's product (batch 1, short context).
 MEASURED_DECODE_TOK_PER_S = 58.25  # 246-token decode
 MEASURED_PREFILL_TOK_PER_S = 184.27
 MEASURED_PREFILL_TOKENS = 27
-LONG_CONTEXT = 40_960  # calbin context (seed 001 section 5)
+LONG_CONTEXT = 40_960  # calbin context (docs/sources.md 001 §5)
 # ASSUMPTION: the table's "short context" row holds up to 512 tokens. The measured 58.25 tok/s ran
 # over KV lengths 28-273 (27-token prompt + 246 tokens), so the curve is flat up to here: the
 # measurement is reproduced exactly, and so is the measured 27-token prefill (no attention term).
@@ -38,10 +38,10 @@ PCIE_GBPS = 8.0
 
 @dataclass(frozen=True)
 class SeedRow:
-    """One row of seed 001 section 10's decode table, and the point we take from it.
+    """One row of docs/sources.md 001 §10's decode table, and the point we take from it.
 
     Attributes:
-        label: the row as the seed writes it (translated).
+        label: the row as docs/sources.md 001 §10 writes it.
         low / high: its tok/s range (a point figure: its stated uncertainty).
         context: the context we place the point at.
         tok_per_s: the figure we take, inside [low, high].
@@ -76,7 +76,7 @@ def decode_curve() -> tuple[DecodePoint, ...]:
 
 def _point_source(row: SeedRow, point: DecodePoint) -> str:
     return (
-        f"seed 001 section 10 table, row '{row.label}': {row.low:g}-{row.high:g} tok/s; taken {row.tok_per_s:g} "
+        f"docs/sources.md 001 §10 table, row '{row.label}': {row.low:g}-{row.high:g} tok/s; taken {row.tok_per_s:g} "
         f"tok/s at {row.context:,} tokens ({row.why}) => 1000/{row.tok_per_s:g} = {point.ms_per_token} ms/token"
     )
 
@@ -90,9 +90,9 @@ def sim_timing() -> TimingDecl:
     per_token = round((prefill_total - decode_short) / MEASURED_PREFILL_TOKENS, 3)
     sources = {
         "decode_curve": (
-            "seed 001 section 10 decode table, one point per row (decode_curve[i] below); linear "
+            "docs/sources.md 001 §10 decode table, one point per row (decode_curve[i] below); linear "
             "interpolation between the points is an ASSUMPTION (it stays inside every row's range); "
-            "'K' read as 1,024 tokens; the last point is the calbin context 40,960 (seed 001 section 5)"
+            "'K' read as 1,024 tokens; the last point is the calbin context 40,960 (docs/sources.md 001 §5)"
         ),
         **{
             f"decode_curve[{i}]": _point_source(r, p)
@@ -103,14 +103,14 @@ def sim_timing() -> TimingDecl:
             "weights) plus a per-token part"
         ),
         "prefill_ms_per_token": (
-            f"seed 001 section 10: {MEASURED_PREFILL_TOKENS}-token prefill at "
+            f"docs/sources.md 001 §10: {MEASURED_PREFILL_TOKENS}-token prefill at "
             f"{MEASURED_PREFILL_TOK_PER_S} tok/s => {prefill_total:.1f} ms; "
             f"({prefill_total:.1f} - {decode_short}) / {MEASURED_PREFILL_TOKENS} = {per_token} ms/token "
             "(the attention reads on top come from decode_curve)"
         ),
         "batch_alpha": (
             f"ASSUMPTION: batch-B decode costs t1 * (1 + {BATCH_ALPHA} * (B - 1)); MoE expert reads grow "
-            "sublinearly with batch; vendor batch 4/8/16 calbins do not exist yet (seed 001 section 11)"
+            "sublinearly with batch; vendor batch 4/8/16 calbins do not exist yet (docs/sources.md 001 §11)"
         ),
         "h2d_gbps": f"ASSUMPTION: PCIe Gen4 x8 effective, {PCIE_GBPS} GB/s host to device",
         "d2h_gbps": f"ASSUMPTION: PCIe Gen4 x8 effective, {PCIE_GBPS} GB/s device to host",

@@ -1,7 +1,7 @@
 """calsim timing of a dense single-chip model, derived from the measured Qwen3-30B-A3B figures.
 
 Owns the `TimingDecl` of the `qwen3-4b` preset. Nothing was measured for it: every figure comes
-from the A3B table (`timing.sim_timing`, seed 001 section 10) through a stated ASSUMPTION, and
+from the A3B table (`timing.sim_timing`, docs/sources.md 001 §10) through a stated ASSUMPTION, and
 the derivation is written into `TimingDecl.sources` like the A3B's own.
 
 - Weight reads. A decode step is bound by memory bandwidth: its time at short context is the
@@ -57,8 +57,8 @@ def dense_timing(model: ModelPreset) -> TimingDecl:
     per_token = round(base.prefill_ms_per_token * compute_ratio, 3)
     sources = {
         "decode_curve": (
-            f"derived from the A3B curve (seed 001 section 10): weights part + A3B's attention growth x {kv_ratio:g}"
-            " (decode_curve[0] and kv_ratio below)"
+            "derived from the A3B curve (docs/sources.md 001 §10): weights part + A3B's attention growth"
+            f" x {kv_ratio:g} (decode_curve[0] and kv_ratio below)"
         ),
         "decode_curve[0]": (
             f"ASSUMPTION: decode is bound by weight reads at one chip's effective bandwidth. A3B reads "

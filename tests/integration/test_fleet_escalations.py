@@ -1,4 +1,4 @@
-"""Issue 21, seed 000 section 14: each escalation on real processes, two boards behind the gateway.
+"""Issue 21, docs/sources.md 000 §14: each escalation on real processes, two boards behind the gateway.
 
 A 300-token stream runs on board a (qwen preset at the modelled board speed, so it is mid-stream);
 calsim's fault plan then drives the fault on a, well ahead of the stream's next device jobs:

@@ -108,7 +108,7 @@ class NumericKernel(Kernel):
         n = tok.shape[0]
         slots = np.arange(past_kv_len, past_kv_len + n, dtype=np.int64)
         x = self._forward(tok, pos, slots, [Segment(lane, past_kv_len, 0, n)])
-        # Only the last token's logits leave the device (seed 003 section 5: the last-row tile).
+        # Only the last token's logits leave the device (docs/sources.md 003 §5: the last-row tile).
         return self._logits(x[-1:])[0]
 
     def decode(self, rows: Sequence[DecodeRow]) -> np.ndarray:

@@ -24,7 +24,7 @@ I = expert_intermediate, V = vocab_size):
     final_norm            [H]
     lm_head               [V, H]          logits = x @ lm_head.T
 
-Tensor-parallel split over 2 chips (seed 001 section 6): chip c holds q heads and kv heads
+Tensor-parallel split over 2 chips (docs/sources.md 001 §6): chip c holds q heads and kv heads
 [c*n/2, (c+1)*n/2) (so GQA groups stay on one chip and each chip owns its KV heads), the same
 half of every expert's intermediate dimension (all experts on both chips), vocab rows
 [c*V/2, (c+1)*V/2) of lm_head; norms and router are replicated; `embed` is on chip 0 only.

@@ -1,4 +1,5 @@
-"""`calctl bench suite`: the seed's benchmark matrix on local calsim fleets, related to the timing model.
+"""`calctl bench suite`: the benchmark matrix of docs/sources.md 001 §12 on local calsim fleets, related to
+the timing model.
 
 Data flow (docs/benchmarking.md, "bench suite"):
 

@@ -9,9 +9,9 @@ with as many lanes as the largest batch of the suite, so only the compiled batch
 on `serial` and `if2-bB` (largest B) the `short` workload also runs directly against the daemons
 (`daemon` target), for the gateway's own cost.
 
-Workloads (`WorkloadSpec`, the seed 001 section 12 matrix scaled to fit): `short` (prompts uniform
+Workloads (`WorkloadSpec`, the docs/sources.md 001 §12 matrix scaled to fit): `short` (prompts uniform
 in a short range), `long` (every prompt long), `mixed` (10 % long, 90 % short), and the `len-PxO`
-grid of seed 001 section 12.1 (prompt P, output O, concurrency 1). A long prompt is the seed's
+grid of docs/sources.md 001 §12.1 (prompt P, output O, concurrency 1). A long prompt is 001 §12.1's
 40,900 tokens clipped to a package's context minus the output (`scale_to_context`), so it fits the
 lanes the package has: to the SMALLEST context of the matrix's packages, so every configuration
 runs the same requests (the length grid: to its own fleet's). Concurrency is PER BOARD: K boards
@@ -31,12 +31,12 @@ from calculet.common.errors import InvalidArgument
 from calculet.ops.bench.limit import Policy
 
 GATEWAY, DAEMON = "gateway", "daemon"
-SEED_LONG_PROMPT = 40_900  # seed 001 section 12.1's longest prompt
+SEED_LONG_PROMPT = 40_900  # docs/sources.md 001 §12.1's longest prompt
 SEED_PROMPTS = (1, 16, 128, 512, 2048, 4096, 8192, 16384, 32768, SEED_LONG_PROMPT)
 SEED_OUTPUTS = (1, 32, 128, 512)
 LONG_FRACTION_MIXED = 0.1
 MAX_WARMUP = 16
-SEED_RUNS = 20  # seed 001 section 12.1: at least 20 measured runs per cell ...
+SEED_RUNS = 20  # docs/sources.md 001 §12.1: at least 20 measured runs per cell ...
 SEED_WARMUPS = 3  # ... after 3 warm-ups
 LENGTH_GRID_SCALE_FLOOR = 0.05
 
@@ -145,7 +145,7 @@ def _short(
 def length_grid(
     prompts: Sequence[int] = SEED_PROMPTS, outputs: Sequence[int] = SEED_OUTPUTS
 ) -> tuple[WorkloadSpec, ...]:
-    """Seed 001 section 12.1: every prompt x output at concurrency 1, `SEED_RUNS` measured requests
+    """docs/sources.md 001 §12.1: every prompt x output at concurrency 1, `SEED_RUNS` measured requests
     after `SEED_WARMUPS` warm-ups, each prompt clipped to its own fleet's context (the serial package
     holds the whole 40,960 tokens)."""
     return tuple(
@@ -195,7 +195,7 @@ def full_matrix(batches: Sequence[int]) -> tuple[MatrixEntry, ...]:
     the largest batch in flight 2); multi-board fleets short at 4 and 16 per board; and the length
     grid on a serial fleet of its own (`serial-len`), whose package holds the whole context. Short,
     mixed and the length grid measure at least `SEED_RUNS` requests after at least `SEED_WARMUPS`
-    warm-ups (seed 001 section 12.1); `long` keeps 2 (each of its prompts is 40,900 tokens). The
+    warm-ups (docs/sources.md 001 §12.1); `long` keeps 2 (each of its prompts is 40,900 tokens). The
     grid is prefill-bound at concurrency 1 (a 40,900-token prompt is about 1,800 modelled seconds),
     so its fleet may run down to time scale `LENGTH_GRID_SCALE_FLOOR`: its host work is a few
     milliseconds a request, far below the CPU limit, and the TPOT excess (ms) does not depend on it."""

@@ -35,7 +35,7 @@ from .factories import (
 
 # The former linear model as a two-point curve: the curve formulas must reduce to it exactly.
 LINE = TimingDecl((DecodePoint(0, 17.2), DecodePoint(40960, 80.0)), 40.0, 4.0, 0.1, 16.0, 16.0)
-# A curve shaped like the seed's (flat start, uneven slopes) for the interpolation properties.
+# A curve shaped like docs/sources.md 001 §10's (flat start, uneven slopes) for the interpolation properties.
 CURVE = (
     DecodePoint(512, 17.167),
     DecodePoint(2048, 23.81),
@@ -154,7 +154,7 @@ def test_two_point_curve_prefill_is_the_former_formula(n: int, past: int) -> Non
 
 
 def test_prefill_below_the_first_point_reads_nothing() -> None:
-    # flat up to 512 tokens: a short prompt pays fixed + per-token only (the seed's 27-token prefill)
+    # flat up to 512 tokens: a short prompt pays fixed + per-token only (001 §10's 27-token prefill)
     assert timing.attention_ms(CURVED, 27, 0) == 0.0
     assert timing.prefill_ms(CURVED, 27, 0) == approx(17.167 + 27 * 4.791)
 

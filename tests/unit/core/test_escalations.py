@@ -1,4 +1,4 @@
-"""Issue 21, seed 000 section 14: the escalations past the first response, in-process (DeviceCore +
+"""Issue 21, docs/sources.md 000 §14: the escalations past the first response, in-process (DeviceCore +
 calsim at time scale 0, no gRPC).
 
 - The watch: CCU exceptions and non-finite outputs counted in a sliding window; the CCU ladder (a

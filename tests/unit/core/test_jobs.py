@@ -192,7 +192,7 @@ def test_job_spec_rejects_rows_that_do_not_fit(rows: list[RowSpec], error: type[
 
 # ---- the state table ---------------------------------------------------------------------
 
-# The edges from the brief (seed 000 §4.2), written out independently of BUFFER_TRANSITIONS.
+# The edges from the brief (docs/sources.md 000 §4.2), written out independently of BUFFER_TRANSITIONS.
 LEGAL = {
     BufferState.PREPARING: {"mark_submitted", "release"},
     BufferState.SUBMITTED: {"mark_running", "mark_completing", "quarantine"},

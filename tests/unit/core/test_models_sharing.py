@@ -1,5 +1,5 @@
 """Two calbins on one board: single-chip models side by side on a 1.0.0 driver, refused on 0.7.6;
-and an unload that does not give its memory back stops the board (seed 000 sections 9, 10.3, 15)."""
+and an unload that does not give its memory back stops the board (docs/sources.md 000 §9, §10.3, §17)."""
 
 from __future__ import annotations
 

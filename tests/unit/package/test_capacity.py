@@ -1,6 +1,6 @@
-"""Capacity planner: seed 003's figures re-derived, plan boundaries, presets and version ranges.
+"""Capacity planner: the figures of docs/sources.md 003 re-derived, plan boundaries, presets and version ranges.
 
-The seed figures (bytes) are written here as the seed states them, not as the code computes them:
+The source figures (bytes) are written here as docs/sources.md states them, not as the code computes them:
 KV 98,304 B/token; 4,026,531,840 B (3.75 GiB) for one 40,960-token lane; 1.875 GiB per chip;
 params per chip 9,389,477,888 / 8,767,148,032 DRAM and 15,079,424 SRAM; param files
 9,404,557,312 / 8,782,227,456; DRAM reservation 15,113,064,448 per chip; batch 4 at full
@@ -47,7 +47,7 @@ SEED_DRAM_RESERVED = 15_113_064_448
 QWEN = MemoryModel.from_preset(QWEN3_30B_A3B)
 
 
-# ---------------------------------------------------------------- seed 003 figures
+# ------------------------------------------------------ docs/sources.md 003 figures
 
 
 def test_kv_bytes_per_token_from_the_architecture_is_the_seed_figure() -> None:
@@ -59,7 +59,7 @@ def test_one_full_lane_is_3_75_gib_and_1_875_gib_per_chip() -> None:
     per_chip = kv_bytes_per_token_per_chip(SEED_KV_PER_TOKEN, 2, "kv_heads")
     assert kv_bytes(SEED_KV_PER_TOKEN, 1, SEED_CONTEXT) == SEED_KV_ONE_LANE == 3.75 * GIB
     assert kv_bytes(per_chip, 1, SEED_CONTEXT) == 2_013_265_920 == 1.875 * GIB
-    # Seed 003 section 13: batch 4 at full context needs 15 GiB of KV per board.
+    # docs/sources.md 003 §13: batch 4 at full context needs 15 GiB of KV per board.
     assert kv_bytes(SEED_KV_PER_TOKEN, 4, SEED_CONTEXT) == 15 * GIB
 
 
@@ -76,7 +76,7 @@ def test_preset_params_are_the_seed_figures_and_close_with_the_param_files() -> 
 def test_preset_workspace_fills_the_dram_reservation_beside_params_and_one_lane() -> None:
     for c in QWEN3_30B_A3B.chips:
         assert chip_dram_need(c, QWEN.kv_bytes_per_token_per_chip, 1, SEED_CONTEXT) == SEED_DRAM_RESERVED
-    # Seed 003 section 9: about 3.456 GiB of prefill activation/workspace besides KV on chip 0.
+    # docs/sources.md 003 §9: about 3.456 GiB of prefill activation/workspace besides KV on chip 0.
     assert round(QWEN3_30B_A3B.chips[0].workspace_bytes / GIB, 3) == 3.456
 
 

@@ -666,7 +666,7 @@ def test_skip_hashes_checks_sizes_only(factory: PackageFactory) -> None:
 
 
 def test_the_seed_prefill_mislabel_is_reported_on_a_qwen_shaped_submodel(factory: PackageFactory) -> None:
-    """Seed 003 section 12: the prefill submodel's memory file says smodel_type=llm_decode."""
+    """docs/sources.md 003 §12: the prefill submodel's memory file says smodel_type=llm_decode."""
     report = validate_package(factory.write(_sub(0, smodel_type="llm_decode")))
     (problem,) = report.errors
     assert problem.where == "manifest.submodels[0].smodel_type"
@@ -798,11 +798,11 @@ def _get(node: Any, path: tuple[Any, ...]) -> Any:
     return node
 
 
-# ---------------------------------------------------------------- the seed's model through the validator
+# ---------------------------------------------- docs/sources.md 003's model through the validator
 
 
 def _qwen_manifest(lanes: int, lane_context: int = 40_960) -> PackageManifest:
-    """The valid package's files with Qwen3-30B-A3B's geometry, memory and tokenizer limit (seed 003)
+    """The valid package's files with Qwen3-30B-A3B's geometry, memory and tokenizer limit (docs/sources.md 003)
     and the calsim packages' timing (its decode curve reaches the 40,960 context)."""
     p = QWEN3_30B_A3B
     vocab, ctx = p.architecture.vocab_size, p.calbin_context
@@ -839,7 +839,7 @@ def test_qwen3_three_full_lanes_exceed_dram_on_both_chips(factory: PackageFactor
 
 
 def test_qwen3_four_full_lanes_do_not_fit_beside_the_weights(factory: PackageFactory) -> None:
-    """Seed 003 section 13. The board-wide figure (consistent with the parts) is over the board too,
+    """docs/sources.md 003 §13. The board-wide figure (consistent with the parts) is over the board too,
     but that is the capacity problem, not a unit error: one code per chip, no `memory.*`."""
     report = validate_package(factory.write(_qwen_manifest(4)))
     assert [p.code for p in report.errors] == ["capacity.dram", "capacity.dram"]

@@ -1,8 +1,8 @@
-"""The calsim packages' decode curve against seed 001 section 10's decode table.
+"""The calsim packages' decode curve against docs/sources.md 001 §10's decode table.
 
 Every figure is modelled device time from the timing functions (`calculet.daemon.calsim.timing`)
 applied to the timing section of a BUILT package's manifest, never a wall clock. The ranges are
-the seed's (section 10, "仍然可信的趋势是" table, column "Decode TPS", batch 1):
+those of docs/sources.md 001 §10's decode table (decode tokens/s by context, batch 1):
 
     short context 58-64 | ~2K 38-46 | ~4K 28-40 | ~8K-16K mostly 20-30 | ~33K about 12 | ~40K 10-16
 
@@ -77,7 +77,7 @@ def test_both_presets_run_at_the_same_pace(qwen_pkg: Path, tiny_pkg: Path) -> No
 
 def test_short_prompt_prefill_keeps_the_measured_pace(qwen_pkg: Path) -> None:
     t = load_manifest(qwen_pkg).timing
-    # seed 001 section 10: a 27-token prefill at 184.27 tok/s
+    # docs/sources.md 001 §10: a 27-token prefill at 184.27 tok/s
     assert 27_000.0 / timing.prefill_ms(t, 27, 0) == pytest.approx(184.27, rel=1e-3)
     # longer prompts add the KV reads the curve implies, so they are slower per token
     assert 2_048_000.0 / timing.prefill_ms(t, 2_048, 0) < 184.27

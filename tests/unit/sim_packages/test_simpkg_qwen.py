@@ -1,6 +1,7 @@
-"""The qwen3-30b-a3b package carries the seed's geometry, memory, compiler and tokenizer figures.
+"""The qwen3-30b-a3b package carries the source documents' geometry, memory, compiler and
+tokenizer figures.
 
-Expected numbers are typed in from the seeds (001 section 5, 003 sections 6-8), not taken from
+Expected numbers are typed in from docs/sources.md (001 §5, 003 §6-8), not taken from
 the code under test.
 """
 
@@ -15,7 +16,7 @@ from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages import build_sim_package
 
 GIB = 1 << 30
-DRAM_PER_CHIP = 16 * GIB  # the vendor's 16777216 (KiB) per chip, seed 003 section 7
+DRAM_PER_CHIP = 16 * GIB  # the vendor's 16777216 (KiB) per chip, docs/sources.md 003 §7
 PARAMS_DRAM = (9_389_477_888, 8_767_148_032)
 PARAMS_SRAM = 15_079_424
 DRAM_RESERVED = 15_113_064_448
@@ -121,7 +122,7 @@ def test_submodels(qwen_pkg: Path) -> None:
         assert (d.role, d.smodel_type, d.batch, d.max_tokens) == ("decode", "llm_decode", b, 1)
         assert [t.shape for t in d.inputs] == [(b, 1), (b, 1)]
         assert [t.shape for t in d.outputs] == [(b, 151_936)]
-        # One uint32 register per row, seed 003 section 5 base offsets, no overlaps.
+        # One uint32 register per row, docs/sources.md 003 §5 base offsets, no overlaps.
         offsets = [int(v, 16) for v in d.csr.values()]
         assert len(offsets) == 2 * b == len(set(offsets))
         assert d.csr["cur_seq_len[0]"] == "0x1104" and d.csr["past_kv_cur_seq_len[0]"] == "0x1144"

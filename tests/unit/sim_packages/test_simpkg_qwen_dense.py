@@ -21,7 +21,7 @@ from calculet.ops.sim_packages.timing import sim_timing
 GIB = 1 << 30
 QWEN3_4B_WEIGHTS = 4_022_468_096  # Qwen3-4B's safetensors total
 KV_PER_TOKEN = 36 * 8 * 2 * 128 * 2  # layers x kv heads x (K,V) x head_dim x bf16
-A3B_WORKSPACE_CHIP0 = 15_113_064_448 - 9_389_477_888 - 2_013_265_920  # seed 003 sections 6-8
+A3B_WORKSPACE_CHIP0 = 15_113_064_448 - 9_389_477_888 - 2_013_265_920  # docs/sources.md 003 §6-8
 
 
 def test_geometry_is_qwen3_4b(dense_pkg: Path) -> None:

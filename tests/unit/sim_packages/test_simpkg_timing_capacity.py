@@ -1,4 +1,4 @@
-"""Timing figures against the seed's measurements, and the builder's capacity arithmetic."""
+"""Timing figures against the measurements of docs/sources.md 001 §10, and the builder's capacity arithmetic."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from calculet.ops.sim_packages.timing import sim_timing
 def test_timing_reproduces_the_seed_measurements() -> None:
     t = sim_timing()
     short = timing.decode_batch1_ms(t, 273)  # the measured request: 27-token prompt + 246 decoded tokens
-    assert 1000.0 / short == pytest.approx(58.25, rel=1e-3)  # seed 001 s10 decode tok/s
+    assert 1000.0 / short == pytest.approx(58.25, rel=1e-3)  # docs/sources.md 001 §10 decode tok/s
     prefill_27 = timing.prefill_ms(t, 27, 0)  # the modelled prefill, KV reads included
-    assert 27_000.0 / prefill_27 == pytest.approx(184.27, rel=1e-3)  # seed 001 s10 prefill tok/s
+    assert 27_000.0 / prefill_27 == pytest.approx(184.27, rel=1e-3)  # docs/sources.md 001 §10 prefill tok/s
     assert t.prefill_fixed_ms == t.decode_curve[0].ms_per_token  # stated assumption: one pass over the weights
-    assert t.decode_curve[-1].context == 40_960  # the calbin context (seed 001 s5)
+    assert t.decode_curve[-1].context == 40_960  # the calbin context (docs/sources.md 001 §5)
     assert (t.batch_alpha, t.h2d_gbps, t.d2h_gbps) == (0.1, 8.0, 8.0)
     # Every figure and every curve point has a written source; assumptions are labelled as such.
     figures = {f.name for f in dataclasses.fields(t) if f.name not in ("sources", "decode_curve")}
@@ -32,7 +32,7 @@ def test_timing_reproduces_the_seed_measurements() -> None:
     for name in ("batch_alpha", "h2d_gbps", "d2h_gbps", "prefill_fixed_ms", "decode_curve", "decode_curve[0]"):
         assert "ASSUMPTION" in t.sources[name]
     for name in points:
-        assert "seed 001 section 10 table" in t.sources[name]
+        assert "docs/sources.md 001 §10 table" in t.sources[name]
 
 
 def _model(chips: tuple[ChipMemoryDecl, ...], bpt: int, max_context: int = 40_960) -> MemoryModel:

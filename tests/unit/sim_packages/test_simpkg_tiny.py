@@ -51,7 +51,7 @@ def test_both_presets_validate_without_errors(any_pkg: Path) -> None:
     errors = [p for p in report.problems if p.severity is Severity.ERROR]
     assert errors == []
     warnings = {p.code for p in report.problems}
-    # Only the seed's tokenizer length (131072 > calbin context) is expected to be clamped.
+    # Only the vendor tokenizer's length (131072 > calbin context, docs/sources.md 003 §12) is expected to be clamped.
     expected = {"tokenizer.max_length_clamped"} if load_manifest(any_pkg).kernel == "synthetic" else set()
     assert warnings == expected
 

@@ -69,7 +69,7 @@ def test_the_full_matrix_configurations() -> None:
     by_config = {n: [r for r in runs if r.fleet.name == n] for n in names}
     assert {r.concurrency for r in by_config["if2-b16-x4"]} == {16, 64}  # 4 and 16 a board
     assert len(by_config["serial-len"]) == 10 * 4  # prompts 1 .. 40,900 x outputs
-    # Seed 001 section 12.1: at least 20 measured runs per cell after 3 warm-ups.
+    # docs/sources.md 001 §12.1: at least 20 measured runs per cell after 3 warm-ups.
     counts = {r.name: (r.requests, r.warmup) for r in (r for rs in by_config.values() for r in rs)}
     assert counts["serial-len.len-1x1.c1.gateway"] == (20, 3)
     assert counts["serial.short.c1.gateway"] == (20, 3)
