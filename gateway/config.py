@@ -53,7 +53,7 @@ from calculet.gateway.api.thinking import DEFAULT_BUDGETS, EFFORTS, MAX_BUDGET
 from calculet.gateway.fleet.catalog import CatalogModel, catalog_from
 from calculet.gateway.fleet.model_placement import PlacementPolicy
 from calculet.gateway.fleet.model_waiters import MAX_QUEUE, QueueBounds
-from calculet.gateway.fleet.routing_policy import RoutingMode
+from calculet.gateway.routing.policy import RoutingMode
 from calculet.gateway.text.answer_memory import DEFAULT_MAX_TOKENS as DEFAULT_ANSWER_MEMORY_TOKENS
 
 KEYS = frozenset(

@@ -44,8 +44,8 @@ from calculet.gateway.fleet.connection import ClientConnection
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.model_placer import ModelPlacer, PlacerSettings
-from calculet.gateway.fleet.router import Router
-from calculet.gateway.fleet.routing_policy import RoutingMode
+from calculet.gateway.routing.policy import RoutingMode
+from calculet.gateway.routing.router import Router
 from calculet.gateway.serving.choice import RetryPolicy
 from calculet.gateway.serving.service import GatewayService
 from calculet.gateway.text.answer_memory import AnswerMemory

@@ -24,7 +24,7 @@ from calculet.client.types import LoadReport, ModelLoad, ServingStatus
 from calculet.common.errors import CalculetError
 from calculet.common.lifecycle import Lifecycle, table
 from calculet.gateway.fleet.connection import DaemonConnection
-from calculet.gateway.fleet.scoring.inputs import BoardView
+from calculet.gateway.routing.scoring.inputs import BoardView
 
 log = logging.getLogger("calculet.gateway.board")
 

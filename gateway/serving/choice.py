@@ -45,8 +45,8 @@ from calculet.common.errors import CalculetError, ErrorKind, Overloaded, Unavail
 from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonStream
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.placement import Placement
-from calculet.gateway.fleet.router import Router
-from calculet.gateway.fleet.scoring.inputs import RouteRequest
+from calculet.gateway.routing.router import Router
+from calculet.gateway.routing.scoring.inputs import RouteRequest
 from calculet.gateway.serving.observer import NoObserver, ServingObserver
 from calculet.gateway.serving.tracing import PlainScope, RequestScope
 from calculet.gateway.text.answer_memory import AnswerMemory

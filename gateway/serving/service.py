@@ -54,8 +54,8 @@ from calculet.gateway.fleet.connection import ChoiceSubmit
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.model_placer import ModelPlacer
 from calculet.gateway.fleet.packages import ModelPackage
-from calculet.gateway.fleet.router import Router
-from calculet.gateway.fleet.scoring.inputs import RouteRequest
+from calculet.gateway.routing.router import Router
+from calculet.gateway.routing.scoring.inputs import RouteRequest
 from calculet.gateway.serving.choice import ChoiceEvent, ChoiceRunner, RetryPolicy
 from calculet.gateway.serving.merge import merged
 from calculet.gateway.serving.observer import NoObserver, ServingObserver

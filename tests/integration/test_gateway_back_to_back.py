@@ -8,7 +8,7 @@ block, so the 7 answer tokens its lane holds (the last is never fed) complete a 
 lane's tip, the one its board advertises, lies in the answer as sampled and is not in the next
 prompt. The daemon still continues that lane (the next prompt resends the whole previous prompt and
 the lane loses only the 7 answer tokens, docs/daemon.md "Conversations"). Before the gateway's
-pick-time view (`gateway/fleet/sent_prefixes.py`) its router saw no board holding the prompt, in
+pick-time view (`gateway/routing/sent_prefixes.py`) its router saw no board holding the prompt, in
 the window before the board's report and after it alike, and chose either board: about half the
 later turns went cold to the other one. (The tiny package's lanes hold 256 tokens: two turns.)
 """

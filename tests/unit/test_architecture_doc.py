@@ -28,7 +28,7 @@ from calculet.daemon.sampling.thinking import THINK_TRANSITIONS
 from calculet.gateway.errors import HTTP_OF_KIND
 from calculet.gateway.fleet.board import BOARD_TRANSITIONS
 from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS
-from calculet.gateway.fleet.sent_prefixes import ENTRY_TRANSITIONS
+from calculet.gateway.routing.sent_prefixes import ENTRY_TRANSITIONS
 from calculet.ops.commands.rollout_board import STEPS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"

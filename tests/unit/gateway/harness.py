@@ -16,9 +16,9 @@ from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.fleet.discovery import Discovery
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.placement import Placement
-from calculet.gateway.fleet.router import Router
-from calculet.gateway.fleet.routing_policy import RoutingMode
-from calculet.gateway.fleet.scoring.inputs import RouteRequest
+from calculet.gateway.routing.policy import RoutingMode
+from calculet.gateway.routing.router import Router
+from calculet.gateway.routing.scoring.inputs import RouteRequest
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, RetryPolicy
 from calculet.gateway.serving.service import GatewayService, Prepared
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon

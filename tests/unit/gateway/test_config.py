@@ -14,8 +14,8 @@ import pytest
 from calculet.common.errors import InvalidArgument
 from calculet.gateway import main as gateway_main
 from calculet.gateway.config import GatewayConfig, config_from, read_config
-from calculet.gateway.fleet.routing_policy import RoutingMode
 from calculet.gateway.main import build_parser, service_factory, settings_from, uvicorn_config
+from calculet.gateway.routing.policy import RoutingMode
 
 
 def _toml(tmp_path: Path, body: str, name: str = "gateway.toml") -> Path:

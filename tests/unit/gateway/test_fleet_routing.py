@@ -19,9 +19,9 @@ from calculet.common.lifecycle import Lifecycle
 from calculet.gateway.fleet.board import BOARD_TRANSITIONS, BoardState
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver, Resolver
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.router import Router
-from calculet.gateway.fleet.routing_policy import RoutingMode
-from calculet.gateway.fleet.scoring.inputs import RouteRequest
+from calculet.gateway.routing.policy import RoutingMode
+from calculet.gateway.routing.router import Router
+from calculet.gateway.routing.scoring.inputs import RouteRequest
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
 from tests.unit.gateway.harness import fill, routed, start_service, until
 

@@ -14,8 +14,8 @@ from calculet.common.errors import IllegalTransition
 from calculet.common.lifecycle import Lifecycle
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS, Placement, PlacementState
-from calculet.gateway.fleet.router import Router
-from calculet.gateway.fleet.routing_policy import RoutingMode
+from calculet.gateway.routing.policy import RoutingMode
+from calculet.gateway.routing.router import Router
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
 from tests.unit.gateway.harness import counts, no_placements, routed, start_service
 

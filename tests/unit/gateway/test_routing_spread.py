@@ -15,8 +15,8 @@ import pytest
 
 from calculet.common.errors import InvalidArgument
 from calculet.common.prefix import block_hashes
-from calculet.gateway.fleet.router import Router
-from calculet.gateway.fleet.routing_policy import RoutingMode
+from calculet.gateway.routing.policy import RoutingMode
+from calculet.gateway.routing.router import Router
 from calculet.gateway.serving.service import Prepared
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
 from tests.unit.gateway.harness import completion, counts, fill, no_placements, routed, run_all, start_service, until

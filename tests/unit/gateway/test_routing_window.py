@@ -1,6 +1,6 @@
 """A conversation's next turn, sent the moment its answer ended, goes back to the board that holds
 its prefix before that board's report of the parked lane arrives (the router's pick-time view,
-`gateway/fleet/sent_prefixes.py`), and stops being drawn there once the board fails to confirm it
+`gateway/routing/sent_prefixes.py`), and stops being drawn there once the board fails to confirm it
 within the bound or stops advertising it."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections import Counter
 
 from calculet.common.prefix import block_hashes
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.router import Router
-from calculet.gateway.fleet.routing_policy import RoutingMode
-from calculet.gateway.fleet.scoring.inputs import RouteRequest
-from calculet.gateway.fleet.sent_prefixes import CONFIRM_WITHIN_S
+from calculet.gateway.routing.policy import RoutingMode
+from calculet.gateway.routing.router import Router
+from calculet.gateway.routing.scoring.inputs import RouteRequest
+from calculet.gateway.routing.sent_prefixes import CONFIRM_WITHIN_S
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
 from tests.unit.gateway.harness import no_placements, routed, start_service, until
 

@@ -14,17 +14,17 @@ import pytest
 
 from calculet.client.types import ModelInfo, ModelState
 from calculet.common.prefix import BLOCK_TOKENS, block_hashes
-from calculet.gateway.fleet.load_policy import LoadPolicy
 from calculet.gateway.fleet.packages import FALLBACK_PREFILL_MS_PER_TOKEN, ModelCosts
-from calculet.gateway.fleet.routing_policy import affinity
-from calculet.gateway.fleet.scoring.estimate import SCORERS, estimate_ms
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
-from calculet.gateway.fleet.scoring.lane_wait import lane_wait_ms
-from calculet.gateway.fleet.scoring.own_prefill import own_prefill_ms
-from calculet.gateway.fleet.scoring.prefix import cached_tokens, uncached_tokens
-from calculet.gateway.fleet.scoring.work_ahead import work_ahead_ms
-from calculet.gateway.fleet.ttft_policy import TtftPolicy, break_tie, near_ties
-from calculet.gateway.fleet.turnover import DEFAULT_TURNOVER_MS, Turnover
+from calculet.gateway.routing.load_policy import LoadPolicy
+from calculet.gateway.routing.policy import affinity
+from calculet.gateway.routing.scoring.estimate import SCORERS, estimate_ms
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.scoring.lane_wait import lane_wait_ms
+from calculet.gateway.routing.scoring.own_prefill import own_prefill_ms
+from calculet.gateway.routing.scoring.prefix import cached_tokens, uncached_tokens
+from calculet.gateway.routing.scoring.work_ahead import work_ahead_ms
+from calculet.gateway.routing.ttft_policy import TtftPolicy, break_tie, near_ties
+from calculet.gateway.routing.turnover import DEFAULT_TURNOVER_MS, Turnover
 
 PROMPT = [(i * 7919) % 50_000 for i in range(300)]  # 4 full blocks + 44 tokens
 REQUEST = RouteRequest.build("m", "pkg", PROMPT)
@@ -184,7 +184,7 @@ def test_ttft_policy_randomness_only_among_near_ties() -> None:
 
 
 def test_ttft_policy_logs_why_at_debug(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="calculet.gateway.fleet.ttft_policy")
+    caplog.set_level(logging.DEBUG, logger="calculet.gateway.routing.ttft_policy")
     chosen = TtftPolicy(random.Random(1)).choose(REQUEST, [board(target="cold"), holding(4, target="warm")])
     (line,) = [r.getMessage() for r in caplog.records]
     assert chosen.target == "warm" and "-> warm" in line

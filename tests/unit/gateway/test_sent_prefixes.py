@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from calculet.common.errors import IllegalTransition
 from calculet.common.lifecycle import Lifecycle
-from calculet.gateway.fleet.sent_prefixes import ENTRY_TRANSITIONS, EntryState, SentPrefixes
+from calculet.gateway.routing.sent_prefixes import ENTRY_TRANSITIONS, EntryState, SentPrefixes
 
 NONE: frozenset[int] = frozenset()
 

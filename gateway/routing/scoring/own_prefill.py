@@ -6,8 +6,8 @@ This is the prefix-reuse term: a board whose lanes hold the prompt's first k blo
 
 from __future__ import annotations
 
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
-from calculet.gateway.fleet.scoring.prefix import uncached_tokens
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.scoring.prefix import uncached_tokens
 
 
 def own_prefill_ms(request: RouteRequest, board: BoardView) -> float:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest, Scorer
-from calculet.gateway.fleet.scoring.lane_wait import lane_wait_ms
-from calculet.gateway.fleet.scoring.own_prefill import own_prefill_ms
-from calculet.gateway.fleet.scoring.work_ahead import work_ahead_ms
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest, Scorer
+from calculet.gateway.routing.scoring.lane_wait import lane_wait_ms
+from calculet.gateway.routing.scoring.own_prefill import own_prefill_ms
+from calculet.gateway.routing.scoring.work_ahead import work_ahead_ms
 
 SCORERS: tuple[Scorer, ...] = (work_ahead_ms, own_prefill_ms, lane_wait_ms)
 

@@ -9,8 +9,8 @@ jobs is not counted: it interleaves with a prefill rather than preceding it.
 
 from __future__ import annotations
 
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
-from calculet.gateway.fleet.scoring.prefix import uncached_tokens
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.scoring.prefix import uncached_tokens
 
 
 def work_ahead_ms(request: RouteRequest, board: BoardView) -> float:

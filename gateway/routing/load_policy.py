@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from calculet.gateway.fleet.routing_policy import RoutingPolicy, affinity
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.policy import RoutingPolicy, affinity
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
 
 
 def load(board: BoardView) -> float:

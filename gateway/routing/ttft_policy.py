@@ -16,10 +16,10 @@ import random
 from collections.abc import Sequence
 from fractions import Fraction
 
-from calculet.gateway.fleet.routing_policy import RoutingPolicy, affinity
-from calculet.gateway.fleet.scoring.estimate import estimate_ms
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
-from calculet.gateway.fleet.scoring.prefix import cached_tokens
+from calculet.gateway.routing.policy import RoutingPolicy, affinity
+from calculet.gateway.routing.scoring.estimate import estimate_ms
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.scoring.prefix import cached_tokens
 
 log = logging.getLogger(__name__)
 

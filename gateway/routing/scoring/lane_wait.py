@@ -8,7 +8,7 @@ With a lane free (lanes - jobs >= 1) there is none. Otherwise the request is the
 
 from __future__ import annotations
 
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
 
 
 def lane_wait_ms(request: RouteRequest, board: BoardView) -> float:

@@ -34,15 +34,15 @@ from collections.abc import Callable, Collection
 
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.load_policy import LoadPolicy
 from calculet.gateway.fleet.packages import ModelPackage
 from calculet.gateway.fleet.placement import Placement
-from calculet.gateway.fleet.routing_policy import RoutingMode, RoutingPolicy
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
-from calculet.gateway.fleet.scoring.prefix import uncached_tokens
-from calculet.gateway.fleet.sent_prefixes import CONFIRM_WITHIN_S, SentPrefixes
-from calculet.gateway.fleet.ttft_policy import TtftPolicy
-from calculet.gateway.fleet.turnover import Turnover
+from calculet.gateway.routing.load_policy import LoadPolicy
+from calculet.gateway.routing.policy import RoutingMode, RoutingPolicy
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.scoring.prefix import uncached_tokens
+from calculet.gateway.routing.sent_prefixes import CONFIRM_WITHIN_S, SentPrefixes
+from calculet.gateway.routing.ttft_policy import TtftPolicy
+from calculet.gateway.routing.turnover import Turnover
 
 
 def make_policy(mode: RoutingMode, rng: random.Random | None = None) -> RoutingPolicy:

@@ -19,7 +19,7 @@ sends no tips (before lane tips) gets the plain run.
 from __future__ import annotations
 
 from calculet.common.prefix import BLOCK_TOKENS, cached_blocks
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
 
 
 def cached_tokens(request: RouteRequest, board: BoardView) -> int:

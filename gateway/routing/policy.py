@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Sequence
 from enum import Enum
 
-from calculet.gateway.fleet.scoring.inputs import BoardView, RouteRequest
+from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
 
 
 class RoutingMode(Enum):
