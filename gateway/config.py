@@ -51,8 +51,8 @@ from calculet.common.telemetry.logs import LOG_FORMATS
 from calculet.gateway.api.auth import read_api_keys, read_secret_lines
 from calculet.gateway.api.thinking import DEFAULT_BUDGETS, EFFORTS, MAX_BUDGET
 from calculet.gateway.fleet.catalog import CatalogModel, catalog_from
-from calculet.gateway.fleet.model_placement import PlacementPolicy
-from calculet.gateway.fleet.model_waiters import MAX_QUEUE, QueueBounds
+from calculet.gateway.placement.policy import PlacementPolicy
+from calculet.gateway.placement.waiters import MAX_QUEUE, QueueBounds
 from calculet.gateway.routing.policy import RoutingMode
 from calculet.gateway.text.answer_memory import DEFAULT_MAX_TOKENS as DEFAULT_ANSWER_MEMORY_TOKENS
 

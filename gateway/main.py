@@ -43,7 +43,7 @@ from calculet.gateway.config import GatewayConfig, config_from, listen_address, 
 from calculet.gateway.fleet.connection import ClientConnection
 from calculet.gateway.fleet.discovery import Discovery, HostsFileResolver
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.model_placer import ModelPlacer, PlacerSettings
+from calculet.gateway.placement.placer import ModelPlacer, PlacerSettings
 from calculet.gateway.routing.policy import RoutingMode
 from calculet.gateway.routing.router import Router
 from calculet.gateway.serving.choice import RetryPolicy

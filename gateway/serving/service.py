@@ -52,8 +52,8 @@ from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.catalog import CatalogModel
 from calculet.gateway.fleet.connection import ChoiceSubmit
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.model_placer import ModelPlacer
 from calculet.gateway.fleet.packages import ModelPackage
+from calculet.gateway.placement.placer import ModelPlacer
 from calculet.gateway.routing.router import Router
 from calculet.gateway.routing.scoring.inputs import RouteRequest
 from calculet.gateway.serving.choice import ChoiceEvent, ChoiceRunner, RetryPolicy

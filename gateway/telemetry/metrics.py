@@ -21,7 +21,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from calculet.common.telemetry.registry import CONTENT_TYPE, LATENCY_BUCKETS_S, MetricsRegistry, package_version
 from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.model_placer import ModelPlacer, PlacementObserver
+from calculet.gateway.placement.placer import ModelPlacer, PlacementObserver
 from calculet.gateway.serving.choice import ChoiceDelta, ChoiceEnd, ChoiceEvent
 from calculet.gateway.serving.observer import ServingObserver
 from calculet.gateway.text.answer_memory import AnswerMemory

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calculet.gateway.fleet.catalog import CatalogModel
-from calculet.gateway.fleet.model_placement import BoardSlot, Demand, PlacementPolicy, next_switch
+from calculet.gateway.placement.policy import BoardSlot, Demand, PlacementPolicy, next_switch
 
 POLICY = PlacementPolicy(min_residency_s=60.0, idle_ttl_s=300.0)
 CATALOG = (CatalogModel("a", "pa"), CatalogModel("b", "pb"), CatalogModel("c", "pc"))

@@ -16,8 +16,7 @@ from calculet.gateway.fleet.catalog import CatalogModel
 from calculet.gateway.fleet.connection import SwitchDone
 from calculet.gateway.fleet.discovery import Discovery
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.model_placement import PlacementPolicy
-from calculet.gateway.fleet.model_placer import (
+from calculet.gateway.placement.placer import (
     RETRY_S,
     ModelPlacer,
     PlacementObserver,
@@ -26,7 +25,8 @@ from calculet.gateway.fleet.model_placer import (
     demand_of,
     placement_impossible,
 )
-from calculet.gateway.fleet.model_waiters import QueueBounds
+from calculet.gateway.placement.policy import PlacementPolicy
+from calculet.gateway.placement.waiters import QueueBounds
 from tests.unit.gateway.fakes import FakeDaemon
 
 CATALOG = (CatalogModel("a", "pkg/a"), CatalogModel("b", "pkg/b"), CatalogModel("c", "pkg/c"))

@@ -1,4 +1,4 @@
-"""`ModelPlacer`: placement by demand, the loop around `model_placement.next_switch` (issue 20).
+"""`ModelPlacer`: placement by demand, the loop around `policy.next_switch` (issue 20).
 
 Owns the requests waiting for a model (`ModelWaiters`), what it remembers of the fleet between
 decisions (when each board's generation was first seen ready, each model's last request, the
@@ -34,8 +34,8 @@ from calculet.gateway.fleet.board import Board, BoardState
 from calculet.gateway.fleet.catalog import CatalogModel
 from calculet.gateway.fleet.connection import ModelSwitch, SwitchDone
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.model_placement import BoardSlot, Demand, PlacementPolicy, SwitchPlan, next_switch
-from calculet.gateway.fleet.model_waiters import ModelWaiters, QueueBounds
+from calculet.gateway.placement.policy import BoardSlot, Demand, PlacementPolicy, SwitchPlan, next_switch
+from calculet.gateway.placement.waiters import ModelWaiters, QueueBounds
 
 log = logging.getLogger("calculet.gateway.placement")
 
