@@ -2,7 +2,7 @@
 
 Ownership: a `Board` owns its `DaemonConnection` and the two watcher tasks reading it; the
 `Fleet` owns the boards (creates, starts and removes them). This gateway's work on a board is
-counted by `Placement`s (`placement.py`, the only caller of the `count_*` methods): jobs placed
+counted by `BoardClaim`s (`placement.py`, the only caller of the `count_*` methods): jobs placed
 here now, and the prompt tokens of those still waiting for their first token, so the router sees
 this gateway's work as it is now, not as the last load report (once a second) had it. Other
 gateways' work is what the last report counted beyond this gateway's own at the time it arrived.
@@ -180,7 +180,7 @@ class Board:
             short_tokens=self.short_bound(alias),
         )
 
-    # ---- what placements count (only `Placement` calls these) ----------------------------
+    # ---- what placements count (only `BoardClaim` calls these) ----------------------------
 
     def count_placement(self, tokens: int, short: bool) -> None:
         """A choice was placed here: one job, `tokens` prompt tokens to prefill (`short`: a short

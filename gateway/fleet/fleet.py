@@ -2,7 +2,7 @@
 
 Ownership: the fleet owns every `Board` (and through it each connection) from `sync` adding it
 until `sync` removes it or `close`. A removed board is stopped only once no placement of this
-gateway is left on it (`released`, told by every `Placement` at its release), so its streams are
+gateway is left on it (`released`, told by every `BoardClaim` at its release), so its streams are
 not cut by the gateway itself (they fail over if the daemon really went away).
 
 Packages: `packages` (`PackageCatalog`) knows which package each board serves an alias from and

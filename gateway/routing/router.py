@@ -8,7 +8,7 @@ tokens; `PackageCatalog.known`). Then the policy (`--routing`, `RoutingMode`): `
 (`TtftPolicy`: the lowest estimated time to first token) or `load` (`LoadPolicy`: the load-only
 rule of before).
 
-Reserve at pick: `place` chooses a board and creates its `Placement` in one synchronous step,
+Reserve at pick: `place` chooses a board and creates its `BoardClaim` in one synchronous step,
 which counts the choice's job and uncached prompt tokens on the board at once, so the next pick,
 even in the same event-loop turn, sees it: a burst of 64 requests on 4 boards of 16 lanes goes
 16/16/16/16 instead of wherever the last load report pointed them all. The caller owns the
@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection
 from calculet.gateway.fleet.board import Board
 from calculet.gateway.fleet.fleet import Fleet
 from calculet.gateway.fleet.packages import ModelPackage
-from calculet.gateway.fleet.placement import Placement
+from calculet.gateway.routing.claim import BoardClaim
 from calculet.gateway.routing.load_policy import LoadPolicy
 from calculet.gateway.routing.policy import RoutingMode, RoutingPolicy
 from calculet.gateway.routing.scoring.inputs import BoardView, RouteRequest
@@ -122,7 +122,7 @@ class Router:
         chosen = self.policy.choose(request, [view for _, view in eligible])
         return next((board, view) for board, view in eligible if view is chosen)
 
-    def place(self, request: RouteRequest, exclude: Collection[str] = ()) -> Placement | None:
+    def place(self, request: RouteRequest, exclude: Collection[str] = ()) -> BoardClaim | None:
         """Choose a board for `request` and count the choice there, in one synchronous step.
 
         Args:
@@ -137,7 +137,7 @@ class Router:
             return None
         board, view = chosen
         tokens = uncached_tokens(request, view)
-        return Placement(board, request.alias, tokens, self._clock(), self._released, request.block_hashes)
+        return BoardClaim(board, request.alias, tokens, self._clock(), self._released, request.block_hashes)
 
     def sent_prefixes(self, board: Board, alias: str) -> SentPrefixes | None:
         """The pick-time view of `alias` on `board` (None before a choice of it completed there)."""
@@ -159,7 +159,7 @@ class Router:
             return view
         return dataclasses.replace(view, prefix_hashes=view.prefix_hashes | hashes, prefix_tips=view.prefix_tips | tips)
 
-    def _released(self, placement: Placement, completed: bool) -> None:
+    def _released(self, placement: BoardClaim, completed: bool) -> None:
         now = self._clock()
         if completed:
             self.turnover.observe(placement.alias, now - placement.placed_at)

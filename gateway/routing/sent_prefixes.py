@@ -10,7 +10,7 @@ re-renders differently when the answer's text does not re-encode to the same tok
 left the router counted no cached prefix on any board and sent the turn to an empty board.
 
 What: when a choice completes on a board, the router records its prompt's block hashes (taken at
-pick, `Placement.blocks`) here. The board's daemon continues a parked lane whose whole prompt the
+pick, `BoardClaim.blocks`) here. The board's daemon continues a parked lane whose whole prompt the
 next request resends (docs/daemon.md, "Conversations"), so the prompt's last full block is the
 entry's *tip*, merged into the board's advertised tips (`held`); the entry's hashes are merged into
 its advertised blocks.

@@ -1,7 +1,7 @@
 """`ChoiceRunner`: one choice of one request, kept alive across boards until it really ends.
 
 Data flow: the service gives a `ChoiceSubmit` (prompt tokens, seed, limits), the package's text,
-the prompt's `RouteRequest` and the choice's first `Placement` (a board already counted for it).
+the prompt's `RouteRequest` and the choice's first `BoardClaim` (a board already counted for it).
 The runner submits there and turns the daemon's token chunks into `ChoiceDelta`s (text from the
 `Detokenizer`, cut by the `StopMatcher`), then one `ChoiceEnd` (with the daemon Final's cached
 prompt tokens, for usage).
@@ -25,7 +25,7 @@ what the board's lane holds (`text/answer_splice.py`). It is remembered before t
 yielded, so before the client can send the next turn.
 
 Ownership: the runner owns the daemon streams it opens (closes them; cancels the job when the
-reader stops early or a stop string matched) and its current `Placement`: the first one from the
+reader stops early or a stop string matched) and its current `BoardClaim`: the first one from the
 service, then each one it places itself. It releases a placement when the attempt on that board
 ends, however it ends; `close` releases one it still holds (a runner that never ran), and `run`
 calls it on the way out, so no path leaves a count on a board.
@@ -44,7 +44,7 @@ from calculet.client.types import FinalEvent, FinishReason, TokenChunk, TokenLog
 from calculet.common.errors import CalculetError, ErrorKind, Overloaded, Unavailable
 from calculet.gateway.fleet.connection import ChoiceSubmit, DaemonStream
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.placement import Placement
+from calculet.gateway.routing.claim import BoardClaim
 from calculet.gateway.routing.router import Router
 from calculet.gateway.routing.scoring.inputs import RouteRequest
 from calculet.gateway.serving.observer import NoObserver, ServingObserver
@@ -132,7 +132,7 @@ class ChoiceRunner:
         text: ModelText,
         job: ChoiceSubmit,
         stops: tuple[str, ...],
-        first: Placement,
+        first: BoardClaim,
         policy: RetryPolicy,
         observer: ServingObserver | None = None,
         scope: RequestScope | None = None,
@@ -144,7 +144,7 @@ class ChoiceRunner:
         self._sent: list[str] = []  # the text given to the client, delta by delta
         self._observer = observer or NoObserver()
         self._scope: RequestScope = scope or PlainScope()
-        self._placement: Placement | None = first
+        self._placement: BoardClaim | None = first
         self._fresh = True  # `_placement` is the service's, not attempted yet
         self._route = route
         self._policy = policy
@@ -158,7 +158,7 @@ class ChoiceRunner:
         self.failovers = 0
 
     @property
-    def placement(self) -> Placement | None:
+    def placement(self) -> BoardClaim | None:
         """The placement the runner holds now (None between attempts and after the end)."""
         return self._placement
 
@@ -248,7 +248,7 @@ class ChoiceRunner:
             placement.release(completed=completed)
 
     async def _attempt(
-        self, placement: Placement, metadata: Sequence[tuple[str, str]]
+        self, placement: BoardClaim, metadata: Sequence[tuple[str, str]]
     ) -> AsyncGenerator[ChoiceEvent, None]:
         """Submit on the placement's board (with the attempt's `metadata`) and stream until the
         job's end; the first chunk ends the placement's prefill.
@@ -323,7 +323,7 @@ class ChoiceRunner:
             return None
         return ChoiceDelta(text, chunk.tokens, chunk.logprobs)
 
-    async def _next_placement(self, wait_until: float | None) -> Placement | None:
+    async def _next_placement(self, wait_until: float | None) -> BoardClaim | None:
         """The placement of the next attempt: the service's first, then a board serving the same
         package and not failed in its current epoch, placed by the router. None when none is left
         (after waiting for fleet changes until `wait_until`)."""

@@ -94,7 +94,7 @@ class GatewayMetrics(ServingObserver, PlacementObserver):
             "calculet_gateway_build_info", callbacks=[self._build_info], description="Gateway version"
         )
         self._switches = meter.create_counter(
-            "calculet_gateway_model_switches_total", description="Placement's switches by target model and result"
+            "calculet_gateway_model_switches_total", description="Model placement's switches by target model and result"
         )
         self._switch_phase = meter.create_histogram(
             "calculet_gateway_model_switch_phase_seconds",

@@ -27,7 +27,7 @@ from calculet.daemon.grammar.matcher import MATCHER_TRANSITIONS
 from calculet.daemon.sampling.thinking import THINK_TRANSITIONS
 from calculet.gateway.errors import HTTP_OF_KIND
 from calculet.gateway.fleet.board import BOARD_TRANSITIONS
-from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS
+from calculet.gateway.routing.claim import CLAIM_TRANSITIONS
 from calculet.gateway.routing.sent_prefixes import ENTRY_TRANSITIONS
 from calculet.ops.commands.rollout_board import STEPS
 
@@ -51,7 +51,7 @@ TABLES: list[tuple[str, Mapping[Enum, frozenset[Enum]]]] = [
     ("a daemon client", CLIENT_TRANSITIONS),
     ("a Wait stream cursor", STREAM_TRANSITIONS),
     ("a board, seen by the gateway", BOARD_TRANSITIONS),
-    ("a choice's claim on a board", PLACEMENT_TRANSITIONS),
+    ("a choice's claim on a board", CLAIM_TRANSITIONS),
     ("a prompt in the router's pick-time view", ENTRY_TRANSITIONS),
     ("a rollout of one board", STEPS),
 ]

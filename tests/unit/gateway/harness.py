@@ -15,7 +15,7 @@ from calculet.gateway.api.schemas import ChatCompletionRequest, CompletionReques
 from calculet.gateway.fleet.board import BoardState
 from calculet.gateway.fleet.discovery import Discovery
 from calculet.gateway.fleet.fleet import Fleet
-from calculet.gateway.fleet.placement import Placement
+from calculet.gateway.routing.claim import BoardClaim
 from calculet.gateway.routing.policy import RoutingMode
 from calculet.gateway.routing.router import Router
 from calculet.gateway.routing.scoring.inputs import RouteRequest
@@ -81,7 +81,7 @@ async def routed(fleet: Fleet, tokens: Sequence[int] = (72, 105, 33), session: s
 
 def fill(
     fleet: Fleet, router: Router, request: RouteRequest, target: str, count: int, *, started: bool = True
-) -> list[Placement]:
+) -> list[BoardClaim]:
     """`count` placements on board `target` (every other board excluded); `started`: their first
     token came (so they count as jobs, not as pending prefill work)."""
     others = [t for t in fleet.boards if t != target]

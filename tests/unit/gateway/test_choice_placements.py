@@ -13,7 +13,7 @@ import pytest
 
 from calculet.common.errors import CalculetError, InvalidArgument, Overloaded, Unavailable
 from calculet.gateway.api.streaming import unless_disconnected
-from calculet.gateway.fleet.placement import PlacementState
+from calculet.gateway.routing.claim import ClaimState
 from calculet.gateway.serving.choice import RetryPolicy
 from calculet.gateway.serving.service import Prepared
 from tests.unit.gateway.fakes import FakeDaemon, model_token
@@ -144,7 +144,7 @@ def test_a_reader_cancelled_at_any_point_leaves_no_counts(turns: int) -> None:
         await events.aclose()
         prepared.close()  # what the HTTP layer does on the way out (a no-op once the events ran)
         assert no_placements(fleet)
-        assert all(p is not None and p.state is PlacementState.RELEASED for p in placements)
+        assert all(p is not None and p.state is ClaimState.RELEASED for p in placements)
         await fleet.close()
 
     asyncio.run(scenario())

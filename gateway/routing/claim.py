@@ -1,11 +1,11 @@
-"""`Placement`: one choice's claim on one board, from the pick to the end of its attempt there.
+"""`BoardClaim`: one choice's claim on one board, from the pick to the end of its attempt there.
 
 Why: a pick must count against its board before anything awaits, or a burst of requests all see
 the same counts and land on the same board. `Router.place` chooses a board and creates the
-placement in the same synchronous step; the placement counts one job and its uncached prompt
+claim in the same synchronous step; the claim counts one job and its uncached prompt
 tokens (prefill work ahead of the next prompt) on the board at once.
 
-Lifecycle (`PLACEMENT_TRANSITIONS`):
+Lifecycle (`CLAIM_TRANSITIONS`):
     PREFILLING  counts one job and `tokens` pending prefill tokens on the board
     STREAMING   the first token came (`first_token`): the prefill is done, it counts one job
     RELEASED    counts nothing (terminal): the choice ended, failed, was cancelled or moved on
@@ -29,24 +29,24 @@ if TYPE_CHECKING:
     from calculet.gateway.fleet.board import Board
 
 
-class PlacementState(Enum):
+class ClaimState(Enum):
     PREFILLING = "prefilling"
     STREAMING = "streaming"
     RELEASED = "released"
 
 
-PLACEMENT_TRANSITIONS = table(
+CLAIM_TRANSITIONS = table(
     [
-        (PlacementState.PREFILLING, [PlacementState.STREAMING, PlacementState.RELEASED]),
-        (PlacementState.STREAMING, [PlacementState.RELEASED]),
+        (ClaimState.PREFILLING, [ClaimState.STREAMING, ClaimState.RELEASED]),
+        (ClaimState.STREAMING, [ClaimState.RELEASED]),
     ]
 )
 
-OnRelease = Callable[["Placement", bool], None]
+OnRelease = Callable[["BoardClaim", bool], None]
 """Told once when a placement is released: (the placement, whether its choice completed there)."""
 
 
-class Placement:
+class BoardClaim:
     """A choice counted on `board` (see the module docstring).
 
     Args:
@@ -74,20 +74,20 @@ class Placement:
         self.placed_at = placed_at
         self.blocks = blocks
         self._on_release = on_release
-        self.life = Lifecycle(f"placement on {board.target}", PlacementState.PREFILLING, PLACEMENT_TRANSITIONS)
+        self.life = Lifecycle(f"placement on {board.target}", ClaimState.PREFILLING, CLAIM_TRANSITIONS)
         bound = board.short_bound(alias)
         self.short = bool(bound) and tokens <= bound  # a short prefill there: counted as such until released
         board.count_placement(tokens, self.short)
 
     @property
-    def state(self) -> PlacementState:
+    def state(self) -> ClaimState:
         return self.life.state
 
     def first_token(self) -> None:
         """The choice's first token arrived there: its tokens leave the board's pending prefill
         work. Later calls (every further chunk) change nothing; so does a call after release."""
-        if self.state is PlacementState.PREFILLING:
-            self.life.move(PlacementState.STREAMING)
+        if self.state is ClaimState.PREFILLING:
+            self.life.move(ClaimState.STREAMING)
             self.board.count_first_token(self.tokens, self.short)
 
     def release(self, *, completed: bool = False) -> None:
@@ -96,12 +96,12 @@ class Placement:
         Args:
             completed: the choice ended there normally (its duration is a lane turnover sample).
         """
-        if self.state is PlacementState.RELEASED:
+        if self.state is ClaimState.RELEASED:
             return
-        pending = self.tokens if self.state is PlacementState.PREFILLING else 0
-        self.life.move(PlacementState.RELEASED)
+        pending = self.tokens if self.state is ClaimState.PREFILLING else 0
+        self.life.move(ClaimState.RELEASED)
         self.board.uncount_placement(pending, self.short)
         self._on_release(self, completed)
 
     def __repr__(self) -> str:
-        return f"Placement({self.board.target}, {self.alias}, {self.tokens} tokens, {self.state.value})"
+        return f"BoardClaim({self.board.target}, {self.alias}, {self.tokens} tokens, {self.state.value})"

@@ -1,4 +1,4 @@
-"""`Placement`: a pick counted on its board at once (one job, its uncached prompt tokens), its
+"""`BoardClaim`: a pick counted on its board at once (one job, its uncached prompt tokens), its
 first token moving the tokens out of the board's pending prefill work, and exactly one release
 however often it is asked for; the lifecycle table; the router's turnover samples."""
 
@@ -13,7 +13,7 @@ from calculet.client.types import LoadReport, ModelLoad, ModelState, ServingStat
 from calculet.common.errors import IllegalTransition
 from calculet.common.lifecycle import Lifecycle
 from calculet.gateway.fleet.board import Board
-from calculet.gateway.fleet.placement import PLACEMENT_TRANSITIONS, Placement, PlacementState
+from calculet.gateway.routing.claim import CLAIM_TRANSITIONS, BoardClaim, ClaimState
 from calculet.gateway.routing.policy import RoutingMode
 from calculet.gateway.routing.router import Router
 from tests.unit.gateway.fakes import ALIAS, FakeDaemon
@@ -22,29 +22,29 @@ from tests.unit.gateway.harness import counts, no_placements, routed, start_serv
 
 def test_a_placement_counts_until_its_single_release() -> None:
     board = Board(FakeDaemon("a"))
-    released: list[tuple[Placement, bool]] = []
-    first = Placement(board, ALIAS, 120, 0.0, lambda p, done: released.append((p, done)))
-    second = Placement(board, ALIAS, 30, 0.0, lambda p, done: released.append((p, done)))
+    released: list[tuple[BoardClaim, bool]] = []
+    first = BoardClaim(board, ALIAS, 120, 0.0, lambda p, done: released.append((p, done)))
+    second = BoardClaim(board, ALIAS, 30, 0.0, lambda p, done: released.append((p, done)))
     assert (board.placed, board.pending_tokens) == (2, 150)
     first.first_token()
     first.first_token()  # every further chunk: nothing more
-    assert first.state is PlacementState.STREAMING and (board.placed, board.pending_tokens) == (2, 30)
+    assert first.state is ClaimState.STREAMING and (board.placed, board.pending_tokens) == (2, 30)
     first.release(completed=True)
     first.release()  # a `finally` after the explicit release: nothing more
     assert (board.placed, board.pending_tokens) == (1, 30) and released == [(first, True)]
     second.release()  # never started: its tokens leave with it
     second.first_token()  # a late chunk after the release changes nothing
     assert (board.placed, board.pending_tokens) == (0, 0) and released == [(first, True), (second, False)]
-    assert second.state is PlacementState.RELEASED
+    assert second.state is ClaimState.RELEASED
 
 
 def test_placement_lifecycle_table() -> None:
-    life = Lifecycle("placement", PlacementState.PREFILLING, PLACEMENT_TRANSITIONS)
-    life.move(PlacementState.STREAMING)
-    life.move(PlacementState.RELEASED)
-    assert not any(life.can_move(s) for s in PlacementState)  # released is terminal
+    life = Lifecycle("placement", ClaimState.PREFILLING, CLAIM_TRANSITIONS)
+    life.move(ClaimState.STREAMING)
+    life.move(ClaimState.RELEASED)
+    assert not any(life.can_move(s) for s in ClaimState)  # released is terminal
     with pytest.raises(IllegalTransition):
-        Lifecycle("placement", PlacementState.STREAMING, PLACEMENT_TRANSITIONS).move(PlacementState.PREFILLING)
+        Lifecycle("placement", ClaimState.STREAMING, CLAIM_TRANSITIONS).move(ClaimState.PREFILLING)
 
 
 def test_router_place_counts_before_returning_and_samples_turnover_of_completed_choices() -> None:
@@ -76,8 +76,8 @@ def test_a_short_placement_counts_in_the_short_pending_work_until_its_first_toke
         (ModelLoad("m", 1, ModelState.READY, True, 0, 0, 16, 16, short_prefill_tokens=512),),
     )  # fmt: skip
     released: list[bool] = []
-    short = Placement(board, "m", 200, 0.0, lambda _p, done: released.append(done))
-    long = Placement(board, "m", 1300, 0.0, lambda _p, done: released.append(done))
+    short = BoardClaim(board, "m", 200, 0.0, lambda _p, done: released.append(done))
+    long = BoardClaim(board, "m", 1300, 0.0, lambda _p, done: released.append(done))
     assert (short.short, long.short) == (True, False)
     assert (board.pending("m"), board.pending_short("m")) == (1500, 200)
     short.first_token()
