@@ -15,11 +15,19 @@ $(STAMP): pyproject.toml setup.py
 run: $(STAMP)
 	$(PY) -m calculet.ops.run_local --dir $(RUN_DIR)
 
-# Workers for pytest-xdist; work stealing keeps the long integration tests from piling up at the end.
+# Workers for pytest-xdist; each hands out the longest tests first (tests/xdist_order.py) and work
+# stealing balances what is left. Lint runs beside the tests, niced, on the CPU the workers leave idle
+# while they wait on daemons (after them it added its whole time); its output follows the tests', and
+# either failing fails the target. Its .mypy-src is made in its first second, long before a worker has
+# collected.
 TEST_WORKERS ?= 4
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
-	$(MAKE) --no-print-directory lint
+	@lint_log=$$(mktemp); \
+	nice -n 10 $(MAKE) --no-print-directory lint >$$lint_log 2>&1 & lint_pid=$$!; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal; tests=$$?; \
+	wait $$lint_pid; linted=$$?; cat $$lint_log; rm -f $$lint_log; \
+	echo "make test: pytest exit $$tests, lint exit $$linted"; \
+	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests/unit

@@ -10,6 +10,9 @@ This process itself opens calsim boards (unit tests) under that directory, and m
 a test that starts a daemon process gives it an `XDG_RUNTIME_DIR` of its own, as `DaemonProcess`
 (tests/integration/conftest.py) and `LocalFleet` (`$CALSIM_STATE_DIR`, `--runtime-dir`) do.
 
+Under pytest-xdist each worker reorders the collected tests so that the long ones start first on
+every worker (tests/xdist_order.py); a run without workers keeps file order.
+
 Hypothesis runs without its per-example deadline (200 ms by default): no test asserts a wall-clock
 time, and a busy CI machine can stall any example that long.
 """
@@ -22,6 +25,8 @@ import tempfile
 
 import pytest
 from hypothesis import settings
+
+from tests.xdist_order import read_durations, reorder, xdist_workers
 
 settings.register_profile("calculet", deadline=None)
 settings.load_profile("calculet")
@@ -36,6 +41,12 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_RUNTIME_DIR"] = path
     for name in DROPPED_ENV:
         os.environ.pop(name, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers = xdist_workers()
+    if workers > 1:
+        reorder(items, workers, read_durations())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

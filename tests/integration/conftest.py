@@ -4,7 +4,8 @@
 health until SERVING (failing fast, with its log, if the process dies), and stops it with SIGTERM
 at teardown. Each daemon is its own host: `$XDG_RUNTIME_DIR` is `<workdir>/xdg-runtime`, so its
 default board lock and calsim's device lock are its own (a test that wants two daemons to meet
-passes the same `env` to both, or `--runtime-dir`). Packages are built once per session.
+passes the same `env` to both, or `--runtime-dir`). Packages are built once per run, for all workers
+(tests/integration/package_cache.py).
 """
 
 from __future__ import annotations
@@ -23,18 +24,22 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.ops.sim_packages.build import build_sim_package
 from tests.integration.gateway_process import GatewayProcess, terminate
+from tests.integration.package_cache import session_packages
 
 STARTUP_TIMEOUT_S = 60.0
 
 
-@pytest.fixture(scope="session")
-def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("models")
+def build_session_packages(root: Path) -> None:
     build_sim_package("tiny", root / "tiny")
     build_sim_package("qwen3-30b-a3b", root / "qwen", decode_batches=(1, 4), lanes=4, lane_context=4096)
     for chip in (0, 1):  # qwen3-4b, one per chip (issue 20)
         build_sim_package("qwen3-4b", root / f"dense{chip}", decode_batches=(1, 4), lane_context=1024, chip=chip)
-    return root
+
+
+@pytest.fixture(scope="session")
+def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This worker's models root: the session packages, built once for all workers."""
+    return session_packages(tmp_path_factory, build_session_packages)
 
 
 class DaemonProcess:

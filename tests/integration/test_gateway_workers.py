@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from calculet.client import DaemonClient
 from tests.integration.conftest import DaemonProcess
-from tests.integration.gateway_process import BASE_URL, GatewayProcess, Oracle
+from tests.integration.gateway_process import BASE_URL, GatewayProcess, Oracle, plain_uds_transport
 from tests.integration.helpers import poll
 
 pytestmark = pytest.mark.integration
@@ -58,7 +58,7 @@ def run_dir(gateway: GatewayProcess) -> Path:
 
 def worker_client(gateway: GatewayProcess, index: int, timeout: float = 60.0) -> httpx.Client:
     """A client of worker `index` alone (its private socket)."""
-    transport = httpx.HTTPTransport(uds=str(run_dir(gateway) / f"worker-{index}.sock"))
+    transport = plain_uds_transport(run_dir(gateway) / f"worker-{index}.sock")
     return httpx.Client(transport=transport, base_url=BASE_URL, timeout=timeout)
 
 
