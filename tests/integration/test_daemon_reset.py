@@ -48,7 +48,9 @@ def _hang_next_job_and_submit(client: DaemonClient, seed: int) -> str:
 
 @pytest.mark.parametrize("kind", ["ccu", "configuration"])
 def test_operator_reset_clears_an_exhausted_reset_budget_and_the_board_serves_again(start_daemon, kind: str) -> None:
-    daemon = start_daemon("--model", "tiny=tiny", "--fault-injection", "--job-timeout", "0.5")
+    # A hang is found by the job timeout, in wall time: 2 s, never reached by an ordinary job on a
+    # loaded machine (0.5 s could be, and a slow job then used up the budget early).
+    daemon = start_daemon("--model", "tiny=tiny", "--fault-injection", "--job-timeout", "2")
     with DaemonClient(daemon.target) as client:
         reference = _generate(client, seed=1)
         for attempt in range(3):  # each hang costs one automatic reset and is recovered

@@ -62,8 +62,10 @@ def test_sigterm_mid_stream_finishes_the_running_request_and_new_ones_go_elsewhe
 def test_a_reset_storm_stops_one_board_within_its_budget_and_the_fleet_serves_on(
     start_daemon: StartDaemon, start_gateway: StartGateway
 ) -> None:
+    # A hang is found by the job timeout, in wall time: 2 s, so that an ordinary job on a loaded
+    # machine is never taken for one (0.5 s was: a slow job used up the budget early).
     storm = start_daemon(
-        "--model", "tiny=tiny", "--fault-injection", "--job-timeout", "0.5", "--reset-limit", "2"
+        "--model", "tiny=tiny", "--fault-injection", "--job-timeout", "2", "--reset-limit", "2"
     )  # fmt: skip
     calm = start_daemon("--board", "1", "--model", "tiny=tiny")
     gateway = start_gateway("--daemon", storm.target, "--daemon", calm.target)
