@@ -42,7 +42,7 @@ import numpy as np
 from calculet.common.errors import InvalidArgument
 from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.core.ids import DeviceJobId
-from calculet.daemon.core.jobs import BufferState, JobContext, JobPool
+from calculet.daemon.core.job_buffers import BufferState, JobContext, JobPool
 from calculet.daemon.core.kv import LaneState, Reservation
 from calculet.daemon.core.row_masks import RowMasks
 from calculet.daemon.core.runtime import ModelRuntime

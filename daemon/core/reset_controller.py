@@ -52,7 +52,7 @@ from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.errors import BoardHalted, MemoryNotBack
 from calculet.daemon.core.executor import DeviceJob, Executor
-from calculet.daemon.core.jobs import BufferState
+from calculet.daemon.core.job_buffers import BufferState
 from calculet.daemon.core.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
 from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry, escalation_entry
 from calculet.daemon.core.reset_audit import now as reset_audit_now
