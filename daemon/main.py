@@ -46,8 +46,8 @@ from calculet.common.telemetry.tracing_env import tracing_requested
 from calculet.daemon.core.chunking import parse_chunk_setting
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY
 from calculet.daemon.core.models import LoadProgress
+from calculet.daemon.core.resets.escalations import EXIT_DEVICE_UNHEALTHY
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceBusy

@@ -16,8 +16,8 @@ from calculet.common.prefix import BLOCK_TOKENS
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import BudgetView, ResetReport
+from calculet.daemon.core.resets.audit import ResetEntry
+from calculet.daemon.core.resets.budget import BudgetView, ResetReport
 from calculet.daemon.core.status import (
     HealthView,
     JobView,

@@ -32,7 +32,7 @@ from calculet.daemon.core.jump import Jumped
 from calculet.daemon.core.lane_closes import LaneCloses
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.observer import ObserverHub, RequestFinished, RequestQueued, RequestRejected
-from calculet.daemon.core.reset_budget import ResetTally
+from calculet.daemon.core.resets.budget import ResetTally
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler
 from calculet.daemon.core.sequence import SeqState, Sequence

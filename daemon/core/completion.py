@@ -115,7 +115,7 @@ class RowOutcome:
 
 
 class DeviceFault(Enum):
-    """The device fault a settlement saw, for the escalations (`escalation_watch.py`): a CCU exception
+    """The device fault a settlement saw, for the escalations (`resets/escalation_watch.py`): a CCU exception
     the device raised on its own (not a reset's), or non-finite logits in any row."""
 
     NONE = auto()

@@ -11,10 +11,10 @@ from typing import Any
 from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF
 from calculet.daemon.core.engine_types import EngineConfig
-from calculet.daemon.core.escalation_watch import CCU_ESCALATION, ESCALATION_WINDOW_S, NAN_ESCALATION
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
+from calculet.daemon.core.resets.escalation_watch import CCU_ESCALATION, ESCALATION_WINDOW_S, NAN_ESCALATION
+from calculet.daemon.core.resets.submit_streak import SUBMIT_ERROR_STREAK
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, SchedulingPolicy
-from calculet.daemon.core.submit_streak import SUBMIT_ERROR_STREAK
 
 POLICIES = ("continuous", "serial")
 

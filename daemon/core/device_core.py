@@ -25,17 +25,17 @@ from calculet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.engine_types import SubmitReceipt
-from calculet.daemon.core.escalation_actions import BoardEscalations
-from calculet.daemon.core.escalation_watch import Escalation, EscalationKind
-from calculet.daemon.core.escalations import Escalator
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
 from calculet.daemon.core.observer import FAULT_UNLOAD_LEAK
-from calculet.daemon.core.operator_reset import OperatorHooks, operator_reset
 from calculet.daemon.core.request import GenerationRequest, ModelLimits
-from calculet.daemon.core.reset_audit import escalation_entry
-from calculet.daemon.core.reset_budget import BoardHalt, ResetReport
+from calculet.daemon.core.resets.audit import escalation_entry
+from calculet.daemon.core.resets.budget import BoardHalt, ResetReport
+from calculet.daemon.core.resets.escalation_actions import BoardEscalations
+from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationKind
+from calculet.daemon.core.resets.escalations import Escalator
+from calculet.daemon.core.resets.operator import OperatorHooks, operator_reset
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
@@ -82,7 +82,7 @@ class DeviceCore:
             audit_point=self._audit_point,
             memory_back=self.models.memory_back,
         )
-        # Seed 000 section 14's escalations, acted on by their own thread (`escalations.py`).
+        # Seed 000 section 14's escalations, acted on by their own thread (`resets/escalations.py`).
         exit_process = self._request_exit if config.unhealthy_exit else None
         actions = BoardEscalations(self.engine, self.models, self.device, self._reset_hooks, exit_process)
         self._escalator = Escalator(actions)

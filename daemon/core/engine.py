@@ -9,7 +9,7 @@ State and its owner (all private; other modules call methods that return copies 
     device jobs, banks, limit       `Executor`          engine lock (its `submit` runs without it)
     lanes to close on the device    `LaneCloses`        engine lock (closed without it)
     counters, admitting (drain)     the engine          engine lock
-    resets, halts, reset budget,    `ResetController`   engine lock, lent to it (`reset_controller.py`)
+    resets, halts, reset budget,    `ResetController`   engine lock, lent to it (`resets/controller.py`)
     gate, audit trail
     device utilisation              `UtilizationTracker` engine lock (fed by each completion)
 
@@ -67,7 +67,6 @@ from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
 from calculet.daemon.core.completion import BoardFacts
 from calculet.daemon.core.engine_generations import EngineGenerations
 from calculet.daemon.core.engine_types import EngineConfig, ProbeOutcome, SubmitReceipt
-from calculet.daemon.core.escalation_watch import Escalation, EscalationWatch
 from calculet.daemon.core.events import (
     EventLog,
     FinalEvent,
@@ -87,14 +86,15 @@ from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
 from calculet.daemon.core.request import GenerationRequest, validate_request
 from calculet.daemon.core.request_digest import request_digest
-from calculet.daemon.core.reset_controller import ResetController
-from calculet.daemon.core.reset_host import ResetHost
+from calculet.daemon.core.resets.controller import ResetController
+from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationWatch
+from calculet.daemon.core.resets.host import ResetHost
+from calculet.daemon.core.resets.submit_streak import SubmitErrorStreak, escalation_reason
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler
 from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.snapshot import CounterView, EngineSnapshot
 from calculet.daemon.core.snapshot_parts import generation_view, job_view, pool_view
-from calculet.daemon.core.submit_streak import SubmitErrorStreak, escalation_reason
 from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
@@ -183,7 +183,7 @@ class Engine(EngineGenerations):
 
     @property
     def resets(self) -> ResetController:
-        """The board's reset controller: operator resets (`operator_reset.py`), the reset budget, the
+        """The board's reset controller: operator resets (`resets/operator.py`), the reset budget, the
         audit trail. It shares the engine lock; its public methods take it themselves."""
         return self._resets
 
@@ -695,7 +695,7 @@ class Engine(EngineGenerations):
             if not self._submit_streak.failed():
                 self._book.launch_failed(job.plan, exc)
                 return
-            # Seed 000 section 14: a streak of submit errors drains the board (`submit_streak.py`):
+            # Seed 000 section 14: a streak of submit errors drains the board (`resets/submit_streak.py`):
             # this job's sequences and every other unfinished one end UNAVAILABLE (resume elsewhere),
             # whatever their recovery budget says.
             reason = escalation_reason(self._submit_streak.limit, str(exc))

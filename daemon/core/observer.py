@@ -35,7 +35,7 @@ from typing import Any
 from calculet.common.errors import ErrorKind
 from calculet.daemon.core.events import FinishReason, Timings, Usage
 from calculet.daemon.core.request import NO_TRACE, RequestTrace
-from calculet.daemon.core.reset_audit import ResetEntry
+from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 
 log = logging.getLogger(__name__)

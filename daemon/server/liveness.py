@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.core.reset_budget import BoardHalt
+from calculet.daemon.core.resets.budget import BoardHalt
 from calculet.daemon.core.status import HealthView
 
 LIVENESS_SERVICE = "calculet.liveness"  # the grpc.health.v1 service name of liveness

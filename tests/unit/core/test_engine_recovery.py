@@ -14,7 +14,7 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.submit_streak import SubmitErrorStreak
+from calculet.daemon.core.resets.submit_streak import SubmitErrorStreak
 from calculet.daemon.device.errors import ModelReleased
 
 from .engine_factories import (

@@ -27,12 +27,12 @@ from hypothesis import strategies as st
 from calculet.common.errors import ErrorKind, Unavailable
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.completion import DeviceFault
-from calculet.daemon.core.escalation_watch import EscalationKind, EscalationWatch, FaultWindow
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.golden import RECHECK_ATTEMPTS, GoldenVerdict
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import BoardHalt
+from calculet.daemon.core.resets.audit import ResetEntry
+from calculet.daemon.core.resets.budget import BoardHalt
+from calculet.daemon.core.resets.escalation_watch import EscalationKind, EscalationWatch, FaultWindow
 
 from .engine_factories import assert_clean, build_models, finish, generate_each, request, running_core, until
 

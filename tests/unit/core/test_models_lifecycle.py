@@ -21,7 +21,7 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.calsim.memory import chip_needs
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.reset_budget import BoardHalt
+from calculet.daemon.core.resets.budget import BoardHalt
 from calculet.daemon.package.manifest import load_manifest
 
 from .engine_factories import build_models, finish, request, running_core, until

@@ -16,7 +16,7 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.executor import InflightLimit, LimitState
-from calculet.daemon.core.reset_budget import (
+from calculet.daemon.core.resets.budget import (
     BoardHalt,
     JobFate,
     ResetBudget,

@@ -20,7 +20,7 @@ from calculet.daemon.core.observer import (
     ResetRecorded,
     RowDone,
 )
-from calculet.daemon.core.reset_audit import ResetEntry
+from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 from calculet.daemon.telemetry.engine_metrics import EngineMetrics
 from tests.unit.telemetry.scrape import Scrape

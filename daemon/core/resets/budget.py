@@ -16,7 +16,7 @@
 - `ResetTally`: the client jobs one reset hit and what became of them (ResetResult.inflight_jobs,
   recovered_jobs, failed_jobs), and `ResetReport`, the outcome an operator reset returns.
 
-Ownership: the `ResetController` (`reset_controller.py`) owns one of each; callers hold the engine lock
+Ownership: the `ResetController` (`controller.py`) owns one of each; callers hold the engine lock
 for every method here.
 """
 
