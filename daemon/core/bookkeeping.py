@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from calculet.common.errors import DeadlineExceeded, ErrorKind, Overloaded
-from calculet.daemon.core import completion, expiry, observer_records
+from calculet.daemon.core import completion, expiry
 from calculet.daemon.core.completion import Chunked, Continue, Next, Recover, Settlement
 from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.events import FinishReason
@@ -31,7 +31,8 @@ from calculet.daemon.core.job_table import JobTable
 from calculet.daemon.core.jump import Jumped
 from calculet.daemon.core.lane_closes import LaneCloses
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.observer import ObserverHub, RequestFinished, RequestQueued, RequestRejected
+from calculet.daemon.core.observe import observer_records
+from calculet.daemon.core.observe.observer import ObserverHub, RequestFinished, RequestQueued, RequestRejected
 from calculet.daemon.core.resets.budget import ResetTally
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler

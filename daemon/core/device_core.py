@@ -3,7 +3,7 @@
 A thin facade: it opens the device through the driver registry and holds the `Engine` (client jobs,
 scheduling, device jobs, generations; its own lock) and the `ModelManager` (load / unload / warm-up).
 Each method answers one request of the three planes of DESIGN.md section 6 by calling them and
-building a view (`views.py`) from an `EngineSnapshot`; it never touches the engine's state directly.
+building a view (`observe/views.py`) from an `EngineSnapshot`; it never touches the engine's state directly.
 The gRPC servicer converts protobuf to these calls and back, nothing more.
 
 Thread-safe: methods may be called from any thread. Inference and observation calls take the engine
@@ -28,7 +28,10 @@ from calculet.daemon.core.engine_types import SubmitReceipt
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
-from calculet.daemon.core.observer import FAULT_UNLOAD_LEAK
+from calculet.daemon.core.observe.observer import FAULT_UNLOAD_LEAK
+from calculet.daemon.core.observe.snapshot import EngineSnapshot, GenerationView
+from calculet.daemon.core.observe.status import HealthView, LoadView, ModelInfoView, StatusView
+from calculet.daemon.core.observe.views import PackageIdentity, health_view, load_view, status_view
 from calculet.daemon.core.request import GenerationRequest, ModelLimits
 from calculet.daemon.core.resets.audit import escalation_entry
 from calculet.daemon.core.resets.budget import BoardHalt, ResetReport
@@ -37,10 +40,7 @@ from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationK
 from calculet.daemon.core.resets.escalations import Escalator
 from calculet.daemon.core.resets.operator import OperatorHooks, operator_reset
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
-from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
 from calculet.daemon.core.switch import SwitchSpec
-from calculet.daemon.core.views import PackageIdentity, health_view, load_view, status_view
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceLost
 from calculet.daemon.device.guard import GuardedDevice

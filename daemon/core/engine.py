@@ -45,7 +45,7 @@ it. Nothing polls: every wait is on the condition, an event log listener, or the
 
 Telemetry: where something happens (queued, refused, device job started/done, finished, reset, fault)
 the engine emits an event to its `ObserverHub` (a queue put, also under the lock; `observer_records`
-builds them); the hub's thread calls the observers (`observer.py`), never an engine thread. With no
+builds them); the hub's thread calls the observers (`observe/observer.py`), never an engine thread. With no
 observer no event is built.
 
 A sequence in WAITING/READY/RECOVER belongs to the scheduler; one in PREFILL/DECODE belongs to the
@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from calculet.common.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
-from calculet.daemon.core import completion, expiry, observer_records
+from calculet.daemon.core import completion, expiry
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
 from calculet.daemon.core.completion import BoardFacts
 from calculet.daemon.core.engine_generations import EngineGenerations
@@ -83,7 +83,10 @@ from calculet.daemon.core.ids import new_sequence_id
 from calculet.daemon.core.job_table import JobTable
 from calculet.daemon.core.lane_closes import LaneClose, LaneCloses, close_lanes
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
+from calculet.daemon.core.observe import observer_records
+from calculet.daemon.core.observe.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
+from calculet.daemon.core.observe.snapshot import CounterView, EngineSnapshot
+from calculet.daemon.core.observe.snapshot_parts import generation_view, job_view, pool_view
 from calculet.daemon.core.request import GenerationRequest, validate_request
 from calculet.daemon.core.request_digest import request_digest
 from calculet.daemon.core.resets.controller import ResetController
@@ -93,8 +96,6 @@ from calculet.daemon.core.resets.submit_streak import SubmitErrorStreak, escalat
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.core.snapshot import CounterView, EngineSnapshot
-from calculet.daemon.core.snapshot_parts import generation_view, job_view, pool_view
 from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
@@ -317,7 +318,7 @@ class Engine(EngineGenerations):
             self._escalation_watch.forget(generation)
 
     def add_observer(self, observer: EngineObserver) -> None:
-        """Deliver the engine's events from now on to `observer`, on the hub's thread (`observer.py`)."""
+        """Deliver the engine's events from now on to `observer`, on the hub's thread (`observe/observer.py`)."""
         self._observers.add(observer)
 
     def flush_observers(self, timeout: float) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from calculet.daemon.core.observer import EngineObserver, RequestFinished
+from calculet.daemon.core.observe.observer import EngineObserver, RequestFinished
 from calculet.daemon.server.changes import StateChanges
 
 # Reports a finish triggers come at most this often per board (each costs the daemon one load report,

@@ -36,8 +36,8 @@ from calculet.daemon.core.device_core import DeviceCore, SubmitReceipt
 from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
+from calculet.daemon.core.observe.status import HealthView
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, RequestTrace, prevalidate
-from calculet.daemon.core.status import HealthView
 from calculet.daemon.server.changes import StateChanges, signature
 from calculet.daemon.server.checks import (
     REFERENCE_CONTEXT,

@@ -53,7 +53,8 @@ from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.errors import BoardHalted, MemoryNotBack
 from calculet.daemon.core.executor import DeviceJob, Executor
 from calculet.daemon.core.job_buffers import BufferState
-from calculet.daemon.core.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
+from calculet.daemon.core.observe.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
+from calculet.daemon.core.observe.status import ResetOutcome
 from calculet.daemon.core.resets.audit import ResetAudit, ResetEntry, escalation_entry
 from calculet.daemon.core.resets.audit import now as reset_audit_now
 from calculet.daemon.core.resets.budget import (
@@ -68,7 +69,6 @@ from calculet.daemon.core.resets.budget import (
 )
 from calculet.daemon.core.resets.host import ResetHost
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.status import ResetOutcome
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, ModelReleased, WaitTimeout
 from calculet.daemon.device.types import JobStatus

@@ -10,7 +10,7 @@ import pytest
 
 from calculet.common.errors import Overloaded
 from calculet.daemon.core.kv import KVManager, LaneState
-from calculet.daemon.core.prefix_views import pending_prefill_tokens
+from calculet.daemon.core.observe.prefix_views import pending_prefill_tokens
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, JobPlan, Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence

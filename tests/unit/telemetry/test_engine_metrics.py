@@ -12,7 +12,7 @@ import pytest
 from calculet.common.errors import ErrorKind
 from calculet.common.telemetry.registry import MetricsRegistry
 from calculet.daemon.core.events import FinishReason, Timings, Usage
-from calculet.daemon.core.observer import (
+from calculet.daemon.core.observe.observer import (
     DeviceJobDone,
     FaultSeen,
     RequestFinished,

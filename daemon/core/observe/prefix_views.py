@@ -13,10 +13,10 @@ snapshot (`Engine._generation_view_locked`).
 
 from __future__ import annotations
 
+from calculet.daemon.core.observe.status import PrefixCacheView
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.core.status import PrefixCacheView
 
 # States in which a sequence still has prefill work (queued, part-way, in a prefill job, recovering).
 _PREFILLING = frozenset({SeqState.WAITING, SeqState.PARTIAL, SeqState.PREFILL, SeqState.RECOVER})

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from calculet.daemon.core.generations import GenerationTable
+from calculet.daemon.core.observe.prefix_views import lane_chains, pending_prefill_tokens, prefix_cache_view
+from calculet.daemon.core.observe.snapshot import GenerationView
+from calculet.daemon.core.observe.status import JobView, PoolView, QueueView
 from calculet.daemon.core.prefix_advert import advertise, tips
-from calculet.daemon.core.prefix_views import lane_chains, pending_prefill_tokens, prefix_cache_view
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import Scheduler, SchedulingPolicy
 from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.core.snapshot import GenerationView
-from calculet.daemon.core.status import JobView, PoolView, QueueView
 
 
 def generation_view(

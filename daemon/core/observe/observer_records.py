@@ -10,7 +10,7 @@ import time
 from calculet.daemon.core.completion import Settlement
 from calculet.daemon.core.events import FinalEvent
 from calculet.daemon.core.executor import DeviceJob
-from calculet.daemon.core.observer import (
+from calculet.daemon.core.observe.observer import (
     FAULT_CCU_EXCEPTION,
     FAULT_COUNTER_MISMATCH,
     FAULT_NON_FINITE,
