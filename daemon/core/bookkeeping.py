@@ -300,7 +300,7 @@ class Bookkeeper:
     def serving_generations(self) -> tuple[str, ...]:
         """The serving models as the reset audit records them: "alias@generation (package)", so a
         rollback or a rollout shows which package served before and after."""
-        published = self._generations.published()
+        published = self._generations.all_published()
         return tuple(f"{rt.alias}@{rt.generation} ({rt.package_dir.name})" for rt in published if rt.state.serving)
 
     def configured(self) -> list[ModelRuntime]:

@@ -77,7 +77,7 @@ class DeviceCore:
         )
         # What an operator reset needs beyond the engine: the model manager and the board's health.
         self._reset_hooks = OperatorHooks(
-            loaded=lambda alias: self.models.serving(alias) is not None,
+            loaded=lambda alias: self.models.published(alias) is not None,
             rewarm=self.models.rewarm,
             audit_point=self._audit_point,
             memory_back=self.models.memory_back,
@@ -179,7 +179,7 @@ class DeviceCore:
 
     def default_max_tokens(self, alias: str) -> int:
         """The room left by a prompt is computed per request; this is the model's context."""
-        rt = self.models.serving(alias)
+        rt = self.models.published(alias)
         return rt.limits.context if rt is not None and rt.model is not None else 1
 
     def event_log(self, job_id: str, *, for_wait: bool = True) -> EventLog:
@@ -423,7 +423,7 @@ class DeviceCore:
         return self._hashes[key]
 
     def get_model(self, alias: str) -> ModelInfoView:
-        rt = self.models.serving(alias)
+        rt = self.models.published(alias)
         if rt is None or rt.model is None:
             raise NotFound(f"unknown model {alias!r}")
         m = rt.manifest

@@ -423,7 +423,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     @map_errors
     async def Reset(self, request: operate_pb2.ResetRequest, context: grpc.aio.ServicerContext) -> Any:
-        kind = reset_kind(request, lambda alias: self.core.models.serving(alias) is not None)
+        kind = reset_kind(request, lambda alias: self.core.models.published(alias) is not None)
         started = time.monotonic()
         before = self.core.health()
         # Another reset in progress: FailedPrecondition; a failed attempt is reported in the result.
