@@ -64,6 +64,7 @@ from contextlib import contextmanager
 from calculet.common.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
 from calculet.daemon.core import completion, expiry
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.completion import BoardFacts
 from calculet.daemon.core.engine_generations import EngineGenerations
 from calculet.daemon.core.engine_types import EngineConfig, ProbeOutcome, SubmitReceipt
@@ -95,7 +96,6 @@ from calculet.daemon.core.resets.host import ResetHost
 from calculet.daemon.core.resets.submit_streak import SubmitErrorStreak, escalation_reason
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler
-from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
@@ -352,7 +352,7 @@ class Engine(EngineGenerations):
 
     def _queue(
         self, req: GenerationRequest, runtime: ModelRuntime | None, *, capture_logits: bool, seed_given: bool
-    ) -> tuple[Sequence, bool]:
+    ) -> tuple[ClientJob, bool]:
         """`submit`, returning the sequence itself (a probe waits on it even if it leaves retention at
         once). `runtime`: serve on this generation instead of the alias's (warm-up probes)."""
         # O(prompt): outside the lock. Keyed by the client's id alone for now; once access planes give
@@ -372,7 +372,7 @@ class Engine(EngineGenerations):
         # penalties read it: without them it would cost a set and three arrays of appends per token).
         limits = rt.limits
         validate_request(req, limits)
-        seq = Sequence(new_sequence_id(), req, rt.generation, rt.eos_ids)
+        seq = ClientJob(new_sequence_id(), req, rt.generation, rt.eos_ids)
         seq.capture_logits = capture_logits
         seq.internal = runtime is not None
         if req.sampling.has_penalties:

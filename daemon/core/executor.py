@@ -1,7 +1,7 @@
 """Device jobs: building, submitting and tracking them until their completion is applied
 (DESIGN.md section 3).
 
-Vocabulary: a *job* is the client's unit (one Submit, a `Sequence`); a *device job* is one unit of
+Vocabulary: a *job* is the client's unit (one Submit, a `ClientJob`); a *device job* is one unit of
 device work the executor builds from a `JobPlan` (a prefill of one sequence or a batched decode
 step) and a *submission* is the device's handle on it.
 

@@ -55,7 +55,7 @@ class RequestQueued:
 
     Attributes:
         internal: a warm-up probe (golden check), not a client request.
-        t: monotonic time of the Submit (`Sequence.t_submit`).
+        t: monotonic time of the Submit (`ClientJob.t_submit`).
         trace: the caller's request id and W3C trace context (logs and spans).
     """
 

@@ -22,10 +22,10 @@ from tokenizers import Tokenizer
 from calculet.common.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core import completion
+from calculet.daemon.core.client_job import ClientJob
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason, TokenChunk
 from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.core.sequence import Sequence
 from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.daemon.sampling.thinking import ThinkingBudget, ThinkingTracker
@@ -240,9 +240,9 @@ def test_a_pending_constrained_row_may_draw_the_open_token_and_a_thinking_row_is
     grammar_only = rt.grammar.matcher(CHOICE).allowed()
     assert not grammar_only[OPEN]  # the choice grammar alone forbids it
 
-    def seq(prompt: tuple[int, ...]) -> Sequence:
+    def seq(prompt: tuple[int, ...]) -> ClientJob:
         r = req(2, prompt=prompt)
-        s = Sequence(
+        s = ClientJob(
             "job-m", dataclasses.replace(r, sampling=dataclasses.replace(r.sampling, constraint=CHOICE)), 1, frozenset()
         )
         s.grammar = rt.grammar.matcher(CHOICE)
