@@ -29,7 +29,8 @@ class DaemonConfig:
         device_options: driver options (calsim: time_scale, fault_plan, ...).
         models_root: package paths given to Load must resolve inside it.
         models: startup models as (alias, path relative to models_root or absolute inside it).
-        policy: "continuous" (batching, ping/pong) or "serial" (today's product, for comparison).
+        policy: "continuous" (batching, ping/pong) or "serial" (one device job at a time, the baseline
+            for comparison).
         max_inflight: 1 or 2 (capped by the device's capability).
         job_timeout_s: wall-clock wait for one device job before the device is reset.
         fault_injection: allow the InjectFault RPC (calsim only).

@@ -26,14 +26,14 @@ Threads:
   by the completion thread, takes a plan
   from the scheduler (which hands over the sequences with their lanes), has the executor prepare
   it under the lock, then fills and submits it *outside* the lock and records it as started. With
-  the serial policy it also waits for that job at once, like today's product;
+  the serial policy (one device job at a time, the baseline) it also waits for that job at once;
 - the **completion thread** waits (outside the lock) for the oldest submitted device job, samples
   its logits outside the lock (overlapping the other bank's device work), then under the lock
   `completion.settle` decides what the job means and the engine applies it. With
   `launch_from_completion` (the default) it then plans, prepares and submits the next device job
   itself, as the engine thread would: with one decode cohort that job waits on these tokens, and
   this thread's core is awake, where waking the engine thread costs a hand-off and a core that
-  slept through the step (0.1-0.2 ms a step on our VMs: `bench/step_gap.py --launch`). One launch
+  slept through the step (`bench/step_gap.py --launch` measures it). One launch
   runs at a time, whichever thread holds it (`_submitting`), so the device takes jobs in the order
   they were prepared. The Wait streams' wake-ups of that settlement are held until the next device
   job is submitted (or none was to be), so the gRPC loop streaming the tokens does not contend for

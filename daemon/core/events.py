@@ -89,7 +89,7 @@ Listener = Callable[[], None]
 # What a finished job holds, estimated from tracemalloc measurements of finished calsim jobs (its
 # penalty history dropped; tests/unit/core/test_dedup_retention.py checks the estimate against a
 # measurement). Each figure is rounded up: the estimate is a bound, not an average.
-JOB_BYTES = 6 * 1024  # ClientJob, EventLog, lifecycle, request, Final, table slots: ~3.9 KB measured
+JOB_BYTES = 6 * 1024  # ClientJob, EventLog, lifecycle, request, Final, table slots, with headroom
 PROMPT_TOKEN_BYTES = 40  # prompt/resume token: a tuple slot + an int object (~36 B)
 TOKEN_BYTES = 224  # streamed token: its TokenChunk event, tuple, int, `generated` slot (~184 B)
 LOGPROB_BYTES = 192  # its TokenLogprob (~176 B)
