@@ -130,7 +130,7 @@ class Row:
 
 
 def run(core: DeviceCore, alias: str, c: Constraint, seeds: range, concurrency: int) -> Row:
-    rt = core.models.serving(alias)
+    rt = core.models.published(alias)
     assert rt is not None
     before = core.status()
     jobs0, compute0, forced0 = before.device_counters.submitted, before.utilization.compute_seconds, rt.jumps.tokens

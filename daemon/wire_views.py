@@ -16,9 +16,7 @@ from calculet.common.prefix import BLOCK_TOKENS
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import BudgetView, ResetReport
-from calculet.daemon.core.status import (
+from calculet.daemon.core.observe.status import (
     HealthView,
     JobView,
     LoadView,
@@ -29,6 +27,8 @@ from calculet.daemon.core.status import (
     StatusView,
     UtilizationView,
 )
+from calculet.daemon.core.resets.audit import ResetEntry
+from calculet.daemon.core.resets.budget import BudgetView, ResetReport
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, MemoryUsage
 from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
 from calculet.v1 import common_pb2, observe_pb2, operate_pb2

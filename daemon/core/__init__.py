@@ -1,11 +1,11 @@
 """The daemon's domain core: one board's jobs, models and device work, with no transport
 (docs/daemon.md). `docs/daemon.md` draws who owns what.
 
-- `device_core.DeviceCore`: the facade the servicer calls; builds views (`views.py`) from snapshots.
+- `device_core.DeviceCore`: the facade the servicer calls; builds views (`observe/views.py`) from snapshots.
 - `engine.Engine`: owns every client job (`job_table`), model generation (`generations`), the
   `scheduler.Scheduler`, the `executor.Executor` and the board's reset controller, behind one lock;
   runs the engine and completion threads. Nothing outside it touches its state; `snapshot()` gives
-  frozen views (`snapshot.py`, built by `snapshot_parts.py`). Its settings and answers:
+  frozen views (`observe/snapshot.py`, built by `observe/snapshot_parts.py`). Its settings and answers:
   `engine_types`.
 - `bookkeeping.Bookkeeper`: the engine's job and lane bookkeeping under its lock: queues jobs, moves
   them out of finished device jobs, ends them (parking or freeing lanes, `lane_closes` for the

@@ -1,4 +1,4 @@
-"""The engine's job and lane bookkeeping: how a client job (a `Sequence`) moves between the
+"""The engine's job and lane bookkeeping: how a client job (a `ClientJob`) moves between the
 scheduler, the device jobs and the job table, and how it ends.
 
 `Bookkeeper` queues new sequences (`enqueue`); ends them (parking or freeing their lanes, queueing
@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from calculet.common.errors import DeadlineExceeded, ErrorKind, Overloaded
-from calculet.daemon.core import completion, expiry, observer_records
+from calculet.daemon.core import completion, expiry
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.completion import Chunked, Continue, Next, Recover, Settlement
 from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.events import FinishReason
@@ -31,11 +32,11 @@ from calculet.daemon.core.job_table import JobTable
 from calculet.daemon.core.jump import Jumped
 from calculet.daemon.core.lane_closes import LaneCloses
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.observer import ObserverHub, RequestFinished, RequestQueued, RequestRejected
-from calculet.daemon.core.reset_budget import ResetTally
+from calculet.daemon.core.observe import observer_records
+from calculet.daemon.core.observe.observer import ObserverHub, RequestFinished, RequestQueued, RequestRejected
+from calculet.daemon.core.resets.budget import ResetTally
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler
-from calculet.daemon.core.sequence import SeqState, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class Bookkeeper:
         self._halted = halted
         self._notify = notify
 
-    def enqueue(self, seq: Sequence, digest: bytes, rt: ModelRuntime) -> None:
+    def enqueue(self, seq: ClientJob, digest: bytes, rt: ModelRuntime) -> None:
         """Queue a new job of `rt` for a KV lane and add it to the job table; the caller checked that
         the board admits it (its prefill array, if prefix reuse needs one, was built before the lock).
 
@@ -116,7 +117,7 @@ class Bookkeeper:
         if self._observers.wants(RequestQueued):
             self._observers.emit(observer_records.queued(seq))
 
-    def _expected_keep(self, seq: Sequence, rt: ModelRuntime) -> int:
+    def _expected_keep(self, seq: ClientJob, rt: ModelRuntime) -> int:
         """Prefill tokens of a new client request that a parked lane holds now (lock held; its array
         was built before the lock): what the scheduler classifies it by."""
         policy = self._config.policy
@@ -173,7 +174,7 @@ class Bookkeeper:
 
     # ---- ending and moving sequences ------------------------------------------------------
 
-    def cancel(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
+    def cancel(self, seq: ClientJob, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
         """Stop delivering a job. Waiting/ready sequences end now; one in a device job ends when its
         completion sees `cancel_requested` and the device is done with its lane."""
         seq.cancel_requested = True
@@ -186,7 +187,7 @@ class Bookkeeper:
             self._scheduler.forget(seq)
             self.finish(seq, reason, kind, message)
 
-    def finish(self, seq: Sequence, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
+    def finish(self, seq: ClientJob, reason: FinishReason, kind: ErrorKind | None, message: str) -> None:
         """End a sequence that is not in a device job: park or free its lane, write its Final, retain it."""
         rt = self._generations.running(seq.generation)
         park_at = time.monotonic() if self._may_park(seq, rt, reason) else None
@@ -207,7 +208,7 @@ class Bookkeeper:
                 self._counters.failed += 1
         self._notify()
 
-    def follow(self, seq: Sequence, then: Next) -> None:
+    def follow(self, seq: ClientJob, then: Next) -> None:
         """Move a sequence out of its finished device job: next step, re-prefill, or its end."""
         if isinstance(then, Continue):
             seq.lifecycle.move(SeqState.READY)
@@ -231,7 +232,7 @@ class Bookkeeper:
         else:
             self.finish(seq, then.reason, then.kind, then.message)
 
-    def _may_park(self, seq: Sequence, rt: ModelRuntime | None, reason: FinishReason) -> bool:
+    def _may_park(self, seq: ClientJob, rt: ModelRuntime | None, reason: FinishReason) -> bool:
         """Whether a finishing client sequence leaves its lane parked (its KV trusted, for a later
         request to reuse): prefix reuse is on, its generation is Ready on a serving board, and it
         ended normally (stop, length, its client's cancel, its deadline) rather than by a fault."""
@@ -252,13 +253,13 @@ class Bookkeeper:
                 rt.prefix.dropped += len(dropped)
                 log.info("dropped %d parked lane(s) of %s@%d: %s", len(dropped), rt.alias, rt.generation, why)
 
-    def vacate_lane(self, seq: Sequence, rt: ModelRuntime) -> None:
+    def vacate_lane(self, seq: ClientJob, rt: ModelRuntime) -> None:
         """A recovering sequence gives its lane back; it re-prefills into a free lane later."""
         if (lane := self._scheduler.release_lane(seq, rt)) is not None and rt.model is not None:
             self._lane_closes.add(rt.model, lane)
 
     def lose_kv(
-        self, seq: Sequence, rt: ModelRuntime, message: str, *, serving: bool = True, refused: bool = False
+        self, seq: ClientJob, rt: ModelRuntime, message: str, *, serving: bool = True, refused: bool = False
     ) -> None:
         """A sequence outside any device job lost its KV (its job never ran, or a reset cleared its
         lane): re-prefill it, or end it when it may not recover any more or the board stops serving.
@@ -299,7 +300,7 @@ class Bookkeeper:
     def serving_generations(self) -> tuple[str, ...]:
         """The serving models as the reset audit records them: "alias@generation (package)", so a
         rollback or a rollout shows which package served before and after."""
-        published = self._generations.published()
+        published = self._generations.all_published()
         return tuple(f"{rt.alias}@{rt.generation} ({rt.package_dir.name})" for rt in published if rt.state.serving)
 
     def configured(self) -> list[ModelRuntime]:

@@ -37,12 +37,12 @@ import ml_dtypes
 import numpy as np
 
 from calculet.common.errors import ErrorKind
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.events import FinishReason, TokenLogprob
 from calculet.daemon.core.executor import DeviceJob
 from calculet.daemon.core.jump import Jumped, forced_logprobs, forced_run, settle_run
 from calculet.daemon.core.row_masks import RowMasks
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.core.utilization import JobCopies
 from calculet.daemon.device.types import JobStatus, TaskType
 from calculet.daemon.grammar.matcher import NO_RUN, ForcedRun, MatcherState
@@ -102,7 +102,7 @@ class RowOutcome:
     """
 
     row: int
-    seq: Sequence
+    seq: ClientJob
     kv: KvEffect
     then: Next
     token: int | None = None
@@ -115,7 +115,7 @@ class RowOutcome:
 
 
 class DeviceFault(Enum):
-    """The device fault a settlement saw, for the escalations (`escalation_watch.py`): a CCU exception
+    """The device fault a settlement saw, for the escalations (`resets/escalation_watch.py`): a CCU exception
     the device raised on its own (not a reset's), or non-finite logits in any row."""
 
     NONE = auto()
@@ -203,7 +203,7 @@ def sample(job: DeviceJob) -> Sampled:
     return Sampled(results, captured, [True] * len(seqs), stops, failed, _runs(job, results, stops, failed))
 
 
-def row_masks(seqs: list[Sequence]) -> RowMasks:
+def row_masks(seqs: list[ClientJob]) -> RowMasks:
     """Per row, the mask its matcher allows next (None: unconstrained, or inside a think block), and
     why a matcher allows nothing (a FAILED matcher: such a row is sampled unconstrained and its token
     never used). A thinking row whose first token may still open its block may also draw the open
@@ -213,7 +213,7 @@ def row_masks(seqs: list[Sequence]) -> RowMasks:
     for s in seqs:
         allowed = None
         problem = None
-        g = s.answer_grammar  # read once: a sequence that ends drops its matcher (`Sequence.finish`)
+        g = s.answer_grammar  # read once: a sequence that ends drops its matcher (`ClientJob.finish`)
         if g is not None:
             allowed = g.allowed() if g.state is MatcherState.ACTIVE else None
             if allowed is None or not allowed.any():
@@ -236,7 +236,7 @@ def _rows(job: DeviceJob) -> tuple[list[RowSampling], tuple[str | None, ...]]:
 
 
 def _grammar_stops(
-    seqs: list[Sequence], results: list[RowResult | None] | list[RowResult], failed: tuple[str | None, ...]
+    seqs: list[ClientJob], results: list[RowResult | None] | list[RowResult], failed: tuple[str | None, ...]
 ) -> tuple[bool, ...]:
     """Per row, whether its drawn token completes its grammar (checked without advancing it)."""
     stops = []
@@ -270,7 +270,7 @@ def _runs(
     return tuple(runs)
 
 
-def _forced(seqs: list[Sequence], results: Iterable[RowResult]) -> list[RowResult | None]:
+def _forced(seqs: list[ClientJob], results: Iterable[RowResult]) -> list[RowResult | None]:
     """The drawn results, with the close token in place of the draw of each row whose thinking budget
     is used up, and of each constrained row that drew a stop token inside its think block: such a job
     may end only by completing its constraint, after the close, so a model that would end there ends
@@ -359,7 +359,7 @@ def settle(job: DeviceJob, status: JobStatus, sampled: Sampled | None, facts: Bo
 
 
 def recovery(
-    seq: Sequence, rt: ModelRuntime, message: str, *, serving: bool, max_recoveries: int, refused: bool = False
+    seq: ClientJob, rt: ModelRuntime, message: str, *, serving: bool, max_recoveries: int, refused: bool = False
 ) -> End | Recover:
     """What follows for a sequence that just lost its KV (this loss already counted or not: the
     verdict uses `seq.recoveries + 1`). `refused`: the board refused to take its job (a submit
@@ -385,7 +385,7 @@ def recovery(
     return Recover(message)
 
 
-def _recovery(seq: Sequence, rt: ModelRuntime, message: str, facts: BoardFacts) -> End | Recover:
+def _recovery(seq: ClientJob, rt: ModelRuntime, message: str, facts: BoardFacts) -> End | Recover:
     return recovery(seq, rt, message, serving=facts.serving, max_recoveries=facts.max_recoveries)
 
 
@@ -434,7 +434,7 @@ def _done(job: DeviceJob, sampled: Sampled, facts: BoardFacts) -> Settlement:
     return Settlement(tuple(rows), tuple(anomalies), clean=not anomalies, fault=fault)
 
 
-def _chunk_done(row: int, seq: Sequence, rt: ModelRuntime, finite: bool, facts: BoardFacts) -> RowOutcome:
+def _chunk_done(row: int, seq: ClientJob, rt: ModelRuntime, finite: bool, facts: BoardFacts) -> RowOutcome:
     """A non-final prefill chunk finished: its KV is trusted unless its logits were not finite."""
     if not finite:
         lost = _recovery(seq, rt, "non-finite logits from the device", facts)
@@ -452,7 +452,7 @@ def _chunk_done(row: int, seq: Sequence, rt: ModelRuntime, finite: bool, facts: 
     return RowOutcome(row, seq, KvEffect.COMMIT, Chunked())
 
 
-def _after_token(seq: Sequence, token: int, now: float, facts: BoardFacts) -> Next:
+def _after_token(seq: ClientJob, token: int, now: float, facts: BoardFacts) -> Next:
     stop = seq.stop_reason_after(token)
     if stop is not None:
         return End(stop)
@@ -487,7 +487,7 @@ def _fenced(job: DeviceJob) -> Settlement:
     return Settlement(tuple(rows))
 
 
-def _cancelled(seq: Sequence) -> End:
+def _cancelled(seq: ClientJob) -> End:
     """A cancelled sequence's Final: CANCELLED, or the error of the unload/drain that cancelled it."""
     reason, kind, message = seq.pending_error or (FinishReason.CANCELLED, None, "")
     return End(reason, kind, message)

@@ -11,10 +11,10 @@ from typing import Any
 from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF
 from calculet.daemon.core.engine_types import EngineConfig
-from calculet.daemon.core.escalation_watch import CCU_ESCALATION, ESCALATION_WINDOW_S, NAN_ESCALATION
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
+from calculet.daemon.core.resets.escalation_watch import CCU_ESCALATION, ESCALATION_WINDOW_S, NAN_ESCALATION
+from calculet.daemon.core.resets.submit_streak import SUBMIT_ERROR_STREAK
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, SchedulingPolicy
-from calculet.daemon.core.submit_streak import SUBMIT_ERROR_STREAK
 
 POLICIES = ("continuous", "serial")
 
@@ -29,7 +29,8 @@ class DaemonConfig:
         device_options: driver options (calsim: time_scale, fault_plan, ...).
         models_root: package paths given to Load must resolve inside it.
         models: startup models as (alias, path relative to models_root or absolute inside it).
-        policy: "continuous" (batching, ping/pong) or "serial" (today's product, for comparison).
+        policy: "continuous" (batching, ping/pong) or "serial" (one device job at a time, the baseline
+            for comparison).
         max_inflight: 1 or 2 (capped by the device's capability).
         job_timeout_s: wall-clock wait for one device job before the device is reset.
         fault_injection: allow the InjectFault RPC (calsim only).

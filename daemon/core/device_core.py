@@ -2,8 +2,9 @@
 
 A thin facade: it opens the device through the driver registry and holds the `Engine` (client jobs,
 scheduling, device jobs, generations; its own lock) and the `ModelManager` (load / unload / warm-up).
-Each method answers one request of the three planes of docs/daemon.md "Access planes" by calling them and
-building a view (`views.py`) from an `EngineSnapshot`; it never touches the engine's state directly.
+Each method answers one request of the three planes of docs/daemon.md "Access planes" by calling
+them and building a view (`observe/views.py`) from an `EngineSnapshot`; it never touches the
+engine's state directly.
 The gRPC servicer converts protobuf to these calls and back, nothing more.
 
 Thread-safe: methods may be called from any thread. Inference and observation calls take the engine
@@ -25,22 +26,22 @@ from calculet.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.engine_types import SubmitReceipt
-from calculet.daemon.core.escalation_actions import BoardEscalations
-from calculet.daemon.core.escalation_watch import Escalation, EscalationKind
-from calculet.daemon.core.escalations import Escalator
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
-from calculet.daemon.core.observer import FAULT_UNLOAD_LEAK
-from calculet.daemon.core.operator_reset import OperatorHooks, operator_reset
+from calculet.daemon.core.observe.observer import FAULT_UNLOAD_LEAK
+from calculet.daemon.core.observe.snapshot import EngineSnapshot, GenerationView
+from calculet.daemon.core.observe.status import HealthView, LoadView, ModelInfoView, StatusView
+from calculet.daemon.core.observe.views import PackageIdentity, health_view, load_view, status_view
 from calculet.daemon.core.request import GenerationRequest, ModelLimits
-from calculet.daemon.core.reset_audit import escalation_entry
-from calculet.daemon.core.reset_budget import BoardHalt, ResetReport
+from calculet.daemon.core.resets.audit import escalation_entry
+from calculet.daemon.core.resets.budget import BoardHalt, ResetReport
+from calculet.daemon.core.resets.escalation_actions import BoardEscalations
+from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationKind
+from calculet.daemon.core.resets.escalations import Escalator
+from calculet.daemon.core.resets.operator import OperatorHooks, operator_reset
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
-from calculet.daemon.core.status import HealthView, LoadView, ModelInfoView, StatusView
 from calculet.daemon.core.switch import SwitchSpec
-from calculet.daemon.core.views import PackageIdentity, health_view, load_view, status_view
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceLost
 from calculet.daemon.device.guard import GuardedDevice
@@ -77,12 +78,12 @@ class DeviceCore:
         )
         # What an operator reset needs beyond the engine: the model manager and the board's health.
         self._reset_hooks = OperatorHooks(
-            loaded=lambda alias: self.models.serving(alias) is not None,
+            loaded=lambda alias: self.models.published(alias) is not None,
             rewarm=self.models.rewarm,
             audit_point=self._audit_point,
             memory_back=self.models.memory_back,
         )
-        # docs/sources.md 000 §14's escalations, acted on by their own thread (`escalations.py`).
+        # docs/sources.md 000 §14's escalations, acted on by their own thread (`resets/escalations.py`).
         exit_process = self._request_exit if config.unhealthy_exit else None
         actions = BoardEscalations(self.engine, self.models, self.device, self._reset_hooks, exit_process)
         self._escalator = Escalator(actions)
@@ -179,7 +180,7 @@ class DeviceCore:
 
     def default_max_tokens(self, alias: str) -> int:
         """The room left by a prompt is computed per request; this is the model's context."""
-        rt = self.models.serving(alias)
+        rt = self.models.published(alias)
         return rt.limits.context if rt is not None and rt.model is not None else 1
 
     def event_log(self, job_id: str, *, for_wait: bool = True) -> EventLog:
@@ -423,7 +424,7 @@ class DeviceCore:
         return self._hashes[key]
 
     def get_model(self, alias: str) -> ModelInfoView:
-        rt = self.models.serving(alias)
+        rt = self.models.published(alias)
         if rt is None or rt.model is None:
             raise NotFound(f"unknown model {alias!r}")
         m = rt.manifest

@@ -9,7 +9,7 @@ State and its owner (all private; other modules call methods that return copies 
     device jobs, banks, limit       `Executor`          engine lock (its `submit` runs without it)
     lanes to close on the device    `LaneCloses`        engine lock (closed without it)
     counters, admitting (drain)     the engine          engine lock
-    resets, halts, reset budget,    `ResetController`   engine lock, lent to it (`reset_controller.py`)
+    resets, halts, reset budget,    `ResetController`   engine lock, lent to it (`resets/controller.py`)
     gate, audit trail
     device utilisation              `UtilizationTracker` engine lock (fed by each completion)
 
@@ -26,14 +26,14 @@ Threads:
   by the completion thread, takes a plan
   from the scheduler (which hands over the sequences with their lanes), has the executor prepare
   it under the lock, then fills and submits it *outside* the lock and records it as started. With
-  the serial policy it also waits for that job at once, like today's product;
+  the serial policy (one device job at a time, the baseline) it also waits for that job at once;
 - the **completion thread** waits (outside the lock) for the oldest submitted device job, samples
   its logits outside the lock (overlapping the other bank's device work), then under the lock
   `completion.settle` decides what the job means and the engine applies it. With
   `launch_from_completion` (the default) it then plans, prepares and submits the next device job
   itself, as the engine thread would: with one decode cohort that job waits on these tokens, and
   this thread's core is awake, where waking the engine thread costs a hand-off and a core that
-  slept through the step (0.1-0.2 ms a step on our VMs: `bench/step_gap.py --launch`). One launch
+  slept through the step (`bench/step_gap.py --launch` measures it). One launch
   runs at a time, whichever thread holds it (`_submitting`), so the device takes jobs in the order
   they were prepared. The Wait streams' wake-ups of that settlement are held until the next device
   job is submitted (or none was to be), so the gRPC loop streaming the tokens does not contend for
@@ -45,7 +45,7 @@ it. Nothing polls: every wait is on the condition, an event log listener, or the
 
 Telemetry: where something happens (queued, refused, device job started/done, finished, reset, fault)
 the engine emits an event to its `ObserverHub` (a queue put, also under the lock; `observer_records`
-builds them); the hub's thread calls the observers (`observer.py`), never an engine thread. With no
+builds them); the hub's thread calls the observers (`observe/observer.py`), never an engine thread. With no
 observer no event is built.
 
 A sequence in WAITING/READY/RECOVER belongs to the scheduler; one in PREFILL/DECODE belongs to the
@@ -62,12 +62,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from calculet.common.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
-from calculet.daemon.core import completion, expiry, observer_records
+from calculet.daemon.core import completion, expiry
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.completion import BoardFacts
 from calculet.daemon.core.engine_generations import EngineGenerations
 from calculet.daemon.core.engine_types import EngineConfig, ProbeOutcome, SubmitReceipt
-from calculet.daemon.core.escalation_watch import Escalation, EscalationWatch
 from calculet.daemon.core.events import (
     EventLog,
     FinalEvent,
@@ -84,17 +84,18 @@ from calculet.daemon.core.ids import new_sequence_id
 from calculet.daemon.core.job_table import JobTable
 from calculet.daemon.core.lane_closes import LaneClose, LaneCloses, close_lanes
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
+from calculet.daemon.core.observe import observer_records
+from calculet.daemon.core.observe.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
+from calculet.daemon.core.observe.snapshot import CounterView, EngineSnapshot
+from calculet.daemon.core.observe.snapshot_parts import generation_view, job_view, pool_view
 from calculet.daemon.core.request import GenerationRequest, validate_request
 from calculet.daemon.core.request_digest import request_digest
-from calculet.daemon.core.reset_controller import ResetController
-from calculet.daemon.core.reset_host import ResetHost
+from calculet.daemon.core.resets.controller import ResetController
+from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationWatch
+from calculet.daemon.core.resets.host import ResetHost
+from calculet.daemon.core.resets.submit_streak import SubmitErrorStreak, escalation_reason
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan, Scheduler
-from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.core.snapshot import CounterView, EngineSnapshot
-from calculet.daemon.core.snapshot_parts import generation_view, job_view, pool_view
-from calculet.daemon.core.submit_streak import SubmitErrorStreak, escalation_reason
 from calculet.daemon.core.utilization import UtilizationTracker
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, OutOfKV, StaleKV, WaitTimeout
@@ -183,7 +184,7 @@ class Engine(EngineGenerations):
 
     @property
     def resets(self) -> ResetController:
-        """The board's reset controller: operator resets (`operator_reset.py`), the reset budget, the
+        """The board's reset controller: operator resets (`resets/operator.py`), the reset budget, the
         audit trail. It shares the engine lock; its public methods take it themselves."""
         return self._resets
 
@@ -317,7 +318,7 @@ class Engine(EngineGenerations):
             self._escalation_watch.forget(generation)
 
     def add_observer(self, observer: EngineObserver) -> None:
-        """Deliver the engine's events from now on to `observer`, on the hub's thread (`observer.py`)."""
+        """Deliver the engine's events from now on to `observer`, on the hub's thread (`observe/observer.py`)."""
         self._observers.add(observer)
 
     def flush_observers(self, timeout: float) -> bool:
@@ -351,7 +352,7 @@ class Engine(EngineGenerations):
 
     def _queue(
         self, req: GenerationRequest, runtime: ModelRuntime | None, *, capture_logits: bool, seed_given: bool
-    ) -> tuple[Sequence, bool]:
+    ) -> tuple[ClientJob, bool]:
         """`submit`, returning the sequence itself (a probe waits on it even if it leaves retention at
         once). `runtime`: serve on this generation instead of the alias's (warm-up probes)."""
         # O(prompt): outside the lock. Keyed by the client's id alone for now; once access planes give
@@ -371,7 +372,7 @@ class Engine(EngineGenerations):
         # penalties read it: without them it would cost a set and three arrays of appends per token).
         limits = rt.limits
         validate_request(req, limits)
-        seq = Sequence(new_sequence_id(), req, rt.generation, rt.eos_ids)
+        seq = ClientJob(new_sequence_id(), req, rt.generation, rt.eos_ids)
         seq.capture_logits = capture_logits
         seq.internal = runtime is not None
         if req.sampling.has_penalties:
@@ -695,7 +696,7 @@ class Engine(EngineGenerations):
             if not self._submit_streak.failed():
                 self._book.launch_failed(job.plan, exc)
                 return
-            # docs/sources.md 000 §14: a streak of submit errors drains the board (`submit_streak.py`):
+            # docs/sources.md 000 §14: a streak of submit errors drains the board (`resets/submit_streak.py`):
             # this job's sequences and every other unfinished one end UNAVAILABLE (resume elsewhere),
             # whatever their recovery budget says.
             reason = escalation_reason(self._submit_streak.limit, str(exc))

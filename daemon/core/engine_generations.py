@@ -76,10 +76,10 @@ class EngineGenerations:
         with self._cond:
             return self._generations.all()
 
-    def serving(self, alias: str) -> ModelRuntime | None:
+    def published(self, alias: str) -> ModelRuntime | None:
         """The generation published under `alias` (in any state), or None."""
         with self._cond:
-            return self._generations.serving(alias)
+            return self._generations.published(alias)
 
     def serving_generations(self) -> tuple[str, ...]:
         """ "alias@generation (package)" of every serving model (the reset audit's before and after)."""
@@ -89,7 +89,7 @@ class EngineGenerations:
     def serving_limits(self, alias: str) -> ModelLimits | None:
         """The limits of the alias's serving generation, or None when none serves. O(1)."""
         with self._cond:  # a published runtime keeps its model until it is unpublished
-            rt = self._generations.serving(alias)
+            rt = self._generations.published(alias)
             return rt.limits if rt is not None and rt.model is not None and rt.state.serving else None
 
     def count_sequences(self, generation: int) -> int:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from calculet.daemon.core.escalation_watch import CCU_ESCALATION, ESCALATION_WINDOW_S, NAN_ESCALATION
 from calculet.daemon.core.events import FinalEvent
 from calculet.daemon.core.executor import RESTORE_AFTER_CLEAN_JOBS
+from calculet.daemon.core.resets.escalation_watch import CCU_ESCALATION, ESCALATION_WINDOW_S, NAN_ESCALATION
+from calculet.daemon.core.resets.submit_streak import SUBMIT_ERROR_STREAK
 from calculet.daemon.core.scheduler import SchedulingPolicy
-from calculet.daemon.core.submit_streak import SUBMIT_ERROR_STREAK
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,9 @@ class EngineConfig:
             idempotent Submit retries while their estimated bytes (`events.job_bytes`) fit and for
             at most this many seconds after their Final; the oldest go first.
         submit_error_streak: consecutive submit errors that drain the board (0 = never;
-            `submit_streak.py`).
+            `resets/submit_streak.py`).
         ccu_escalation / nan_escalation / escalation_window_s: CCU exceptions, and non-finite outputs
-            of one generation, within the window that escalate (0 = never; `escalation_watch.py`).
+            of one generation, within the window that escalate (0 = never; `resets/escalation_watch.py`).
         audit_journal: the file that keeps the reset audit trail across restarts (None: in memory).
     """
 

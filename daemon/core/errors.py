@@ -8,7 +8,7 @@ from calculet.common.errors import FailedPrecondition, Unavailable
 class StaleGeneration(FailedPrecondition):
     """An object of one model generation reached a component of another (generation fencing):
     a completion from an old generation must never write into the new generation's state. A job
-    context of an older buffer epoch offered to its pool raises it too (epoch fencing, `jobs.py`)."""
+    context of an older buffer epoch offered to its pool raises it too (epoch fencing, `job_buffers.py`)."""
 
 
 class BoardHalted(Unavailable):

@@ -3,7 +3,7 @@
 A job's output is an append-only list of events (token chunks, then exactly one final event).
 The engine threads append; any number of readers follow it from an event index. Readers are
 woken by callbacks (the gRPC layer turns them into `loop.call_soon_threadsafe`), so nobody polls.
-Ownership: the job's `Sequence` owns its log; after the Final, a `Retention` keeps the finished job
+Ownership: the job's `ClientJob` owns its log; after the Final, a `Retention` keeps the finished job
 (and so its log) for a while so a client can re-attach after a disconnect or retry its Submit.
 `Retention` bounds what it keeps by an estimate of the bytes each finished job holds
 (`job_bytes`) and by age, evicting the oldest first; an evicted job's id answers NOT_FOUND.
@@ -89,7 +89,7 @@ Listener = Callable[[], None]
 # What a finished job holds, estimated from tracemalloc measurements of finished calsim jobs (its
 # penalty history dropped; tests/unit/core/test_dedup_retention.py checks the estimate against a
 # measurement). Each figure is rounded up: the estimate is a bound, not an average.
-JOB_BYTES = 6 * 1024  # Sequence, EventLog, lifecycle, request, Final, table slots: ~3.9 KB measured
+JOB_BYTES = 6 * 1024  # ClientJob, EventLog, lifecycle, request, Final, table slots, with headroom
 PROMPT_TOKEN_BYTES = 40  # prompt/resume token: a tuple slot + an int object (~36 B)
 TOKEN_BYTES = 224  # streamed token: its TokenChunk event, tuple, int, `generated` slot (~184 B)
 LOGPROB_BYTES = 192  # its TokenLogprob (~176 B)

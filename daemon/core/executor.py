@@ -1,7 +1,7 @@
 """Device jobs: building, submitting and tracking them until their completion is applied
 (docs/daemon.md).
 
-Vocabulary: a *job* is the client's unit (one Submit, a `Sequence`); a *device job* is one unit of
+Vocabulary: a *job* is the client's unit (one Submit, a `ClientJob`); a *device job* is one unit of
 device work the executor builds from a `JobPlan` (a prefill of one sequence or a batched decode
 step) and a *submission* is the device's handle on it.
 
@@ -42,7 +42,7 @@ import numpy as np
 from calculet.common.errors import InvalidArgument
 from calculet.common.lifecycle import Lifecycle, table
 from calculet.daemon.core.ids import DeviceJobId
-from calculet.daemon.core.jobs import BufferState, JobContext, JobPool
+from calculet.daemon.core.job_buffers import BufferState, JobContext, JobPool
 from calculet.daemon.core.kv import LaneState, Reservation
 from calculet.daemon.core.row_masks import RowMasks
 from calculet.daemon.core.runtime import ModelRuntime

@@ -12,23 +12,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from calculet.daemon.core.client_job import ClientJob
 from calculet.daemon.core.scheduler import Scheduler
-from calculet.daemon.core.sequence import Sequence
 
 
-def past_deadline(scheduler: Scheduler, now: float) -> list[Sequence]:
+def past_deadline(scheduler: Scheduler, now: float) -> list[ClientJob]:
     """Jobs holding a lane between device jobs (ready, or part-way through a chunked prefill) whose
     deadline passed."""
     holding = [*scheduler.ready.values(), *scheduler.partial]
     return [s for s in holding if s.deadline is not None and s.deadline <= now]
 
 
-def clients(jobs: Iterable[Sequence]) -> list[Sequence]:
+def clients(jobs: Iterable[ClientJob]) -> list[ClientJob]:
     """Client jobs (not warm-up probes) not already being cancelled: those an orphan timeout ends."""
     return [s for s in jobs if not s.internal and not s.cancel_requested]
 
 
-def next_wakeup(scheduler: Scheduler, jobs: Iterable[Sequence], orphan_timeout_s: float | None) -> float | None:
+def next_wakeup(scheduler: Scheduler, jobs: Iterable[ClientJob], orphan_timeout_s: float | None) -> float | None:
     """Seconds until the next queue timeout, deadline or orphan check is due (None: none)."""
     times = [t for t in [scheduler.next_deadline()] if t is not None]
     holding = [*scheduler.ready.values(), *scheduler.partial]

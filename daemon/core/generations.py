@@ -64,7 +64,7 @@ class GenerationTable:
         """Running generations whose lanes exist, by number (what the scheduler may plan on)."""
         return {g: rt for g in self._running if (rt := self._all[g]).kv is not None}
 
-    def serving(self, alias: str) -> ModelRuntime | None:
+    def published(self, alias: str) -> ModelRuntime | None:
         """The generation published under `alias` (any state), or None."""
         return self._published.get(alias)
 
@@ -87,7 +87,7 @@ class GenerationTable:
     def is_published(self, rt: ModelRuntime) -> bool:
         return self._published.get(rt.alias) is rt
 
-    def published(self) -> list[ModelRuntime]:
+    def all_published(self) -> list[ModelRuntime]:
         """Published generations, by alias."""
         return sorted(self._published.values(), key=lambda rt: rt.alias)
 

@@ -41,8 +41,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from calculet.daemon.core.client_job import ClientJob
 from calculet.daemon.core.events import FinishReason, TokenLogprob
-from calculet.daemon.core.sequence import Sequence
 from calculet.daemon.grammar.matcher import NO_RUN, ForcedRun, MatcherState
 from calculet.daemon.package.manifest import PackageManifest, TimingDecl
 
@@ -95,7 +95,7 @@ def jump_thresholds(
     return tuple(min_jump_run(manifest.timing, r, decode_batch_for(r)) for r in range(1, lanes + 1))
 
 
-def forced_run(seq: Sequence, token: int, *, context: int, chunk: int) -> ForcedRun:
+def forced_run(seq: ClientJob, token: int, *, context: int, chunk: int) -> ForcedRun:
     """The run the sequence's grammar forces after its drawn `token` (which does not end it), capped
     so that it ends at the latest with the token max_tokens ends on, fits the lane's `context` after
     the prefill that follows, and fits one prefill `chunk` with the drawn token. Called by the
@@ -113,7 +113,7 @@ def forced_run(seq: Sequence, token: int, *, context: int, chunk: int) -> Forced
     return g.forced_after(token, limit) if limit > 0 else NO_RUN
 
 
-def settle_run(seq: Sequence, run: ForcedRun, min_run: int) -> tuple[tuple[int, ...], FinishReason | None] | None:
+def settle_run(seq: ClientJob, run: ForcedRun, min_run: int) -> tuple[tuple[int, ...], FinishReason | None] | None:
     """What a forced run after a drawn token (that continues the sequence) means: the tokens to
     append and the reason they end the sequence (None: a prefill follows), or None to decode step by
     step (a run too short to pay: shorter than `min_run`, or `min_run` 0: no jump pays now). The step
@@ -132,7 +132,7 @@ def settle_run(seq: Sequence, run: ForcedRun, min_run: int) -> tuple[tuple[int, 
     return tokens, None
 
 
-def forced_logprobs(seq: Sequence, tokens: tuple[int, ...]) -> tuple[TokenLogprob, ...]:
+def forced_logprobs(seq: ClientJob, tokens: tuple[int, ...]) -> tuple[TokenLogprob, ...]:
     """The logprobs the step path reports for tokens a one-token mask forced: 0.0 (the masked row's
     whole mass), and the token itself as the one finite alternative when alternatives are asked for
     (`sampling/logprobs.py`). Empty when the request asks for none."""

@@ -142,9 +142,9 @@ class ModelManager:
         reset), for Status and the metrics."""
         return self._ledger.excess
 
-    def serving(self, alias: str) -> ModelRuntime | None:
+    def published(self, alias: str) -> ModelRuntime | None:
         """The generation published under `alias` (in any state), or None."""
-        return self.engine.serving(alias)
+        return self.engine.published(alias)
 
     def all(self) -> list[ModelRuntime]:
         """Every generation not yet unloaded, oldest first."""
@@ -222,7 +222,7 @@ class ModelManager:
         package_dir = self.resolve_package(path)
         self._refuse_if_halted()  # before anything changes: nothing would run its warm-up anyway
         old = self._switch_target(alias, switch) if switch is not None else None
-        if not replace and old is None and self.serving(alias) is not None:
+        if not replace and old is None and self.published(alias) is not None:
             raise FailedPrecondition(f"model {alias!r} is already loaded (use replace to reload it)")
         with self._lock:
             if alias in self._loading:
@@ -341,7 +341,7 @@ class ModelManager:
         try:
             return self._configure_measured(package_dir, manifest)
         except OutOfDeviceMemory:
-            old = self.serving(alias)
+            old = self.published(alias)
             if old is None or not old.state.serving:
                 raise
             log.info("no device memory for %s beside generation %d: draining it first", alias, old.generation)
@@ -425,7 +425,7 @@ class ModelManager:
         refusal = self._sharing_refusal(manifest, configured)
         if refusal is None:
             return
-        old = self.serving(alias)
+        old = self.published(alias)
         rest = [r for r in configured if r is not old]
         if old is None or old not in configured or self._sharing_refusal(manifest, rest) is not None:
             names = ", ".join(f"{r.alias}@{r.generation}" for r in rest or configured)
@@ -468,11 +468,11 @@ class ModelManager:
                 or the target has been Ready for less than the minimum residency without `force`.
         """
         check_alias(spec.alias)
-        old = self.serving(spec.alias)
+        old = self.published(spec.alias)
         if old is None or old.generation != spec.generation or not old.state.serving:
             now = f"{spec.alias}@{old.generation} ({old.state.value})" if old is not None else f"no {spec.alias}"
             raise Aborted(f"switch expected {spec.target} but the board serves {now}: another switch or load won")
-        if alias != spec.alias and self.serving(alias) is not None:
+        if alias != spec.alias and self.published(alias) is not None:
             raise FailedPrecondition(
                 f"model {alias!r} is already loaded; a switch replaces {spec.target} with a new alias"
             )
@@ -644,7 +644,7 @@ class ModelManager:
             NotFound: the alias is not loaded.
             FailedPrecondition: another Unload (or a replacing Load) is already retiring it.
         """
-        rt = self.serving(alias)
+        rt = self.published(alias)
         if rt is None:
             raise NotFound(f"model {alias!r} is not loaded")
         if not self.retire(rt, timeout):

@@ -16,7 +16,7 @@ from pathlib import Path
 from calculet.common.errors import FailedPrecondition
 from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
-from calculet.daemon.core.jobs import JobPool
+from calculet.daemon.core.job_buffers import JobPool
 from calculet.daemon.core.jump import JumpStats, jump_thresholds
 from calculet.daemon.core.kv import KVManager
 from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState

@@ -57,10 +57,10 @@ from calculet.common.error_codes import DEFAULT_RETRY_AFTER_S
 from calculet.common.errors import Overloaded
 from calculet.daemon.core.admission import AdmissionQueue
 from calculet.daemon.core.chunking import CHUNK_AUTO
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.kv import LaneHandle, LaneState
 from calculet.daemon.core.prefix_match import LaneSource
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType
 
 DECODE_JOBS_AUTO = 0
@@ -123,7 +123,7 @@ class JobPlan:
     runtime: ModelRuntime
     task: TaskType
     submodel: SubmodelInfo
-    seqs: list[Sequence]
+    seqs: list[ClientJob]
     targets: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -133,20 +133,20 @@ class Scheduler:
     def __init__(self, policy: SchedulingPolicy) -> None:
         self.policy = policy
         aging = policy.priority_aging_s
-        self.short: AdmissionQueue[Sequence] = AdmissionQueue(None, aging_s=aging)  # bounded by `enqueue`
-        self.long: AdmissionQueue[Sequence] = AdmissionQueue(None, aging_s=aging)
-        self.ready: OrderedDict[str, Sequence] = OrderedDict()  # least recently served first
-        self.recover: deque[Sequence] = deque()
-        self.partial: deque[Sequence] = deque()  # part-way through a chunked prefill, oldest first
+        self.short: AdmissionQueue[ClientJob] = AdmissionQueue(None, aging_s=aging)  # bounded by `enqueue`
+        self.long: AdmissionQueue[ClientJob] = AdmissionQueue(None, aging_s=aging)
+        self.ready: OrderedDict[str, ClientJob] = OrderedDict()  # least recently served first
+        self.recover: deque[ClientJob] = deque()
+        self.partial: deque[ClientJob] = deque()  # part-way through a chunked prefill, oldest first
         self._queued: Counter[int] = Counter()  # sequences in short/long per generation
-        self.orphans: list[Sequence] = []  # recovering sequences whose generation no longer runs
+        self.orphans: list[ClientJob] = []  # recovering sequences whose generation no longer runs
         self._short_tokens_passed_long = 0
         self._decodes_passed_prefill = 0
         self._serving: AbstractSet[int] | None = None  # the current `plan` call's
 
     # ---- bookkeeping --------------------------------------------------------------------
 
-    def enqueue(self, seq: Sequence, free_lanes: int, expected_keep: int = 0) -> None:
+    def enqueue(self, seq: ClientJob, free_lanes: int, expected_keep: int = 0) -> None:
         """Queue a new sequence for admission.
 
         Args:
@@ -172,7 +172,7 @@ class Scheduler:
         queue.enqueue(seq.job_id, seq, deadline=deadline, priority=seq.request.priority)
         self._queued[seq.generation] += 1
 
-    def remove_waiting(self, seq: Sequence) -> bool:
+    def remove_waiting(self, seq: ClientJob) -> bool:
         """Take a sequence out of the admission queues (cancel). Returns whether it was there."""
         for queue in (self.short, self.long):
             if seq.job_id in queue:
@@ -181,18 +181,18 @@ class Scheduler:
                 return True
         return False
 
-    def mark_ready(self, seq: Sequence) -> None:
+    def mark_ready(self, seq: ClientJob) -> None:
         self.ready[seq.job_id] = seq
 
-    def mark_recover(self, seq: Sequence) -> None:
+    def mark_recover(self, seq: ClientJob) -> None:
         self.ready.pop(seq.job_id, None)
         self.recover.append(seq)
 
-    def mark_partial(self, seq: Sequence) -> None:
+    def mark_partial(self, seq: ClientJob) -> None:
         """A chunk of the sequence's prefill is done; its next chunk waits."""
         self.partial.append(seq)
 
-    def forget(self, seq: Sequence) -> None:
+    def forget(self, seq: ClientJob) -> None:
         """The sequence left the READY/RECOVER/PARTIAL sets (finished or cancelled)."""
         self.ready.pop(seq.job_id, None)
         if seq in self.recover:
@@ -200,18 +200,18 @@ class Scheduler:
         if seq in self.partial:
             self.partial.remove(seq)
 
-    def holding_kv(self, generation: int) -> list[Sequence]:
+    def holding_kv(self, generation: int) -> list[ClientJob]:
         """Sequences of `generation` outside any job whose lane holds KV they rely on (READY, PARTIAL)."""
         return [s for s in (*self.ready.values(), *self.partial) if s.generation == generation]
 
-    def _dequeued(self, seq: Sequence) -> None:
+    def _dequeued(self, seq: ClientJob) -> None:
         self._queued[seq.generation] -= 1
         if not self._queued[seq.generation]:
             del self._queued[seq.generation]
 
     # ---- lanes ----------------------------------------------------------------------------
 
-    def release_lane(self, seq: Sequence, rt: ModelRuntime | None, *, park_at: float | None = None) -> int | None:
+    def release_lane(self, seq: ClientJob, rt: ModelRuntime | None, *, park_at: float | None = None) -> int | None:
         """Free (or park) the lane of a sequence that is not in a job (it finished). `rt` None: its
         generation is gone, and its lanes with it.
 
@@ -235,7 +235,7 @@ class Scheduler:
                 return None
         return lane if rt.kv.release(lane, seq.job_id) else None
 
-    def lose_lane(self, seq: Sequence, rt: ModelRuntime) -> None:
+    def lose_lane(self, seq: ClientJob, rt: ModelRuntime) -> None:
         """The KV of a sequence outside any job is no longer trusted (its lane was cleared, or its job
         never ran): mark it UNKNOWN, so a re-prefill rebuilds it from scratch."""
         assert rt.kv is not None
@@ -276,7 +276,7 @@ class Scheduler:
                 seq.lifecycle.move(SeqState.DECODE)
         return plan
 
-    def _take_lane(self, seq: Sequence, rt: ModelRuntime) -> LaneHandle:
+    def _take_lane(self, seq: ClientJob, rt: ModelRuntime) -> LaneHandle:
         """A lane for a sequence that holds none: matched against the parked lanes on its first
         admission (client jobs, prefix reuse on), else any FREE or evicted one."""
         assert rt.kv is not None
@@ -301,7 +301,7 @@ class Scheduler:
             stats.miss_tokens += 0 if seq.internal else len(seq.prefill_tokens) - handle.kept
         return handle
 
-    def expire(self, now: float) -> list[Sequence]:
+    def expire(self, now: float) -> list[ClientJob]:
         expired = [*self.short.expire(now), *self.long.expire(now)]
         for seq in expired:
             self._dequeued(seq)
@@ -311,7 +311,7 @@ class Scheduler:
         times = [t for t in (self.short.next_deadline(), self.long.next_deadline()) if t is not None]
         return min(times) if times else None
 
-    def depths(self, generation: int, sequences: Iterable[Sequence]) -> tuple[int, int, int]:
+    def depths(self, generation: int, sequences: Iterable[ClientJob]) -> tuple[int, int, int]:
         """(decode-ready, short-prefill, long-prefill) sequences of one generation, as queued; a
         PARTIAL sequence (the next chunk of a long prompt) counts as a long prefill."""
         mine = [s for s in sequences if s.generation == generation]
@@ -344,11 +344,11 @@ class Scheduler:
         plan = self._choose(runtimes, decoding)
         return self._hand_to_job(plan) if plan is not None else None
 
-    def _eligible(self, seq: Sequence) -> bool:
+    def _eligible(self, seq: ClientJob) -> bool:
         return seq.internal or self._serving is None or seq.generation in self._serving
 
     def _choose(self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int]) -> JobPlan | None:
-        held: list[Sequence] = []  # recovering, but their generation is warming up again
+        held: list[ClientJob] = []  # recovering, but their generation is warming up again
         try:
             while self.recover:
                 seq = self.recover.popleft()
@@ -374,7 +374,7 @@ class Scheduler:
         return self._plan_decode(runtimes, decoding)
 
     def _plan_decode(self, runtimes: dict[int, ModelRuntime], decoding: Mapping[int, int]) -> JobPlan | None:
-        ready: dict[int, list[Sequence]] = {}  # by generation, in the order their first sequence got ready
+        ready: dict[int, list[ClientJob]] = {}  # by generation, in the order their first sequence got ready
         for s in self.ready.values():
             if s.generation in runtimes and self._eligible(s):
                 ready.setdefault(s.generation, []).append(s)
@@ -424,7 +424,7 @@ class Scheduler:
         return len(self.long) > 0 or any(s.expected_uncached > self.policy.short_prefill_tokens for s in self.partial)
 
     @staticmethod
-    def _prefill_left(seq: Sequence, rt: ModelRuntime) -> int:
+    def _prefill_left(seq: ClientJob, rt: ModelRuntime) -> int:
         """Prefill tokens the sequence still has to run (what its lane does not hold yet)."""
         held = rt.kv.lane(seq.lane).length if rt.kv is not None and seq.lane is not None else 0
         return len(seq.prompt) + len(seq.generated) - held
@@ -442,10 +442,10 @@ class Scheduler:
                 return JobPlan(held_rt, TaskType.PREFILL, held_rt.prefill, [held])
         return None
 
-    def _new_prefill(self, queue: AdmissionQueue[Sequence], runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
+    def _new_prefill(self, queue: AdmissionQueue[ClientJob], runtimes: dict[int, ModelRuntime]) -> JobPlan | None:
         """The most urgent admissible request of `queue` (a lane free or parked for it), or None."""
 
-        def admissible(seq: Sequence) -> bool:
+        def admissible(seq: ClientJob) -> bool:
             rt = runtimes.get(seq.generation)
             return (
                 rt is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calculet.common.errors import InvalidArgument
-from calculet.daemon.core.reset_audit import ResetEntry, now
+from calculet.daemon.core.resets.audit import ResetEntry, now
 
 MAX_NOTE_CHARS = 256
 

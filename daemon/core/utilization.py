@@ -38,7 +38,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from calculet.daemon.core.status import BankUtilizationView, UtilizationView
+from calculet.daemon.core.observe.status import BankUtilizationView, UtilizationView
 from calculet.daemon.device.types import EngineSlot, JobTimestamps
 
 RECENT_WINDOW_S = 10.0

@@ -1,6 +1,6 @@
 """One constrained sequence's grammar state: llguidance's matcher over the tokens it has so far.
 
-Ownership: the `Sequence` owns its `GrammarMatcher` (made by `GrammarCompiler.matcher`, a copy of the
+Ownership: the `ClientJob` owns its `GrammarMatcher` (made by `GrammarCompiler.matcher`, a copy of the
 compiled template, so no two sequences share state). Like the sequence's tokens it changes only
 where they change: `consume` when the engine accepts a token (under its lock), and it is read by the
 completion thread while a device job carries the sequence (`allowed`, `would_stop`, `forced_after`),

@@ -25,7 +25,7 @@ same steps on the logits with forbidden tokens at -inf, on every path.
 `sample_topk` samples a top-k device output instead (`topk.py`): each row from its K largest
 logits when they decide, else from its full row, read on demand; the same tokens either way.
 
-Policy SERIAL reproduces today's production path for `--policy serial` comparisons: a fresh
+Policy SERIAL reproduces the baseline's sampling for `--policy serial` comparisons: a fresh
 `astype(np.float32)` copy of the whole batch, then each row on its own with fresh scratch. It
 calls the same row functions on the same float32 values, so it draws the same tokens.
 

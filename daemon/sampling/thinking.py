@@ -11,7 +11,7 @@ a chat template that opened the block in the generation prompt) or one the first
 opens (a model that starts with `<think>`); anything else is answer from the first token on. Only
 one block is tracked: after the close every token is answer.
 
-Ownership: a tracker belongs to its `Sequence` (engine lock); `observe` is called only when a token
+Ownership: a tracker belongs to its `ClientJob` (engine lock); `observe` is called only when a token
 is accepted, so a lost or cancelled step never advances it.
 """
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from calculet.daemon.core.status import HealthView
+from calculet.daemon.core.observe.status import HealthView
 
 StateSignature = tuple[bool, bool, tuple[tuple[str, int, str], ...]]
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from calculet.common.errors import InvalidArgument
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.core.reset_budget import BoardHalt
-from calculet.daemon.core.status import HealthView
+from calculet.daemon.core.observe.status import HealthView
+from calculet.daemon.core.resets.budget import BoardHalt
 
 LIVENESS_SERVICE = "calculet.liveness"  # the grpc.health.v1 service name of liveness
 LIVENESS_MARGIN_S = 40.0  # beyond the job timeout: the last beat's age plus a compute-unit reset

@@ -36,8 +36,8 @@ from calculet.daemon.core.device_core import DeviceCore, SubmitReceipt
 from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
+from calculet.daemon.core.observe.status import HealthView
 from calculet.daemon.core.request import GenerationRequest, ModelLimits, RequestTrace, prevalidate
-from calculet.daemon.core.status import HealthView
 from calculet.daemon.server.changes import StateChanges, signature
 from calculet.daemon.server.checks import (
     REFERENCE_CONTEXT,
@@ -423,7 +423,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
     @map_errors
     async def Reset(self, request: operate_pb2.ResetRequest, context: grpc.aio.ServicerContext) -> Any:
-        kind = reset_kind(request, lambda alias: self.core.models.serving(alias) is not None)
+        kind = reset_kind(request, lambda alias: self.core.models.published(alias) is not None)
         started = time.monotonic()
         before = self.core.health()
         # Another reset in progress: FailedPrecondition; a failed attempt is reported in the result.

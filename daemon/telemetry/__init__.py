@@ -1,7 +1,7 @@
 """Telemetry of the daemon: Prometheus metrics through the OpenTelemetry SDK (docs/metrics.md).
 
 The only package of the daemon that imports OpenTelemetry or prometheus_client. It reads the domain
-through `EngineObserver` events (`core/observer.py`) and the Status view; the domain never imports it.
+through `EngineObserver` events (`core/observe/observer.py`) and the Status view; the domain never imports it.
 Its instruments live in a `MetricsRegistry` (`calculet.common.telemetry.registry`, shared with the gateway).
 
     engine_metrics.py   EngineMetrics: engine events -> counters and histograms

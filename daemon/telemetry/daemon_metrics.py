@@ -17,7 +17,7 @@ import threading
 
 from calculet.common.telemetry.registry import CONTENT_TYPE, MetricsRegistry
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.core.status import StatusView
+from calculet.daemon.core.observe.status import StatusView
 from calculet.daemon.telemetry.engine_metrics import EngineMetrics
 from calculet.daemon.telemetry.http import MetricsServer
 from calculet.daemon.telemetry.status_gauges import StatusGauges

@@ -1,4 +1,4 @@
-"""`EngineMetrics`: the engine's events (`core/observer.py`) recorded as OpenTelemetry counters and
+"""`EngineMetrics`: the engine's events (`core/observe/observer.py`) recorded as OpenTelemetry counters and
 histograms (docs/metrics.md lists each one).
 
 Data flow: the engine emits an event -> the observer hub's thread calls a method here -> histograms
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
 
 from calculet.common.telemetry.registry import LATENCY_BUCKETS_S, RATIO_BUCKETS
-from calculet.daemon.core.observer import (
+from calculet.daemon.core.observe.observer import (
     DeviceJobDone,
     EngineObserver,
     FaultSeen,

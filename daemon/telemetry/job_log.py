@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from calculet.daemon.core.observer import EngineObserver, RequestFinished, RequestQueued
+from calculet.daemon.core.observe.observer import EngineObserver, RequestFinished, RequestQueued
 
 log = logging.getLogger("calculet.daemon.jobs")
 

@@ -30,7 +30,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_
 from opentelemetry.util.types import AttributeValue
 
 from calculet.common.telemetry.tracing import remote_context, wall_ns, wall_offset_ns
-from calculet.daemon.core.observer import (
+from calculet.daemon.core.observe.observer import (
     DeviceJobDone,
     DeviceJobStarted,
     EngineObserver,

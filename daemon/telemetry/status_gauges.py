@@ -21,7 +21,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from calculet.common.telemetry.registry import package_version
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.status import PrefixCacheView, StatusView
+from calculet.daemon.core.observe.status import PrefixCacheView, StatusView
 
 Labels = dict[str, str]
 Points = Iterable[tuple[float, Labels]]

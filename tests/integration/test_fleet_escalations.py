@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from calculet.client import DaemonClient
-from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY
+from calculet.daemon.core.resets.escalations import EXIT_DEVICE_UNHEALTHY
 from calculet.v1.common_pb2 import (
     MODEL_STATE_READY,
     RESET_KIND_CCU,

@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY
+from calculet.daemon.core.resets.escalations import EXIT_DEVICE_UNHEALTHY
 from calculet.gateway.config import config_from as gateway_config_from
 from calculet.gateway.config import read_config as gateway_read_config
 from calculet.gateway.workers.supervisor import STOP_GRACE_S

@@ -17,12 +17,12 @@ from calculet.common.error_codes import GRPC_CODE
 from calculet.common.errors import ErrorKind
 from calculet.daemon.calsim.handles import CONFIG_EDGES
 from calculet.daemon.calsim.job import STATUS_EDGES, STEP_EDGES
+from calculet.daemon.core.client_job import SEQ_TRANSITIONS
 from calculet.daemon.core.executor import LIMIT_TRANSITIONS
-from calculet.daemon.core.jobs import BUFFER_TRANSITIONS, POOL_TRANSITIONS
+from calculet.daemon.core.job_buffers import BUFFER_TRANSITIONS, POOL_TRANSITIONS
 from calculet.daemon.core.kv import LANE_TRANSITIONS
 from calculet.daemon.core.model_state import MODEL_TRANSITIONS
-from calculet.daemon.core.reset_budget import HALT_TRANSITIONS, RESET_TRANSITIONS
-from calculet.daemon.core.sequence import SEQ_TRANSITIONS
+from calculet.daemon.core.resets.budget import HALT_TRANSITIONS, RESET_TRANSITIONS
 from calculet.daemon.grammar.matcher import MATCHER_TRANSITIONS
 from calculet.daemon.sampling.thinking import THINK_TRANSITIONS
 from calculet.gateway.errors import HTTP_OF_KIND

@@ -14,7 +14,7 @@ import pytest
 
 from calculet.daemon.calsim.timing import decode_ms, prefill_ms
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, auto_chunk_tokens
-from calculet.daemon.core.observer import DeviceJobDone, EngineObserver
+from calculet.daemon.core.observe.observer import DeviceJobDone, EngineObserver
 from calculet.daemon.device.types import JobStatus, TaskType
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages.build import build_sim_package

@@ -99,7 +99,7 @@ def test_json_schema_outputs_validate_and_end_stop(full: DeviceCore, decode) -> 
         tokens, final = finish(full, job_id)
         assert final.reason is FinishReason.STOP, (final, decode(tokens))
         jsonschema.validate(json.loads(decode(tokens)), SCHEMA)
-    rt = full.models.serving("tiny")
+    rt = full.models.published("tiny")
     assert rt is not None and rt.grammar.compiles == 1  # 24 requests, one schema: compiled once
     assert_clean(full)
 
@@ -268,7 +268,7 @@ def test_each_mask_is_computed_while_the_device_runs_the_step(models: Path, monk
         log.clear()  # the warm-up probes' jobs
         tokens, final = finish(core, core.submit(constrained(JSON_SCHEMA, 6)).job_id)
         assert final.reason is FinishReason.STOP
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None and rt.jumps.tokens > 0  # forced runs were appended, not decoded (jump.py)
         assert log == ["mask", "wait"] * (len(tokens) - rt.jumps.tokens), log[:8]
     finally:

@@ -52,7 +52,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _serving(core: DeviceCore, alias: str = "tiny") -> ModelRuntime:
-    rt = core.models.serving(alias)
+    rt = core.models.published(alias)
     assert rt is not None and rt.sampler is not None and rt.kv is not None
     return rt
 
@@ -150,7 +150,7 @@ def test_with_chunked_prefill_a_sequence_longer_than_the_prefill_bucket_recovers
     with running_core(models, model="short") as core:
         reference, _ = finish(core, core.submit(long_req).job_id)
     with running_core(models, model="short", device_options={"fault_plan": plan}) as core:
-        rt = core.models.serving("short")
+        rt = core.models.published("short")
         assert rt is not None and rt.prefill is not None and rt.prefill_chunk == rt.prefill.max_tokens == 32
         tokens, final = finish(core, core.submit(long_req).job_id)
         assert final.reason is FinishReason.LENGTH and tokens == reference
@@ -285,7 +285,7 @@ def test_load_on_a_board_that_stopped_serving_fails_at_once_instead_of_waiting_f
         # once its warm-up probe had been refused.
         with pytest.raises(Unavailable, match="not serving"):
             core.load("other", "tiny")
-        assert core.models.serving("other") is None
+        assert core.models.published("other") is None
 
 
 # ---- 7. a device that finishes the other bank's job while the oldest one hangs ------------------

@@ -23,9 +23,9 @@ from calculet.daemon.core.events import EventLog, Retention, TokenLogprob, job_b
 from calculet.daemon.core.ids import MAX_SEQUENCE_ID_CHARS
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.core.request_digest import request_digest
-from calculet.daemon.main import config_from
 from calculet.daemon.main import main as daemon_main
 from calculet.daemon.sampling.params import SamplingParams
+from calculet.daemon.settings import config_from
 
 from .engine_factories import OwnerLock, build_models, finish, request, running_core, track_engine_lock
 

@@ -14,7 +14,7 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.submit_streak import SubmitErrorStreak
+from calculet.daemon.core.resets.submit_streak import SubmitErrorStreak
 from calculet.daemon.device.errors import ModelReleased
 
 from .engine_factories import (
@@ -125,7 +125,7 @@ def test_synthetic_qwen_batched_equals_one_at_a_time(models: Path) -> None:
 
 def test_a_bug_in_the_completion_path_fails_jobs_instead_of_hanging_them(models: Path) -> None:
     with running_core(models) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None and rt.sampler is not None
 
         def broken(*_args: object) -> None:
@@ -142,7 +142,7 @@ def test_completion_of_a_retired_generation_is_dropped_not_applied(models: Path)
     # A slow first traffic job (modelled 4 s, scaled to 0.2 s) leaves time to retire its generation.
     plan = {"faults": [{"kind": "slow_job", "job": 9, "delay_ms": 4000}]}
     with running_core(models, device_options={"fault_plan": plan, "time_scale": 0.05}) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None and rt.kv is not None
         job = core.submit(request((1, 2, 3), 5, seed=1)).job_id
         until("its first device job in flight", lambda: core.snapshot().inflight == 1)
@@ -190,7 +190,7 @@ def test_a_configuration_reset_drops_every_model_and_each_is_warmed_again_before
     with running_core(models, device_options={"time_scale": 0.02}) as core:
         core.load("qwen", "qwen")
         alone = generate_each(core, [tiny_req, qwen_req])
-        old = {alias: core.models.serving(alias) for alias in ("tiny", "qwen")}
+        old = {alias: core.models.published(alias) for alias in ("tiny", "qwen")}
         old_handles = {alias: rt.model for alias, rt in old.items() if rt is not None}
         warmups_before = core.device.counters().submitted
         ids = [core.submit(r).job_id for r in (tiny_req, qwen_req)]
@@ -205,7 +205,7 @@ def test_a_configuration_reset_drops_every_model_and_each_is_warmed_again_before
             assert handle is not None
             with pytest.raises(ModelReleased):
                 core.device.release(handle)  # the reset dropped it: the old handle is dead
-            rt = core.models.serving(alias)
+            rt = core.models.published(alias)
             assert rt is old[alias] and rt is not None and rt.model is not handle, "same generation, new handle"
             assert rt.state is ModelState.READY and "warmed again" in rt.message
         got = [finish(core, j)[0] for j in ids]

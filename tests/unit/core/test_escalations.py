@@ -27,12 +27,12 @@ from hypothesis import strategies as st
 from calculet.common.errors import ErrorKind, Unavailable
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.completion import DeviceFault
-from calculet.daemon.core.escalation_watch import EscalationKind, EscalationWatch, FaultWindow
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.golden import RECHECK_ATTEMPTS, GoldenVerdict
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import BoardHalt
+from calculet.daemon.core.resets.audit import ResetEntry
+from calculet.daemon.core.resets.budget import BoardHalt
+from calculet.daemon.core.resets.escalation_watch import EscalationKind, EscalationWatch, FaultWindow
 
 from .engine_factories import assert_clean, build_models, finish, generate_each, request, running_core, until
 
@@ -135,7 +135,7 @@ def test_ccu_exceptions_that_recur_after_the_reset_reset_the_configuration_and_w
         assert core.wait_escalations(TIMEOUT)
         kinds = [(e.kind, e.fault, e.ok) for e in _history(core)]
         assert kinds == [("ccu", "ccu exceptions", True), ("configuration", "ccu exceptions", True)], kinds
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None and rt.state is ModelState.READY and "warmed again" in rt.message
         assert_clean(core)
     assert list(got) == alone
@@ -157,7 +157,7 @@ def test_an_escalation_past_the_reset_budget_halts_the_board_for_an_operator(mod
 
 def test_repeated_non_finite_outputs_quarantine_the_generation_until_its_golden_check_passes(models: Path) -> None:
     with running_core(models, fault_injection=True, nan_escalation=2) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         # Decode step 20 and its re-prefill: the quarantine comes while ~220 steps are left to run.
         _plan_run(core, FaultKind.NAN_LOGITS, 2, offset=20)
         _, final = finish(core, core.submit(request((7, 8, 9), 240, seed=3)).job_id, TIMEOUT)
@@ -167,14 +167,14 @@ def test_repeated_non_finite_outputs_quarantine_the_generation_until_its_golden_
         (entry,) = _history(core)
         assert (entry.kind, entry.automatic, entry.fault, entry.ok) == ("quarantine", True, "non-finite logits", True)
         assert "golden check passed" in entry.message and entry.serving_after, entry
-        assert core.models.serving("tiny") is rt and rt is not None and rt.state is ModelState.READY
+        assert core.models.published("tiny") is rt and rt is not None and rt.state is ModelState.READY
         assert finish(core, core.submit(request((7, 8, 9), 5, seed=3)).job_id)[1].reason is FinishReason.LENGTH
         assert_clean(core)
 
 
 def test_a_quarantined_generation_refuses_new_work(models: Path) -> None:
     with running_core(models) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None and core.engine.quarantine_generation(rt, "test")
         with pytest.raises(Unavailable, match="quarantined"):
             core.submit(request((1, 2), 3, seed=1))
@@ -191,7 +191,7 @@ def _probe_runs(core, kind: FaultKind, runs: int) -> None:  # type: ignore[no-un
 
 def test_a_failed_recheck_rolls_back_to_the_package_the_alias_served_before(models: Path) -> None:
     with running_core(models, fault_injection=True) as core:
-        old = core.models.serving("tiny")
+        old = core.models.published("tiny")
         new = core.load("tiny", "tiny-v2", replace=True)
         assert old is not None and new.package_dir.name == "tiny-v2"
         _probe_runs(core, FaultKind.NAN_LOGITS, 2)  # NaN/Inf each time, in two runs: a reproduced mismatch
@@ -199,7 +199,7 @@ def test_a_failed_recheck_rolls_back_to_the_package_the_alias_served_before(mode
         assert outcome is not None and not outcome.passed and outcome.serving, outcome
         assert outcome.verdict is GoldenVerdict.FAILED and "mismatch reproduced in 2 run(s)" in outcome.message
         assert "rolled back to tiny" in outcome.message, outcome.message
-        back = core.models.serving("tiny")
+        back = core.models.published("tiny")
         assert back is not None and back.state is ModelState.READY and back.package_dir.name == "tiny"
         assert new.state is ModelState.UNLOADED
         assert finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)[1].reason is FinishReason.LENGTH
@@ -208,7 +208,7 @@ def test_a_failed_recheck_rolls_back_to_the_package_the_alias_served_before(mode
 
 def test_a_failed_recheck_without_an_earlier_package_unloads_the_model(models: Path) -> None:
     with running_core(models, fault_injection=True) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None
         _probe_runs(core, FaultKind.NAN_LOGITS, 2)
         outcome = core.models.recheck(rt, "test")
@@ -235,7 +235,7 @@ def after_alone(models: Path) -> list[int]:
 def _still_serving(core, rt, outcome, after_alone: list[int]) -> None:  # type: ignore[no-untyped-def]
     """The re-check left the board's only model serving: Ready, published, answering exactly."""
     assert outcome is not None and outcome.serving, outcome
-    assert rt.state is ModelState.READY and core.models.serving("tiny") is rt, rt.message
+    assert rt.state is ModelState.READY and core.models.published("tiny") is rt, rt.message
     assert finish(core, core.submit(AFTER).job_id)[0] == after_alone
     assert_clean(core)
 
@@ -244,7 +244,7 @@ def test_a_ccu_exception_during_the_recheck_is_re_prefilled_and_not_held_against
     models: Path, after_alone: list[int]
 ) -> None:
     with running_core(models, fault_injection=True, ccu_escalation=0) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None
         core.inject_fault(Fault(FaultKind.CCU_EXCEPTION))  # the re-check's prefill
         outcome = core.models.recheck(rt, "test")
@@ -255,7 +255,7 @@ def test_a_ccu_exception_during_the_recheck_is_re_prefilled_and_not_held_against
 
 def test_a_recheck_run_its_device_faults_cut_short_runs_again(models: Path, after_alone: list[int]) -> None:
     with running_core(models, fault_injection=True, ccu_escalation=0) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None
         _probe_runs(core, FaultKind.CCU_EXCEPTION, 1)  # the first run uses up its re-prefills
         outcome = core.models.recheck(rt, "test")
@@ -269,7 +269,7 @@ def test_a_board_never_unloads_its_last_model_for_ccu_exceptions_during_the_rech
     models: Path, after_alone: list[int]
 ) -> None:
     with running_core(models, fault_injection=True, ccu_escalation=0) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None
         _probe_runs(core, FaultKind.CCU_EXCEPTION, RECHECK_ATTEMPTS)  # every run, within the bound
         outcome = core.models.recheck(rt, "test")
@@ -283,7 +283,7 @@ def test_a_nan_the_step_does_not_repeat_when_re_prefilled_is_not_held_against_th
     models: Path, after_alone: list[int]
 ) -> None:
     with running_core(models, fault_injection=True) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None
         core.inject_fault(Fault(FaultKind.NAN_LOGITS))  # the re-check's prefill only
         outcome = core.models.recheck(rt, "test")
@@ -296,7 +296,7 @@ def test_a_nan_each_time_the_step_runs_fails_the_recheck_only_when_a_second_run_
     models: Path, after_alone: list[int]
 ) -> None:
     with running_core(models, fault_injection=True) as core:
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None
         _probe_runs(core, FaultKind.NAN_LOGITS, 1)  # the first run only
         outcome = core.models.recheck(rt, "test")

@@ -114,7 +114,7 @@ def test_jumps_give_the_step_paths_tokens_and_logprobs(
     c = CONSTRAINTS[name]
     for seed in SEEDS:
         both(jumps, steps, lambda model, seed=seed: constrained(c, seed, model, **KINDS[kind]))
-    rt_jumps, rt_steps = jumps.models.serving(JUMPS), steps.models.serving(STEPS)
+    rt_jumps, rt_steps = jumps.models.published(JUMPS), steps.models.published(STEPS)
     assert rt_jumps is not None and rt_steps is not None
     assert rt_jumps.jump_min_run == 1 and rt_jumps.jumps.runs > 0 and rt_jumps.jumps.tokens > rt_jumps.jumps.runs
     assert rt_steps.jump_min_run == 0 and rt_steps.jumps.runs == 0  # undeclared: step by step
@@ -130,7 +130,7 @@ def test_max_tokens_inside_a_forced_run_ends_length(jumps: DeviceCore, steps: De
         both(jumps, steps, lambda model, n=max_tokens: constrained(c, 3, model, max_tokens=n, logprobs=1))
         tokens, _, final = run(jumps, constrained(c, 3, JUMPS, max_tokens=max_tokens))
         assert final.reason is FinishReason.LENGTH and len(tokens) == max_tokens
-    rt = jumps.models.serving(JUMPS)
+    rt = jumps.models.published(JUMPS)
     assert rt is not None and rt.jumps.ended > 0
     assert_clean(jumps)
 
@@ -151,7 +151,7 @@ def test_a_fault_on_a_jumps_prefill_recovers_with_the_undisturbed_tokens(jumps: 
     """The tool call's second job is the prefill of its first token's forced run (the wrapper)."""
     req = constrained(CONSTRAINTS["tool"], 5, JUMPS, temperature=1.0)
     tokens, _, final = run(jumps, req)
-    rt = jumps.models.serving(JUMPS)
+    rt = jumps.models.published(JUMPS)
     assert rt is not None and rt.jumps.runs > 0
     recoveries = jumps.status().recoveries
     jumps.inject_fault(Fault(kind, job=jumps.next_job_index() + 1))

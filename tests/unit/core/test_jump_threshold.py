@@ -53,9 +53,9 @@ def test_thresholds_follow_the_decode_submodel_per_running_count(qwen: PackageMa
 
 
 def test_a_run_that_ends_the_sequence_is_taken_at_any_threshold() -> None:
-    from calculet.daemon.core.sequence import Sequence
+    from calculet.daemon.core.client_job import ClientJob
 
-    seq = Sequence("j", request((1, 2), max_tokens=10, seed=0, ignore_eos=False), 1, frozenset({99}))
+    seq = ClientJob("j", request((1, 2), max_tokens=10, seed=0, ignore_eos=False), 1, frozenset({99}))
     assert settle_run(seq, ForcedRun((5, 6), completes=True), 0) == ((5, 6), FinishReason.STOP)
     assert settle_run(seq, ForcedRun((5, 99, 7)), 0) == ((5, 99), FinishReason.STOP)
     assert settle_run(seq, ForcedRun((5, 6)), 0) is None  # no jump pays now: decode it

@@ -108,7 +108,7 @@ def test_parked_lanes_stay_open_and_an_evicted_one_is_closed_before_it_opens_aga
     lane evicts the least recently used parked one: KV Free, then KV Apply, never Apply twice."""
     reqs = [request((i + 1, 2, 3), 6, seed=i, temperature=0.8) for i in range(6)]
     with recording_core(models) as (core, device):
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None and rt.kv is not None
         lanes = rt.kv.lanes
         reference = generate_each(core, reqs)
@@ -138,7 +138,7 @@ def test_out_of_kv_ends_the_request_overloaded_and_the_board_keeps_serving(model
 
 def test_calsim_refuses_a_lane_opened_twice_or_closed_while_closed(models: Path) -> None:
     with recording_core(models) as (core, device):
-        rt = core.models.serving("tiny")
+        rt = core.models.published("tiny")
         assert rt is not None and rt.model is not None
         free = rt.model.lanes - 1  # the warm-up used lane 0 and closed it
         device.open_lane(rt.model, free)

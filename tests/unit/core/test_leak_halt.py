@@ -48,7 +48,7 @@ def halt_by_a_leak(core: DeviceCore) -> None:
 
 def test_a_switch_that_meets_a_leak_stops_at_the_first_one(models: Path) -> None:
     with running_core(models, device_options=ONE_CALBIN_LEAKY) as core:
-        old = core.models.serving("tiny")
+        old = core.models.published("tiny")
         assert old is not None
         seen: list[LoadProgress] = []
         with pytest.raises(CalculetError) as info:
@@ -136,7 +136,7 @@ def test_a_load_that_goes_serving_above_its_baseline_warns_in_status_and_a_metri
         calsim.release(calsim.configure(models / "qwen", load_manifest(models / "qwen")))
 
     with running_core(models, device_options=LEAKY, before_start=leak_behind_the_daemons_back) as core:
-        tiny = core.models.serving("tiny")
+        tiny = core.models.published("tiny")
         assert tiny is not None and tiny.state is ModelState.READY
         status = core.status()
         assert len(status.warnings) == 1 and "device memory above its baseline" in status.warnings[0]
@@ -168,7 +168,7 @@ def test_a_configuration_reset_that_does_not_reclaim_the_leak_keeps_the_halt_and
     with running_core(models, device_options=LEAKY) as core:
         halt_by_a_leak(core)
         monkeypatch.setattr(core.device.wrapped._memory, "clear_leaks", lambda: None)  # white-box: the runtime's gap
-        tiny = core.models.serving("tiny")
+        tiny = core.models.published("tiny")
         assert tiny is not None
         report = core.operator_reset("configuration", "operator tries to reclaim the leak")
         assert not report.ok and "device memory is not back" in report.message

@@ -21,7 +21,7 @@ from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.calsim.memory import chip_needs
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.reset_budget import BoardHalt
+from calculet.daemon.core.resets.budget import BoardHalt
 from calculet.daemon.package.manifest import load_manifest
 
 from .engine_factories import build_models, finish, request, running_core, until
@@ -50,7 +50,7 @@ def test_second_load_of_a_loading_alias_is_refused(models: Path) -> None:
             core.load("other", "tiny")
         release.set()
         first.join(10)
-        assert core.models.serving("other") is not None
+        assert core.models.published("other") is not None
 
 
 def test_the_last_load_progress_comes_once_the_alias_is_free_again(models: Path, tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_loaded_alias_needs_replace(models: Path) -> None:
     with running_core(models) as core:
         with pytest.raises(FailedPrecondition, match="already loaded"):
             core.load("tiny", "tiny")
-        old = core.models.serving("tiny")
+        old = core.models.published("tiny")
         new = core.load("tiny", "tiny", replace=True)
         assert old is not None and new.generation > old.generation
         assert old.state is ModelState.UNLOADED, "the replaced generation is drained and released"
@@ -110,7 +110,7 @@ def test_a_replace_that_does_not_fit_beside_the_old_generation_drains_it_first(m
         new = core.load("tiny", "tiny", replace=True)
         tokens, final = finish(core, job)
         assert len(tokens) == 30 and final.reason is FinishReason.LENGTH, "it finished on the old generation first"
-        assert new.state is ModelState.READY and core.models.serving("tiny") is new
+        assert new.state is ModelState.READY and core.models.published("tiny") is new
         assert len([r for r in core.models.all() if r.model is not None]) == 1
 
 
@@ -125,7 +125,7 @@ def test_failed_golden_check_leaves_nothing_behind(models: Path, tmp_path: Path)
         memory_before = core.device.memory_usage()
         with pytest.raises(FailedPrecondition, match="golden decode mismatch"):
             core.load("broken", "tiny")
-        assert core.models.serving("broken") is None
+        assert core.models.published("broken") is None
         assert core.device.memory_usage() == memory_before, "a failed load must give its memory back"
         assert [r.alias for r in core.models.all()] == ["tiny"]
 

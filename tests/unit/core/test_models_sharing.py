@@ -90,4 +90,4 @@ def test_an_unload_that_leaks_stops_the_board_and_the_audit_says_why(models: Pat
         # halt: issue 30, tests/unit/core/test_leak_halt.py); tiny is configured and warmed again.
         report = core.operator_reset("configuration", "operator reclaims the leak")
         assert report.ok and core.health().serving
-        assert core.models.serving("tiny") is not None and core.models.serving("tiny").state is ModelState.READY
+        assert core.models.published("tiny") is not None and core.models.published("tiny").state is ModelState.READY

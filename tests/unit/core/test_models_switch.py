@@ -33,7 +33,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_switch_drains_unloads_loads_and_audits_each_phase(models: Path) -> None:
     with running_core(models, device_options=ONE_CALBIN) as core:
-        old = core.models.serving("tiny")
+        old = core.models.published("tiny")
         assert old is not None
         job = core.submit(request((1, 2, 3), 30, seed=1)).job_id
         seen: list[tuple[int, ModelState]] = []
@@ -41,8 +41,8 @@ def test_a_switch_drains_unloads_loads_and_audits_each_phase(models: Path) -> No
         new = core.load("qwen", "qwen", progress=lambda p: seen.append((p.generation, p.state)), switch=spec)
         tokens, final = finish(core, job)
         assert len(tokens) == 30 and final.reason is FinishReason.LENGTH, "the old model's job finished first"
-        assert old.state is ModelState.UNLOADED and core.models.serving("tiny") is None
-        assert new.state is ModelState.READY and core.models.serving("qwen") is new
+        assert old.state is ModelState.UNLOADED and core.models.published("tiny") is None
+        assert new.state is ModelState.READY and core.models.published("qwen") is new
         old_states = [s for g, s in seen if g == old.generation]
         assert old_states == [ModelState.DRAINING, ModelState.UNLOADING, ModelState.UNLOADED]
         assert seen.index((old.generation, ModelState.UNLOADED)) < seen.index((new.generation, ModelState.CONFIGURING))
@@ -56,7 +56,7 @@ def test_a_switch_drains_unloads_loads_and_audits_each_phase(models: Path) -> No
 
 def test_a_stale_expectation_is_aborted_and_changes_nothing(models: Path) -> None:
     with running_core(models, device_options=ONE_CALBIN) as core:
-        old = core.models.serving("tiny")
+        old = core.models.published("tiny")
         assert old is not None
         with pytest.raises(
             Aborted, match=f"expected tiny@{old.generation + 1} but the board serves tiny@{old.generation}"
@@ -64,24 +64,24 @@ def test_a_stale_expectation_is_aborted_and_changes_nothing(models: Path) -> Non
             core.load("qwen", "qwen", switch=SwitchSpec("tiny", old.generation + 1))
         with pytest.raises(Aborted, match="board serves no other"):
             core.load("qwen", "qwen", switch=SwitchSpec("other", 1))
-        assert core.models.serving("tiny") is old and old.state is ModelState.READY
+        assert core.models.published("tiny") is old and old.state is ModelState.READY
         assert core.status().reset_history == ()
 
 
 def test_the_minimum_residency_holds_unless_forced(models: Path) -> None:
     with running_core(models, device_options=ONE_CALBIN, min_residency_s=3600.0) as core:
-        old = core.models.serving("tiny")
+        old = core.models.published("tiny")
         assert old is not None
         with pytest.raises(FailedPrecondition, match="less than the minimum residency 3600 s"):
             core.load("qwen", "qwen", switch=SwitchSpec("tiny", old.generation))
         assert old.state is ModelState.READY
         new = core.load("qwen", "qwen", switch=SwitchSpec("tiny", old.generation, force=True))
-        assert core.models.serving("qwen") is new
+        assert core.models.published("qwen") is new
 
 
 def test_two_switches_of_one_generation_exactly_one_happens(models: Path) -> None:
     with running_core(models, device_options=ONE_CALBIN) as core:
-        old = core.models.serving("tiny")
+        old = core.models.published("tiny")
         assert old is not None
         outcomes: dict[str, object] = {}
         go = threading.Barrier(2)
@@ -109,13 +109,13 @@ def test_two_switches_of_one_generation_exactly_one_happens(models: Path) -> Non
 
 def test_a_switch_whose_load_fails_loads_the_old_package_back(models: Path) -> None:
     with running_core(models, device_options=ONE_CALBIN) as core:
-        old = core.models.serving("tiny")
+        old = core.models.published("tiny")
         assert old is not None
         with pytest.raises(FailedPrecondition, match="golden decode mismatch"):
             core.load("broken", "broken", switch=SwitchSpec("tiny", old.generation, reason="try broken"))
-        back = core.models.serving("tiny")
+        back = core.models.published("tiny")
         assert back is not None and back.generation > old.generation and back.state is ModelState.READY
-        assert core.models.serving("broken") is None
+        assert core.models.published("broken") is None
         entry = core.status().reset_history[-1]
         assert entry.kind == "switch" and not entry.ok
         assert f"tiny loaded back as tiny@{back.generation}" in entry.message

@@ -116,7 +116,7 @@ def test_a_long_prompt_in_chunks_equals_it_in_one_job(models: Path) -> None:
         want, _ = run(whole, req)
         jobs_whole = whole.device.counters().submitted
     with running_core(models, prefill_chunk=48) as chunked:
-        rt = chunked.models.serving("tiny")
+        rt = chunked.models.published("tiny")
         assert rt is not None and rt.prefill_chunk == 48
         got, _ = run(chunked, req)
         jobs_chunked = chunked.device.counters().submitted

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calculet.daemon.core import reset_audit
-from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry
+from calculet.daemon.core.resets import audit as reset_audit
+from calculet.daemon.core.resets.audit import ResetAudit, ResetEntry
 
 
 def entry(n: int, kind: str = "ccu") -> ResetEntry:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from calculet.common.errors import InvalidArgument
-from calculet.daemon.core.reset_budget import ResetBudget
+from calculet.daemon.core.resets.budget import ResetBudget
 
 
 class Clock:

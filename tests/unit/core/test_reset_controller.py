@@ -13,10 +13,11 @@ import pytest
 
 from calculet.common.errors import ErrorKind, FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.executor import InflightLimit, LimitState
-from calculet.daemon.core.reset_budget import (
+from calculet.daemon.core.resets.budget import (
     BoardHalt,
     JobFate,
     ResetBudget,
@@ -25,7 +26,6 @@ from calculet.daemon.core.reset_budget import (
     ResetTally,
     fate,
 )
-from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.wire_views import status_to_pb
 from calculet.v1 import common_pb2
 
@@ -104,8 +104,8 @@ def test_a_one_job_device_never_degrades_and_bad_limits_are_refused() -> None:
             InflightLimit(full, after)
 
 
-def _seq(job_id: str) -> Sequence:
-    return Sequence(job_id, request((1, 2, 3), 8, seed=1), 1, frozenset())
+def _seq(job_id: str) -> ClientJob:
+    return ClientJob(job_id, request((1, 2, 3), 8, seed=1), 1, frozenset())
 
 
 def test_the_fate_of_a_hit_job_follows_its_recovery() -> None:

@@ -2,7 +2,7 @@
 a time, held by the `ResetGate`), and `BoardHalt`, why it stopped serving on its own. Each is an Enum
 with a transition table, changed only by `Lifecycle.move`.
 
-- Each table is exactly the documented one (`reset_controller.py`, docs/daemon.md).
+- Each table is exactly the documented one (`resets/controller.py`, docs/daemon.md).
 - Any sequence of moves follows the table or raises `IllegalTransition` and changes nothing
   (Hypothesis), on the bare lifecycle and through the gate's operations checked against a model.
 - On a running DeviceCore over calsim: an operator reset passes OPERATOR_CCU or
@@ -26,7 +26,7 @@ from calculet.common.errors import ErrorKind, FailedPrecondition, IllegalTransit
 from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.events import FinishReason
-from calculet.daemon.core.reset_budget import (
+from calculet.daemon.core.resets.budget import (
     HALT_TRANSITIONS,
     RESET_TRANSITIONS,
     BoardHalt,

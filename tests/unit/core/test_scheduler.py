@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from calculet.common.errors import Overloaded
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.kv import KVManager, LaneState
-from calculet.daemon.core.prefix_views import pending_prefill_tokens
+from calculet.daemon.core.observe.prefix_views import pending_prefill_tokens
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO, JobPlan, Scheduler, SchedulingPolicy
-from calculet.daemon.core.sequence import SeqState, Sequence
 from calculet.daemon.device.types import SubmodelInfo, TaskType, TensorSpec
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages.build import build_sim_package
@@ -48,10 +48,10 @@ class Harness:
         self.rt, self.sched = rt, Scheduler(policy)
         self.n = 0
 
-    def add(self, prompt_len: int = 4, priority: int = 0) -> Sequence:
+    def add(self, prompt_len: int = 4, priority: int = 0) -> ClientJob:
         self.n += 1
         req = request(tuple(range(1, prompt_len + 1)), 8, seed=self.n, priority=priority)
-        seq = Sequence(f"s{self.n}", req, self.rt.generation, frozenset())
+        seq = ClientJob(f"s{self.n}", req, self.rt.generation, frozenset())
         assert self.rt.kv is not None
         self.sched.enqueue(seq, self.rt.kv.free_count())
         return seq
@@ -176,8 +176,8 @@ def test_the_scheduler_assigns_and_frees_lanes_and_counts_them_from_the_kv_manag
     rt = make_runtime(manifest_dir, lanes=2)
     assert rt.kv is not None
     sched = Scheduler(SchedulingPolicy(max_active=1))
-    first = Sequence("a", request((1, 2, 3), 4, seed=1), rt.generation, frozenset())
-    second = Sequence("b", request((4, 5), 4, seed=2), rt.generation, frozenset())
+    first = ClientJob("a", request((1, 2, 3), 4, seed=1), rt.generation, frozenset())
+    second = ClientJob("b", request((4, 5), 4, seed=2), rt.generation, frozenset())
     sched.enqueue(first, rt.kv.free_count())
     sched.enqueue(second, rt.kv.free_count())
 
@@ -231,7 +231,7 @@ def test_queue_depth_counts_only_requests_that_wait_for_a_lane(manifest_dir: Pat
         rt.kv.park(handle.lane, owner, np.array([1, 2, 3], dtype=np.int32), (), 0.0, prompt_len=2)
     assert rt.kv.free_count() == 16
     sched = Scheduler(SchedulingPolicy(queue_depth=8, retry_after_s=2.5))
-    burst = [Sequence(f"b{i}", request((i + 1, 2, 3), 4, seed=i), rt.generation, frozenset()) for i in range(25)]
+    burst = [ClientJob(f"b{i}", request((i + 1, 2, 3), 4, seed=i), rt.generation, frozenset()) for i in range(25)]
     for seq in burst[:24]:
         sched.enqueue(seq, rt.kv.free_count())  # 16 get a lane at the next plan, 8 wait for one
     with pytest.raises(Overloaded, match="8 requests wait for a KV lane") as refused:
@@ -243,7 +243,7 @@ def test_queue_depth_counts_only_requests_that_wait_for_a_lane(manifest_dir: Pat
         sched.enqueue(burst[24], rt.kv.free_count())
     other = make_runtime(manifest_dir, lanes=1, generation=2)
     assert other.kv is not None
-    sched.enqueue(Sequence("x", request((1,), 4, seed=9), 2, frozenset()), other.kv.free_count())  # per generation
+    sched.enqueue(ClientJob("x", request((1,), 4, seed=9), 2, frozenset()), other.kv.free_count())  # per generation
 
 
 def test_short_prefills_pass_a_long_prompts_chunks_until_the_budget_then_a_chunk_goes(manifest_dir: Path) -> None:
@@ -279,10 +279,10 @@ def test_a_conversation_s_next_turn_is_a_short_prefill_however_long_its_prompt(m
     rt.kv.opened(handle.lane, "turn1")
     rt.kv.commit(rt.kv.reserve(handle.lane, "turn1", 100, 1))
     rt.kv.park(handle.lane, "turn1", history, (), 0.0, prompt_len=90)
-    nxt = Sequence("turn2", request((*range(1, 101), 7, 8), 4, seed=1), rt.generation, frozenset())
+    nxt = ClientJob("turn2", request((*range(1, 101), 7, 8), 4, seed=1), rt.generation, frozenset())
     sched.enqueue(nxt, rt.kv.free_count(), rt.kv.expected_keep(nxt.prefill_array(), 16))
     assert nxt.job_id in sched.short and nxt.expected_uncached == 2
-    stranger = Sequence("other", request(tuple(range(500, 600)), 4, seed=2), rt.generation, frozenset())
+    stranger = ClientJob("other", request(tuple(range(500, 600)), 4, seed=2), rt.generation, frozenset())
     sched.enqueue(stranger, rt.kv.free_count(), rt.kv.expected_keep(stranger.prefill_array(), 16))
     assert stranger.job_id in sched.long
     # The load report counts what each has left to prefill: 2 tokens for the next turn, not 102.
@@ -293,8 +293,8 @@ def test_pending_prefill_counts_what_is_left_and_the_short_part(manifest_dir: Pa
     rt = make_runtime(manifest_dir)
     assert rt.kv is not None
     sched = Scheduler(SchedulingPolicy(short_prefill_tokens=16))
-    short = Sequence("s", request(tuple(range(1, 11)), 4, seed=1), rt.generation, frozenset())
-    long = Sequence("l", request(tuple(range(1, 41)), 4, seed=2), rt.generation, frozenset())
+    short = ClientJob("s", request(tuple(range(1, 11)), 4, seed=1), rt.generation, frozenset())
+    long = ClientJob("l", request(tuple(range(1, 41)), 4, seed=2), rt.generation, frozenset())
     for seq in (short, long):
         sched.enqueue(seq, rt.kv.free_count())
     assert pending_prefill_tokens(rt, [short, long], 16) == (50, 10)

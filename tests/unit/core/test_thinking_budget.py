@@ -22,10 +22,10 @@ from tokenizers import Tokenizer
 from calculet.common.errors import FailedPrecondition, InvalidArgument
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core import completion
+from calculet.daemon.core.client_job import ClientJob
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason, TokenChunk
 from calculet.daemon.core.request import GenerationRequest
-from calculet.daemon.core.sequence import Sequence
 from calculet.daemon.package.manifest import load_manifest
 from calculet.daemon.sampling.constraint import Constraint, ConstraintKind
 from calculet.daemon.sampling.thinking import ThinkingBudget, ThinkingTracker
@@ -209,7 +209,7 @@ def test_a_bad_budget_is_invalid_argument_naming_its_field(core: DeviceCore, thi
 
 
 def test_a_marker_that_is_a_stop_token_is_refused(core: DeviceCore) -> None:
-    eos = sorted(core.models.serving("tiny").eos_ids)[0]  # type: ignore[union-attr]
+    eos = sorted(core.models.published("tiny").eos_ids)[0]  # type: ignore[union-attr]
     with pytest.raises(InvalidArgument, match=r"^thinking\.close_token_id: .* stop token"):
         core.submit(req(2, close_token=eos, ignore_eos=False))
     with pytest.raises(InvalidArgument, match=r"^thinking\.open_token_id: .* stop token"):
@@ -235,14 +235,14 @@ def test_idempotency_keys_cover_the_budget(core: DeviceCore) -> None:
 
 
 def test_a_pending_constrained_row_may_draw_the_open_token_and_a_thinking_row_is_unmasked(core: DeviceCore) -> None:
-    rt = core.models.serving("tiny")
+    rt = core.models.published("tiny")
     assert rt is not None
     grammar_only = rt.grammar.matcher(CHOICE).allowed()
     assert not grammar_only[OPEN]  # the choice grammar alone forbids it
 
-    def seq(prompt: tuple[int, ...]) -> Sequence:
+    def seq(prompt: tuple[int, ...]) -> ClientJob:
         r = req(2, prompt=prompt)
-        s = Sequence(
+        s = ClientJob(
             "job-m", dataclasses.replace(r, sampling=dataclasses.replace(r.sampling, constraint=CHOICE)), 1, frozenset()
         )
         s.grammar = rt.grammar.matcher(CHOICE)

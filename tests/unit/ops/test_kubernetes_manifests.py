@@ -26,7 +26,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from calculet.daemon import main as daemon_main
+from calculet.daemon import settings as daemon_flags
 from calculet.daemon.calsim.device_lock import STATE_DIR_ENV
 from calculet.daemon.runtime_paths import APP_DIR, RUN_ROOT
 from calculet.daemon.server.liveness import LIVENESS_SERVICE
@@ -100,7 +100,7 @@ def flag_values(args: list[str], *flags: str) -> dict[str, list[str]]:
 
 
 def daemon_knows(flag: str) -> bool:
-    _, rest = daemon_main.build_parser().parse_known_args([f"{flag}=x"])
+    _, rest = daemon_flags.build_parser().parse_known_args([f"{flag}=x"])
     return not rest
 
 
@@ -139,7 +139,7 @@ def daemon_settings(container: Manifest) -> dict[str, Any]:
     assert config == ["/etc/calculet/daemon.toml"], config
     generated = {Path(f).name: DEPLOY / f for g in kustomization()["configMapGenerator"] for f in g["files"]}
     local = [a.replace(config[0], str(generated["daemon.toml"])) if a.startswith("--config") else a for a in args]
-    return daemon_main.merged_settings(daemon_main.build_parser().parse_args(local))
+    return daemon_flags.merged_settings(daemon_flags.build_parser().parse_args(local))
 
 
 def gateway_args() -> argparse.Namespace:
@@ -180,19 +180,19 @@ def test_the_validation_refuses_a_misspelled_field() -> None:
 
 def test_daemon_flags_parse_and_the_config_is_accepted() -> None:
     for container in daemon_containers():
-        _, rest = daemon_main.build_parser().parse_known_args(container["args"])
+        _, rest = daemon_flags.build_parser().parse_known_args(container["args"])
         for group in PENDING_DAEMON_FLAGS:
             known = [daemon_knows(f) for f in group]
             assert all(known) or not any(known), f"the daemon has only some of {group}"
         pending = {f for group in PENDING_DAEMON_FLAGS for f in group if not daemon_knows(f)}
         assert {a.split("=", 1)[0] for a in rest} <= pending, rest
         settings = daemon_settings(container)
-        config = daemon_main.config_from(settings)
+        config = daemon_flags.config_from(settings)
         assert container["name"] == f"board{config.board}"
         assert config.device_options["profile"] == "calrt-0.7.6"
         assert settings["listen"] == f"0.0.0.0:{50050 + config.board}"
-        assert daemon_main.runtime_dir(settings) == Path("/run/calculet")
-    boards = [daemon_main.config_from(daemon_settings(c)).board for c in daemon_containers()]
+        assert daemon_flags.runtime_dir(settings) == Path("/run/calculet")
+    boards = [daemon_flags.config_from(daemon_settings(c)).board for c in daemon_containers()]
     assert sorted(boards) == list(range(len(boards))) and len(boards) >= 2
 
 
@@ -221,20 +221,20 @@ def test_daemons_mount_config_runtime_dir_device_models_and_tls() -> None:
     generated = {g["name"] for g in kustomization()["configMapGenerator"]}
     for container in daemon_containers():
         settings = daemon_settings(container)
-        config = daemon_main.config_from(settings)
+        config = daemon_flags.config_from(settings)
         board = config.board
         # The config file: from the generated ConfigMap.
         config_mount = mounted_under(container, "/etc/calculet/daemon.toml")
         assert vols[config_mount["name"]]["configMap"]["name"] in generated
         assert config_mount.get("subPath") == "daemon.toml" and config_mount["readOnly"]
         # The runtime directory: an emptyDir, writable, shared by the pod's daemons.
-        runtime = mounts(container)[str(daemon_main.runtime_dir(settings))]
+        runtime = mounts(container)[str(daemon_flags.runtime_dir(settings))]
         assert "emptyDir" in vols[runtime["name"]] and not runtime.get("readOnly", False)
         # calsim's device locks go to <the host's default runtime dir>/calsim: with no variable moving
         # it, that is /run/calculet (writable), the same emptyDir.
         env = {e["name"] for e in container.get("env", [])}
         assert env.isdisjoint({"RUNTIME_DIRECTORY", "XDG_RUNTIME_DIR", STATE_DIR_ENV}), env
-        assert daemon_main.runtime_dir(settings) == RUN_ROOT / APP_DIR
+        assert daemon_flags.runtime_dir(settings) == RUN_ROOT / APP_DIR
         # The board's device node, and no other board's.
         device = mounts(container)[f"/dev/calculet{board}"]
         assert vols[device["name"]]["hostPath"]["path"] == f"/dev/calculet{board}"
@@ -260,7 +260,7 @@ def test_drain_fits_in_the_termination_grace_period() -> None:
     spec = one("DaemonSet")["spec"]["template"]["spec"]
     dns_interval = gateway_config_from(gateway_main.settings_from(gateway_args())).dns_interval_s
     for container in daemon_containers():
-        drain = daemon_main.config_from(daemon_settings(container)).drain_timeout_s
+        drain = daemon_flags.config_from(daemon_settings(container)).drain_timeout_s
         sleep = container["lifecycle"]["preStop"]["sleep"]["seconds"]
         assert sleep >= dns_interval + DNS_TTL_S, "the gateways must re-resolve before the daemon drains"
         assert spec["terminationGracePeriodSeconds"] >= sleep + drain + STOP_MARGIN_S > drain

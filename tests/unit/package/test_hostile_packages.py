@@ -476,7 +476,7 @@ def test_the_daemon_refuses_each_hostile_package_with_its_code(hostile_root: Pat
         os.symlink("loop", hostile_root / "loop")
         with pytest.raises(FailedPrecondition, match=r"file\.symlink_loop"):
             core.load("bad", "loop")
-        assert core.models.serving("bad") is None
+        assert core.models.published("bad") is None
         assert core.load("good", "tiny").alias == "good", "the daemon still loads a valid package"
 
 

@@ -66,7 +66,7 @@ def test_the_daemon_refuses_aliases_with_control_characters_and_publishes_none(t
             with pytest.raises(InvalidArgument, match="alias"):
                 core.load(alias, "tiny")
         assert [rt.alias for rt in core.models.all()] == ["tiny"], "nothing was loaded or published"
-        assert core.models.serving("evil") is None and core.models.serving("evil\n") is None
+        assert core.models.published("evil") is None and core.models.published("evil\n") is None
 
 
 # ---------------------------------------------------------------- the sweep

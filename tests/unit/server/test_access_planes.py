@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from calculet.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
-from calculet.daemon.main import security_from
 from calculet.daemon.server.access import METHOD_PLANE, AccessPolicy, Plane, bearer
+from calculet.daemon.settings import security_from
 from calculet.v1 import daemon_pb2_grpc
 
 

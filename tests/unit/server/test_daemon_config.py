@@ -27,17 +27,10 @@ import pytest
 
 from calculet.common.errors import InvalidArgument
 from calculet.daemon import main as daemon_main_module
+from calculet.daemon import settings as daemon_settings_module
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.device.errors import DeviceBusy
-from calculet.daemon.main import (
-    EXIT_BOARD_BUSY,
-    EXIT_USAGE,
-    build_parser,
-    config_from,
-    merged_settings,
-    parse_device_option,
-    runtime_dir,
-)
+from calculet.daemon.main import EXIT_BOARD_BUSY, EXIT_USAGE
 from calculet.daemon.main import main as daemon_main
 from calculet.daemon.server.ownership import (
     BoardBusy,
@@ -51,6 +44,7 @@ from calculet.daemon.server.ownership import (
     probe_socket,
     remove_own_socket,
 )
+from calculet.daemon.settings import build_parser, config_from, merged_settings, parse_device_option, runtime_dir
 
 
 def _config(argv: list[str]) -> DaemonConfig:
@@ -191,7 +185,7 @@ def test_config_from_folds_shorthand_keys_over_the_table() -> None:
 
 
 def test_device_options_reach_any_driver(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(daemon_main_module, "available_drivers", lambda: ["calsim", "vendor"])
+    monkeypatch.setattr(daemon_settings_module, "available_drivers", lambda: ["calsim", "vendor"])
     config = _config(["--device", "vendor", "--device-option", "pcie=3", "--time-scale", "1"])
     assert (config.device, config.device_options) == ("vendor", {"pcie": 3, "time_scale": 1.0})
 

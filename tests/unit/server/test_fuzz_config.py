@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from calculet.common.errors import CalculetError
-from calculet.daemon import main as daemon_main
+from calculet.daemon import settings as daemon_settings
 from calculet.gateway import config as gateway_config
 from calculet.gateway import main as gateway_main
 
@@ -24,7 +24,13 @@ FUZZ = settings(
     deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture], max_examples=200
 )
 
-DAEMON_KEYS = [*daemon_main.FLAG_SETTINGS, *daemon_main.TABLE_SETTINGS, "device-profile", "time-scale", "bogus_key"]
+DAEMON_KEYS = [
+    *daemon_settings.FLAG_SETTINGS,
+    *daemon_settings.TABLE_SETTINGS,
+    "device-profile",
+    "time-scale",
+    "bogus_key",
+]
 GATEWAY_KEYS = [*sorted(gateway_config.KEYS), "dns_interval", "max_attempts", "bogus-key"]
 
 
@@ -92,13 +98,13 @@ def _write(tmp_path: Path, content: str | bytes) -> Path:
 
 def _daemon_start(path: Path) -> None:
     """The daemon's start-up checks in `main`'s order, up to (not including) the board lock."""
-    args = daemon_main.build_parser().parse_args(["--config", str(path)])
-    merged = daemon_main.merged_settings(args)
-    daemon_main.log_level(merged)
-    config = daemon_main.config_from(merged)
-    daemon_main._text(merged, "listen", f"unix:run/board{config.board}.sock")
-    daemon_main._int(merged, "max_message_bytes", daemon_main.DEFAULT_MAX_MESSAGE_BYTES, 1)
-    daemon_main.runtime_dir(merged, {})
+    args = daemon_settings.build_parser().parse_args(["--config", str(path)])
+    merged = daemon_settings.merged_settings(args)
+    daemon_settings.log_level(merged)
+    config = daemon_settings.config_from(merged)
+    daemon_settings.text_setting(merged, "listen", f"unix:run/board{config.board}.sock")
+    daemon_settings.int_setting(merged, "max_message_bytes", daemon_settings.DEFAULT_MAX_MESSAGE_BYTES, 1)
+    daemon_settings.runtime_dir(merged, {})
 
 
 def _gateway_start(path: Path) -> None:
@@ -139,4 +145,4 @@ def test_daemon_config_from_random_merged_settings(settings_: dict[str, Any]) ->
     if not isinstance(models, dict) or not all(isinstance(p, str) for p in models.values()):
         settings_.pop("models", None)
     with contextlib.suppress(CalculetError):
-        daemon_main.config_from(settings_)
+        daemon_settings.config_from(settings_)

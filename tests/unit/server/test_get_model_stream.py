@@ -27,7 +27,7 @@ from calculet.common.errors import CalculetError, ErrorKind
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.status import ModelInfoView
+from calculet.daemon.core.observe.status import ModelInfoView
 from calculet.daemon.wire_views import TOKENIZER_PIECE_BYTES, model_info_to_pb
 from calculet.ops.sim_packages.build import build_sim_package
 from calculet.v1 import observe_pb2

@@ -31,7 +31,7 @@ from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinishReason, wait_finished
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
-from calculet.daemon.core.reset_budget import BoardHalt
+from calculet.daemon.core.resets.budget import BoardHalt
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.daemon.server.liveness import LIVENESS_MARGIN_S, LIVENESS_SERVICE, EngineBeats, LivenessPolicy
 from calculet.ops.sim_packages.build import build_sim_package

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from calculet.daemon.core.events import FinishReason, Timings, Usage
-from calculet.daemon.core.observer import RequestFinished
+from calculet.daemon.core.observe.observer import RequestFinished
 from calculet.daemon.server.changes import StateChanges
 from calculet.daemon.server.load_notices import LoadNotices
 

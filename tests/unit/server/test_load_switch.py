@@ -41,7 +41,7 @@ def _switch(
 
 
 def test_the_stream_reports_the_old_generation_leaving_then_the_new_one(served: ServedCore) -> None:
-    generation = served.core.models.serving("a").generation
+    generation = served.core.models.published("a").generation
     stream = _switch(served, "b", "a", generation, reason="test", requester="pytest")
     old = [(p.state, p.message.split(":")[0]) for p in stream if p.generation == generation]
     assert old == [

@@ -41,8 +41,9 @@ from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.device.api import ConfiguredModel
 from calculet.daemon.device.types import EngineSlot, JobSpec
-from calculet.daemon.main import build_parser, reload_config
+from calculet.daemon.main import reload_config
 from calculet.daemon.sampling.params import SamplingParams
+from calculet.daemon.settings import build_parser
 from calculet.ops.sim_packages.build import build_sim_package
 
 from .held_device import HeldSubmitDevice

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from calculet.daemon import wire_views
-from calculet.daemon.core.sequence import SeqState
-from calculet.daemon.core.status import JobView
+from calculet.daemon.core.client_job import SeqState
+from calculet.daemon.core.observe.status import JobView
 from calculet.v1 import observe_pb2
 
 

@@ -16,7 +16,7 @@ import pytest
 from calculet.common.telemetry.registry import CONTENT_TYPE
 from calculet.daemon.calsim.faults import Fault, FaultKind
 from calculet.daemon.core.device_core import DeviceCore
-from calculet.daemon.core.observer import DeviceJobDone, EngineObserver, RequestFinished
+from calculet.daemon.core.observe.observer import DeviceJobDone, EngineObserver, RequestFinished
 from calculet.daemon.telemetry.daemon_metrics import DaemonMetrics
 from tests.unit.core.engine_factories import (
     OwnerLock,

@@ -12,7 +12,7 @@ import pytest
 from calculet.common.errors import ErrorKind
 from calculet.common.telemetry.registry import MetricsRegistry
 from calculet.daemon.core.events import FinishReason, Timings, Usage
-from calculet.daemon.core.observer import (
+from calculet.daemon.core.observe.observer import (
     DeviceJobDone,
     FaultSeen,
     RequestFinished,
@@ -20,7 +20,7 @@ from calculet.daemon.core.observer import (
     ResetRecorded,
     RowDone,
 )
-from calculet.daemon.core.reset_audit import ResetEntry
+from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 from calculet.daemon.telemetry.engine_metrics import EngineMetrics
 from tests.unit.telemetry.scrape import Scrape

@@ -13,7 +13,13 @@ from opentelemetry.trace import SpanKind, StatusCode
 from calculet.common.errors import ErrorKind
 from calculet.common.telemetry.tracing import remote_context, trace_headers
 from calculet.daemon.core.events import FinishReason, Timings, Usage
-from calculet.daemon.core.observer import DeviceJobDone, DeviceJobStarted, RequestFinished, RequestQueued, RowDone
+from calculet.daemon.core.observe.observer import (
+    DeviceJobDone,
+    DeviceJobStarted,
+    RequestFinished,
+    RequestQueued,
+    RowDone,
+)
 from calculet.daemon.core.request import NO_TRACE, RequestTrace
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 from calculet.daemon.telemetry.job_traces import MAX_JOB_SPANS, JobTraces

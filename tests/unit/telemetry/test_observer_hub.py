@@ -1,4 +1,4 @@
-"""`ObserverHub` (`core/observer.py`): events reach every observer in emit order on the hub's own
+"""`ObserverHub` (`core/observe/observer.py`): events reach every observer in emit order on the hub's own
 thread, never the emitter's; nothing is queued without observers; a failing observer is logged and
 the others still get every event; `close` delivers what was queued first."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from calculet.daemon.core.observer import EngineObserver, FaultSeen, ObserverHub, RequestRejected
+from calculet.daemon.core.observe.observer import EngineObserver, FaultSeen, ObserverHub, RequestRejected
 
 WAIT_S = 10.0  # a deadline, never a pace
 
@@ -60,7 +60,7 @@ def test_a_failing_observer_is_logged_and_the_others_still_get_every_event(caplo
     hub, good = ObserverHub(), Recorder()
     hub.add(Broken())
     hub.add(good)
-    with caplog.at_level(logging.ERROR, logger="calculet.daemon.core.observer"):
+    with caplog.at_level(logging.ERROR, logger="calculet.daemon.core.observe.observer"):
         hub.emit(FaultSeen("hang", "", 1.0))
         hub.emit(FaultSeen("device_lost", "", 2.0))
         assert hub.flush(WAIT_S)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from calculet.daemon.core.snapshot import EngineSnapshot, GenerationView
-from calculet.daemon.core.status import (
+from calculet.daemon.core.observe.snapshot import EngineSnapshot, GenerationView
+from calculet.daemon.core.observe.status import (
     HealthView,
     LoadView,
     ModelHealthView,

@@ -11,14 +11,14 @@ import logging
 from collections.abc import Callable
 
 from calculet.common.errors import CalculetError
-from calculet.daemon.core.auto_reset import automatic_reset
 from calculet.daemon.core.engine import Engine
-from calculet.daemon.core.escalation_watch import Escalation, EscalationKind
-from calculet.daemon.core.escalations import EXIT_DEVICE_UNHEALTHY, EscalationActions
 from calculet.daemon.core.golden import GoldenVerdict
 from calculet.daemon.core.models import ModelManager
-from calculet.daemon.core.operator_reset import OperatorHooks, memory_not_back, rewarm_all
-from calculet.daemon.core.reset_audit import AuditPoint, escalation_entry
+from calculet.daemon.core.resets.audit import AuditPoint, escalation_entry
+from calculet.daemon.core.resets.automatic import automatic_reset
+from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationKind
+from calculet.daemon.core.resets.escalations import EXIT_DEVICE_UNHEALTHY, EscalationActions
+from calculet.daemon.core.resets.operator import OperatorHooks, memory_not_back, rewarm_all
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError
 

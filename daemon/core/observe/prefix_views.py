@@ -13,10 +13,10 @@ snapshot (`Engine._generation_view_locked`).
 
 from __future__ import annotations
 
+from calculet.daemon.core.client_job import ClientJob, SeqState
+from calculet.daemon.core.observe.status import PrefixCacheView
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import SchedulingPolicy
-from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.core.status import PrefixCacheView
 
 # States in which a sequence still has prefill work (queued, part-way, in a prefill job, recovering).
 _PREFILLING = frozenset({SeqState.WAITING, SeqState.PARTIAL, SeqState.PREFILL, SeqState.RECOVER})
@@ -35,7 +35,7 @@ def prefix_cache_view(rt: ModelRuntime, policy: SchedulingPolicy) -> PrefixCache
     )  # fmt: skip
 
 
-def lane_chains(rt: ModelRuntime, mine: list[Sequence]) -> list[Chain]:
+def lane_chains(rt: ModelRuntime, mine: list[ClientJob]) -> list[Chain]:
     """Each lane's block-hash chain: parked lanes' histories, then running client sequences' KV.
 
     Args:
@@ -50,7 +50,7 @@ def lane_chains(rt: ModelRuntime, mine: list[Sequence]) -> list[Chain]:
     return chains
 
 
-def pending_prefill_tokens(rt: ModelRuntime, mine: list[Sequence], short_tokens: int) -> tuple[int, int]:
+def pending_prefill_tokens(rt: ModelRuntime, mine: list[ClientJob], short_tokens: int) -> tuple[int, int]:
     """Prompt (+ resumed) tokens the generation's client jobs have yet to prefill: all of them, and
     those of short prefills (queued with at most `short_tokens` to prefill). A job still waiting for
     a lane counts what it was expected to prefill when queued (less the prefix of the parked lane it

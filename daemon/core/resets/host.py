@@ -1,4 +1,4 @@
-"""`ResetHost`: what the reset controller (`reset_controller.py`) may ask of the engine, and nothing
+"""`ResetHost`: what the reset controller (`controller.py`) may ask of the engine, and nothing
 more. The engine builds one from its `Bookkeeper`'s methods and a few of its own, so the controller
 reaches the job and lane bookkeeping through these callables alone, never through the engine's
 fields.
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from calculet.daemon.core.executor import DeviceJob, PoolUpkeep
-from calculet.daemon.core.reset_budget import ResetTally
+from calculet.daemon.core.resets.budget import ResetTally
 from calculet.daemon.core.runtime import ModelRuntime
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 
+from calculet.daemon.core.client_job import ClientJob
 from calculet.daemon.core.completion import Settlement
 from calculet.daemon.core.events import FinalEvent
 from calculet.daemon.core.executor import DeviceJob
-from calculet.daemon.core.observer import (
+from calculet.daemon.core.observe.observer import (
     FAULT_CCU_EXCEPTION,
     FAULT_COUNTER_MISMATCH,
     FAULT_NON_FINITE,
@@ -20,11 +21,10 @@ from calculet.daemon.core.observer import (
     RequestQueued,
     RowDone,
 )
-from calculet.daemon.core.sequence import Sequence
 from calculet.daemon.device.types import JobStatus, JobTimestamps
 
 
-def queued(seq: Sequence) -> RequestQueued:
+def queued(seq: ClientJob) -> RequestQueued:
     req = seq.request
     return RequestQueued(
         seq.job_id, req.model, seq.generation, len(req.prompt_tokens), len(req.resume_tokens),
@@ -32,7 +32,7 @@ def queued(seq: Sequence) -> RequestQueued:
     )  # fmt: skip
 
 
-def finished(seq: Sequence) -> RequestFinished:
+def finished(seq: ClientJob) -> RequestFinished:
     """The observers' record of a request's Final: the one its log holds (the first written wins, as
     its client saw it), so the metrics carry exactly the usage and timings the client got."""
     final = seq.log.read(seq.log.produced() - 1)[-1]

@@ -12,9 +12,16 @@ from pathlib import Path
 
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import BoardHalt, BudgetView
-from calculet.daemon.core.status import JobView, PoolView, PrefixCacheView, QueueView, ResetOutcome, UtilizationView
+from calculet.daemon.core.observe.status import (
+    JobView,
+    PoolView,
+    PrefixCacheView,
+    QueueView,
+    ResetOutcome,
+    UtilizationView,
+)
+from calculet.daemon.core.resets.audit import ResetEntry
+from calculet.daemon.core.resets.budget import BoardHalt, BudgetView
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@
 - `ResetTally`: the client jobs one reset hit and what became of them (ResetResult.inflight_jobs,
   recovered_jobs, failed_jobs), and `ResetReport`, the outcome an operator reset returns.
 
-Ownership: the `ResetController` (`reset_controller.py`) owns one of each; callers hold the engine lock
+Ownership: the `ResetController` (`controller.py`) owns one of each; callers hold the engine lock
 for every method here.
 """
 
@@ -30,8 +30,8 @@ from enum import Enum, auto
 
 from calculet.common.errors import CalculetError, InvalidArgument
 from calculet.common.lifecycle import Lifecycle, table
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.events import FinalEvent, FinishReason
-from calculet.daemon.core.sequence import SeqState, Sequence
 
 SETTLE_TIMEOUT_S = 10.0  # how long an operator reset waits for the jobs it hit before it answers
 
@@ -211,9 +211,9 @@ class JobFate(Enum):
 class ResetTally:
     """The client jobs (sequences) one reset hit, with their recovery count when it hit them."""
 
-    hit: dict[str, tuple[Sequence, int]] = field(default_factory=dict)
+    hit: dict[str, tuple[ClientJob, int]] = field(default_factory=dict)
 
-    def add(self, seqs: Iterable[Sequence]) -> None:
+    def add(self, seqs: Iterable[ClientJob]) -> None:
         """Record sequences the reset hit, before their recovery starts (first record wins)."""
         for seq in seqs:
             if not seq.internal:  # warm-up probes are not client jobs
@@ -227,7 +227,7 @@ class ResetTally:
         return ResetCounts(len(fates), fates.count(JobFate.RECOVERED), fates.count(JobFate.FAILED))
 
 
-def fate(seq: Sequence, recoveries_before: int) -> JobFate:
+def fate(seq: ClientJob, recoveries_before: int) -> JobFate:
     """What became of a sequence a reset hit when it had `recoveries_before` recoveries."""
     recovered = seq.recoveries > recoveries_before
     if seq.state is SeqState.DONE:

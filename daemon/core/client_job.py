@@ -1,6 +1,6 @@
 """One client job inside the daemon (a Submit): its tokens, lane, state and output log.
 
-Ownership: the engine owns every `Sequence` and mutates it only under its lock. Its `lane` is held
+Ownership: the engine owns every `ClientJob` and mutates it only under its lock. Its `lane` is held
 by the sequence between the scheduler's assignment and release (the KV manager records the same
 owner). While WAITING / READY / RECOVER it sits in the scheduler's sets; while a device job carrying
 it is in flight (PREFILL or DECODE) that `DeviceJob` holds it and nothing else changes its tokens or
@@ -57,7 +57,7 @@ SEQ_TRANSITIONS = table(
 )
 
 
-class Sequence:
+class ClientJob:
     """A request being served. Mutated only by the engine under its lock."""
 
     def __init__(self, job_id: str, request: GenerationRequest, generation: int, eos_ids: frozenset[int]) -> None:

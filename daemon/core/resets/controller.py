@@ -3,7 +3,7 @@ four things a board's daemon owns (docs/daemon.md, "Reset controller"; docs/sour
 
 What it owns, all of one board:
 
-- the reset lifecycle, `ResetState` (table `RESET_TRANSITIONS` in `reset_budget.py`, held by its
+- the reset lifecycle, `ResetState` (table `RESET_TRANSITIONS` in `budget.py`, held by its
   `ResetGate`; `Lifecycle.move` is the one transition function and an illegal edge raises):
 
       IDLE -> AUTOMATIC_CCU ---------------------------> IDLE   a hung device job (`after_timeout`)
@@ -19,7 +19,7 @@ What it owns, all of one board:
   AWAITING_OPERATOR -> LOST (device lost, unrecoverable after a reset, a crashed device thread),
   which only a restart lifts. Independent of the reset lifecycle: an operator reset runs while the
   board is halted, since that is how a halt lifts. The board is `halted` in both halts;
-- the automatic reset budget, the reset counters, the audit trail (`reset_audit.py`), the listeners
+- the automatic reset budget, the reset counters, the audit trail (`audit.py`), the listeners
   told when the board halts, the device jobs given up at a halt while the device still held them,
   the launch holds, and the generations a configuration reset is dropping.
 
@@ -52,11 +52,12 @@ from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.errors import BoardHalted, MemoryNotBack
 from calculet.daemon.core.executor import DeviceJob, Executor
-from calculet.daemon.core.jobs import BufferState
-from calculet.daemon.core.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
-from calculet.daemon.core.reset_audit import ResetAudit, ResetEntry, escalation_entry
-from calculet.daemon.core.reset_audit import now as reset_audit_now
-from calculet.daemon.core.reset_budget import (
+from calculet.daemon.core.job_buffers import BufferState
+from calculet.daemon.core.observe.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
+from calculet.daemon.core.observe.status import ResetOutcome
+from calculet.daemon.core.resets.audit import ResetAudit, ResetEntry, escalation_entry
+from calculet.daemon.core.resets.audit import now as reset_audit_now
+from calculet.daemon.core.resets.budget import (
     HALT_TRANSITIONS,
     BoardHalt,
     BudgetView,
@@ -66,9 +67,8 @@ from calculet.daemon.core.reset_budget import (
     ResetState,
     ResetTally,
 )
-from calculet.daemon.core.reset_host import ResetHost
+from calculet.daemon.core.resets.host import ResetHost
 from calculet.daemon.core.runtime import ModelRuntime
-from calculet.daemon.core.status import ResetOutcome
 from calculet.daemon.device.api import VirtualDevice
 from calculet.daemon.device.errors import DeviceError, DeviceLost, ModelReleased, WaitTimeout
 from calculet.daemon.device.types import JobStatus
@@ -312,7 +312,7 @@ class ResetController:
             )
         )
 
-    # ---- an escalation's reset, step by step (`auto_reset.py` orders them) -------------------
+    # ---- an escalation's reset, step by step (`automatic.py` orders them) -------------------
 
     def begin_automatic_reset(self, kind: str, reason: str, fault: str, *, lost: bool = False) -> ResetTally | None:
         """Take the gate for an escalation's reset ("ccu" or "configuration") and spend one automatic
@@ -353,7 +353,7 @@ class ResetController:
             self._cond.notify_all()
             return True
 
-    # ---- operator resets, step by step (`operator_reset.py` orders them) ---------------------
+    # ---- operator resets, step by step (`operator.py` orders them) ---------------------
 
     def begin_operator_reset(self, kind: str, reason: str) -> ResetTally:
         """Take the gate for an operator reset ("ccu" or "configuration") and count it. Returns the

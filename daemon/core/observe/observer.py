@@ -35,7 +35,7 @@ from typing import Any
 from calculet.common.errors import ErrorKind
 from calculet.daemon.core.events import FinishReason, Timings, Usage
 from calculet.daemon.core.request import NO_TRACE, RequestTrace
-from calculet.daemon.core.reset_audit import ResetEntry
+from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class RequestQueued:
 
     Attributes:
         internal: a warm-up probe (golden check), not a client request.
-        t: monotonic time of the Submit (`Sequence.t_submit`).
+        t: monotonic time of the Submit (`ClientJob.t_submit`).
         trace: the caller's request id and W3C trace context (logs and spans).
     """
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import BudgetView
+from calculet.daemon.core.resets.audit import ResetEntry
+from calculet.daemon.core.resets.budget import BudgetView
 from calculet.daemon.core.unload_check import ChipExcess
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, JobCounters, MemoryUsage
 

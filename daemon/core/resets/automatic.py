@@ -1,7 +1,7 @@
 """An escalation's reset from decision to audit (docs/sources.md 000 §14): repeated CCU exceptions reset
 the compute units, and if they recur, the configuration, whose models are then warmed again.
 
-Like an operator reset (`operator_reset.py`) but started by the board itself: it spends the automatic
+Like an operator reset (`operator.py`) but started by the board itself: it spends the automatic
 reset budget (past it the board halts and waits for an operator), never lifts a halt nor clears the
 budget, and its audit entry is `automatic` with the fault that escalated. The steps, whose state is
 the `ResetController`'s:
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 
-from calculet.daemon.core.operator_reset import OperatorHooks, reset_and_settle, reset_entry
-from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport
-from calculet.daemon.core.reset_controller import ResetController
+from calculet.daemon.core.resets.budget import SETTLE_TIMEOUT_S, ResetReport
+from calculet.daemon.core.resets.controller import ResetController
+from calculet.daemon.core.resets.operator import OperatorHooks, reset_and_settle, reset_entry
 
 log = logging.getLogger(__name__)
 

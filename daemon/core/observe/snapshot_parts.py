@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.generations import GenerationTable
+from calculet.daemon.core.observe.prefix_views import lane_chains, pending_prefill_tokens, prefix_cache_view
+from calculet.daemon.core.observe.snapshot import GenerationView
+from calculet.daemon.core.observe.status import JobView, PoolView, QueueView
 from calculet.daemon.core.prefix_advert import advertise, tips
-from calculet.daemon.core.prefix_views import lane_chains, pending_prefill_tokens, prefix_cache_view
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import Scheduler, SchedulingPolicy
-from calculet.daemon.core.sequence import SeqState, Sequence
-from calculet.daemon.core.snapshot import GenerationView
-from calculet.daemon.core.status import JobView, PoolView, QueueView
 
 
 def generation_view(
-    rt: ModelRuntime, seqs: list[Sequence], table: GenerationTable, scheduler: Scheduler, policy: SchedulingPolicy
+    rt: ModelRuntime, seqs: list[ClientJob], table: GenerationTable, scheduler: Scheduler, policy: SchedulingPolicy
 ) -> GenerationView:
     """One generation: its state, lanes, queues, prefix cache and what its jobs still have to prefill.
 
@@ -75,7 +75,7 @@ def pool_view(generations: Iterable[ModelRuntime]) -> PoolView:
     return PoolView(in_use, free, quarantined, waits)
 
 
-def job_view(s: Sequence, now: float) -> JobView:
+def job_view(s: ClientJob, now: float) -> JobView:
     return JobView(
         s.job_id,
         s.request.model,

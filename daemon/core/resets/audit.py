@@ -3,7 +3,7 @@ docs/sources.md 000 §14: "every reset records its reason, the jobs in flight, t
 before and after, and the result").
 
 Owner: the `ResetController` (guarded by the engine lock), which records its automatic resets as
-they end and operator resets through `ResetController.record` (`operator_reset.py`). Bounded: the
+they end and operator resets through `ResetController.record` (`operator.py`). Bounded: the
 newest `capacity` entries are kept, and `total` counts every reset since start.
 
 Across restarts: with a `journal` file (the daemon's `<runtime dir>/board<N>-resets.jsonl`), every

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from calculet.common.errors import FailedPrecondition, IllegalTransition, InvalidArgument
 from calculet.daemon.core.errors import StaleGeneration
-from calculet.daemon.core.jobs import BufferState, JobContext, JobPool, PoolKey, shape_profile
+from calculet.daemon.core.job_buffers import BufferState, JobContext, JobPool, PoolKey, shape_profile
 from calculet.daemon.device.api import HostBuffer
 from calculet.daemon.device.errors import BufferInUse, DeviceLost
 from calculet.daemon.device.types import EngineSlot, JobStatus, RowSpec, SubmodelInfo, TaskType, TensorSpec

@@ -2,7 +2,7 @@
 request, take the reset controller's gate, reset the device, lift a halt, warm again the models a
 configuration reset dropped, wait for the jobs it hit to settle, give the gate back, audit.
 
-The state of every step is the `ResetController`'s (`reset_controller.py`), whose methods run each
+The state of every step is the `ResetController`'s (`controller.py`), whose methods run each
 step under the engine lock or call the device outside it; this module orders them:
 
     begin_operator_reset        IDLE -> OPERATOR_CCU | OPERATOR_CONFIGURATION (or FAILED_PRECONDITION)
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from calculet.common.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound
 from calculet.daemon.core.errors import MemoryNotBack
-from calculet.daemon.core.reset_audit import ResetEntry
-from calculet.daemon.core.reset_budget import SETTLE_TIMEOUT_S, ResetReport, ResetTally
-from calculet.daemon.core.reset_controller import ResetController
+from calculet.daemon.core.resets.audit import ResetEntry
+from calculet.daemon.core.resets.budget import SETTLE_TIMEOUT_S, ResetReport, ResetTally
+from calculet.daemon.core.resets.controller import ResetController
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.errors import DeviceError
 
@@ -105,7 +105,7 @@ def reset_and_settle(
 ) -> ResetReport:
     """A reset whose gate is taken, from the device call to the gate given back: reset the device,
     re-measure its memory, warm the dropped models again, wait up to `settle_s` for the jobs it hit,
-    note the outcome, end (an operator reset's steps, and an escalation's, `auto_reset.py`).
+    note the outcome, end (an operator reset's steps, and an escalation's, `automatic.py`).
     `lift_halt`: an operator's reset lifts a halt first, so the warm-up probes can run, but only once
     the memory is back; and it reports memory that is not back as its outcome. An escalation's
     reset runs only on a board that is not halted, and a memory warning is not its outcome."""

@@ -29,7 +29,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections import deque
 
-from calculet.daemon.core.escalation_watch import Escalation
+from calculet.daemon.core.resets.escalation_watch import Escalation
 
 log = logging.getLogger(__name__)
 
