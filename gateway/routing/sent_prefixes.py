@@ -67,7 +67,7 @@ ENTRY_TRANSITIONS = table(
 
 
 @dataclass
-class _Entry:
+class _SentEntry:
     hashes: tuple[int, ...]  # the prompt's full blocks, from block 0; the last is the tip
     deadline: float  # PENDING past this: dropped
     life: Lifecycle[EntryState] = field(
@@ -86,7 +86,7 @@ class SentPrefixes:
     def __init__(self, confirm_within_s: float = CONFIRM_WITHIN_S, max_blocks: int = MAX_SENT_BLOCKS) -> None:
         self._confirm_within_s = confirm_within_s
         self._max_blocks = max_blocks
-        self._entries: OrderedDict[int, _Entry] = OrderedDict()  # by tip, least recently recorded first
+        self._entries: OrderedDict[int, _SentEntry] = OrderedDict()  # by tip, least recently recorded first
         self._blocks = 0
         self._epoch: int | None = None
 
@@ -118,7 +118,7 @@ class SentPrefixes:
         within = set(chain)
         for tip in [t for t in self._entries if t in within]:
             self._drop(tip)  # superseded: the lane it named now holds this longer prompt
-        self._entries[chain[-1]] = _Entry(chain, now + self._confirm_within_s)
+        self._entries[chain[-1]] = _SentEntry(chain, now + self._confirm_within_s)
         self._blocks += len(chain)
         while self._blocks > self._max_blocks:
             self._drop(next(iter(self._entries)))
