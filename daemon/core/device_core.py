@@ -33,7 +33,7 @@ from calculet.daemon.core.observe.observer import FAULT_UNLOAD_LEAK
 from calculet.daemon.core.observe.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.observe.status import HealthView, LoadView, ModelInfoView, StatusView
 from calculet.daemon.core.observe.views import PackageIdentity, health_view, load_view, status_view
-from calculet.daemon.core.request import GenerationRequest, ModelLimits
+from calculet.daemon.core.request import CheckedRequest, GenerationRequest, ModelLimits
 from calculet.daemon.core.resets.audit import escalation_entry
 from calculet.daemon.core.resets.budget import BoardHalt, ResetReport
 from calculet.daemon.core.resets.escalation_actions import BoardEscalations
@@ -156,7 +156,7 @@ class DeviceCore:
 
     # ---- inference plane --------------------------------------------------------------------
 
-    def submit(self, req: GenerationRequest, *, seed_given: bool = True) -> SubmitReceipt:
+    def submit(self, req: GenerationRequest | CheckedRequest, *, seed_given: bool = True) -> SubmitReceipt:
         """Queue a request (see `Engine.submit`); `seed_given` False: the seed was drawn for it.
 
         Raises:

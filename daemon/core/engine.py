@@ -88,7 +88,7 @@ from calculet.daemon.core.observe import observer_records
 from calculet.daemon.core.observe.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
 from calculet.daemon.core.observe.snapshot import CounterView, EngineSnapshot
 from calculet.daemon.core.observe.snapshot_parts import generation_view, job_view, pool_view
-from calculet.daemon.core.request import GenerationRequest, validate_request
+from calculet.daemon.core.request import CheckedRequest, GenerationRequest, servable
 from calculet.daemon.core.request_digest import request_digest
 from calculet.daemon.core.resets.controller import ResetController
 from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationWatch
@@ -327,11 +327,11 @@ class Engine(EngineGenerations):
 
     # ---- client jobs ------------------------------------------------------------------------
 
-    def submit(self, req: GenerationRequest, *, seed_given: bool = True) -> SubmitReceipt:
+    def submit(self, req: GenerationRequest | CheckedRequest, *, seed_given: bool = True) -> SubmitReceipt:
         """Validate and queue a request. Never waits on the device.
 
         Args:
-            req: the request.
+            req: the request (checked already by `request.prevalidate`, or not).
             seed_given: the caller chose `req.sampling.seed` (False: it was drawn for this Submit, so
                 an identical retry carries another one and is still the same request).
 
@@ -351,10 +351,16 @@ class Engine(EngineGenerations):
         return SubmitReceipt(seq.job_id, deduplicated, seq.request.sampling.seed, seq.generation)
 
     def _queue(
-        self, req: GenerationRequest, runtime: ModelRuntime | None, *, capture_logits: bool, seed_given: bool
+        self,
+        submitted: GenerationRequest | CheckedRequest,
+        runtime: ModelRuntime | None,
+        *,
+        capture_logits: bool,
+        seed_given: bool,
     ) -> tuple[ClientJob, bool]:
         """`submit`, returning the sequence itself (a probe waits on it even if it leaves retention at
         once). `runtime`: serve on this generation instead of the alias's (warm-up probes)."""
+        req = submitted.request if isinstance(submitted, CheckedRequest) else submitted
         # O(prompt): outside the lock. Keyed by the client's id alone for now; once access planes give
         # callers an identity, the key becomes (caller identity, client_request_id) so one caller can
         # neither find nor block another's jobs.
@@ -371,7 +377,7 @@ class Engine(EngineGenerations):
         # transport has usually done it already) and the penalties' token history (only the sampler's
         # penalties read it: without them it would cost a set and three arrays of appends per token).
         limits = rt.limits
-        validate_request(req, limits)
+        req = servable(submitted, limits)
         seq = ClientJob(new_sequence_id(), req, rt.generation, rt.eos_ids)
         seq.capture_logits = capture_logits
         seq.internal = runtime is not None

@@ -6,9 +6,9 @@ with a message naming the field; nothing is queued or reserved for a request tha
 
 Cost: the O(1) length checks come first, so an oversized prompt is refused before any id is read;
 the id checks are vectorised (numpy), O(tokens). The transport runs `prevalidate` outside the engine
-lock (and, for a large request, off the event loop); validation is a pure function of (request,
-limits), so the engine's own `validate_request` under its lock returns at once for a request already
-checked against equal limits.
+lock (and, for a large request, off the event loop) and hands the engine a `CheckedRequest`: the
+request and the limits it passed. Validation is a pure function of (request, limits), so the engine
+checks such a request again only when the serving limits differ (another generation took the alias).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from calculet.daemon.sampling.params import SamplingParams
 
 MAX_STOP_TOKEN_IDS = 64
 MAX_CLIENT_REQUEST_ID = 128
-_VALIDATED_FOR = "_validated_for"  # the private mark `prevalidate` sets (see GenerationRequest)
 
 
 @dataclass(frozen=True)
@@ -70,10 +69,6 @@ class GenerationRequest:
         deadline_s: seconds from submit after which a still-queued request is refused (None = none).
         session_id: routing hint for prefix reuse; carried, not interpreted by the daemon.
         trace: the caller's request id and trace context (logs and spans only).
-
-    A request `prevalidate` checked carries the limits it passed as a private mark, not a field:
-    equality, `repr` and request digests ignore it, and `dataclasses.replace` (a changed request)
-    drops it.
     """
 
     model: str
@@ -102,11 +97,8 @@ class ModelLimits:
 def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
     """Raise `InvalidArgument` naming the first offending field; return when the request is servable.
 
-    Lengths first (O(1)), then token ids (vectorised, O(tokens)), then sampling. A request that
-    `prevalidate` already checked against equal limits returns at once.
+    Lengths first (O(1)), then token ids (vectorised, O(tokens)), then sampling.
     """
-    if getattr(req, _VALIDATED_FOR, None) == limits:
-        return
     _check_sizes(req, limits)
     _check_ids("prompt_tokens", req.prompt_tokens, limits.vocab_size)
     resume = _check_ids("resume_tokens", req.resume_tokens, limits.vocab_size)
@@ -118,15 +110,43 @@ def validate_request(req: GenerationRequest, limits: ModelLimits) -> None:
     req.sampling.validate(limits.vocab_size)
 
 
-def prevalidate(req: GenerationRequest, limits: ModelLimits) -> GenerationRequest:
-    """`validate_request`, for a caller outside the engine lock: the request marked as checked
-    against `limits`, so the engine's check under its lock costs nothing.
+@dataclass(frozen=True)
+class CheckedRequest:
+    """A request that passed `validate_request` against `limits`. Made only by `prevalidate`.
 
+    Attributes:
+        request: the request.
+        limits: the limits it passed.
+    """
+
+    request: GenerationRequest
+    limits: ModelLimits
+
+
+def prevalidate(req: GenerationRequest, limits: ModelLimits) -> CheckedRequest:
+    """`validate_request`, for a caller outside the engine lock.
+
+    Returns:
+        The request with the limits it passed, so the engine's check costs nothing while they serve.
     Raises:
         InvalidArgument: as `validate_request`.
     """
     validate_request(req, limits)
-    object.__setattr__(req, _VALIDATED_FOR, limits)  # frozen: the mark is set once, here
+    return CheckedRequest(req, limits)
+
+
+def servable(req: GenerationRequest | CheckedRequest, limits: ModelLimits) -> GenerationRequest:
+    """The request, checked against the serving `limits`: at once for a `CheckedRequest` that passed
+    equal ones, else by `validate_request`.
+
+    Raises:
+        InvalidArgument: as `validate_request`.
+    """
+    if isinstance(req, CheckedRequest):
+        if req.limits == limits:
+            return req.request
+        req = req.request
+    validate_request(req, limits)
     return req
 
 

@@ -37,7 +37,7 @@ from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.observe.status import HealthView
-from calculet.daemon.core.request import GenerationRequest, ModelLimits, RequestTrace, prevalidate
+from calculet.daemon.core.request import CheckedRequest, GenerationRequest, ModelLimits, RequestTrace, prevalidate
 from calculet.daemon.server.changes import StateChanges, signature
 from calculet.daemon.server.checks import (
     REFERENCE_CONTEXT,
@@ -451,7 +451,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
 def _checked_request(
     request: inference_pb2.SubmitRequest, limits: ModelLimits | None, trace: RequestTrace
-) -> GenerationRequest:
+) -> GenerationRequest | CheckedRequest:
     """The domain request, checked against `limits` (when its model serves) off the engine lock."""
     room = (limits.context if limits is not None else 1) - len(request.prompt_tokens)
     req = request_from_pb(request, max(1, room), trace)  # unset max_tokens: whatever room the prompt leaves

@@ -310,17 +310,17 @@ def test_submit_builds_the_sequence_outside_the_engine_lock(models: Path, monkey
     locks: list[OwnerLock] = []
     with running_core(models, before_start=lambda core: locks.append(track_engine_lock(core))) as core:
         lock = locks[0]
-        real_validate, real_history = engine_module.validate_request, engine_module.TokenHistory
+        real_validate, real_history = engine_module.servable, engine_module.TokenHistory
 
-        def validate(req: GenerationRequest, limits: Any) -> None:
+        def validate(req: GenerationRequest, limits: Any) -> GenerationRequest:
             held["validate"] = lock.held_here()
-            real_validate(req, limits)
+            return real_validate(req, limits)
 
         def history(*args: Any) -> Any:
             held["history"] = lock.held_here()
             return real_history(*args)
 
-        monkeypatch.setattr(engine_module, "validate_request", validate)
+        monkeypatch.setattr(engine_module, "servable", validate)
         monkeypatch.setattr(engine_module, "TokenHistory", history)
         job = core.submit(request((1, 2, 3), 4, seed=1, temperature=0.8, repetition_penalty=1.1)).job_id
         finish(core, job)

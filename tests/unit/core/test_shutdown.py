@@ -20,10 +20,12 @@ from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent, FinishReason
 from calculet.daemon.core.request import (
+    CheckedRequest,
     GenerationRequest,
     ModelLimits,
     StoppingParams,
     prevalidate,
+    servable,
     validate_request,
 )
 from calculet.daemon.sampling.params import SamplingParams
@@ -72,20 +74,23 @@ def test_a_resumed_stop_token_is_named_at_its_position() -> None:
 
 def test_a_prevalidated_request_is_not_checked_again_against_equal_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     checked = prevalidate(_req(), LIMITS)
-    assert checked == _req() and repr(checked) == repr(_req())  # the mark is not part of the request
+    assert checked == CheckedRequest(_req(), LIMITS)  # the request as it came, and the limits it passed
 
     def scanned(*args: object) -> None:
         raise AssertionError("token ids scanned again")
 
     monkeypatch.setattr(request_module, "_check_ids", scanned)
-    validate_request(checked, dataclasses.replace(LIMITS))  # equal limits: validation is pure, nothing to redo
+    assert servable(checked, dataclasses.replace(LIMITS)) == _req()  # equal limits: validation is pure
     with pytest.raises(AssertionError, match="scanned again"):  # other limits (another generation took the alias)
-        validate_request(checked, dataclasses.replace(LIMITS, vocab_size=600))
+        servable(checked, dataclasses.replace(LIMITS, vocab_size=600))
+    with pytest.raises(AssertionError, match="scanned again"):  # a plain request is always checked
+        servable(_req(), LIMITS)
 
 
-def test_a_changed_request_loses_the_mark() -> None:
-    changed = dataclasses.replace(prevalidate(_req(), LIMITS), prompt_tokens=(1, 600))
-    assert _refusal(changed).startswith("prompt_tokens[1]")
+def test_a_checked_request_is_refused_against_limits_it_does_not_fit() -> None:
+    checked = prevalidate(_req((1, 500)), LIMITS)
+    with pytest.raises(InvalidArgument, match=r"prompt_tokens\[1\]"):
+        servable(checked, dataclasses.replace(LIMITS, vocab_size=400))
 
 
 def test_prevalidate_refuses_what_validate_request_refuses() -> None:
