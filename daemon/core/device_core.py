@@ -172,7 +172,7 @@ class DeviceCore:
         """The limits a Submit to `alias` is checked against: those of its serving generation, or None
         when none serves (unknown, loading, unloaded: `submit` refuses it for that). O(1).
         """
-        return self.engine.serving_limits(alias)
+        return self.engine.generations.serving_limits(alias)
 
     def largest_context(self) -> int:
         """The largest context of any model loaded here, in any state (0 with none). O(models)."""
@@ -233,7 +233,7 @@ class DeviceCore:
         interrupted = 0
         if remaining and interrupt:
             for rt in self.models.all():
-                interrupted += self.engine.cancel_generation(rt.generation, "board drained")
+                interrupted += self.engine.generations.cancel_generation(rt.generation, "board drained")
             self.end_if_hung(self.engine.wait_device_idle, "interrupting drain")
             remaining = self.engine.wait_drained(self.config.job_timeout_s)  # returns once they ended
         return remaining == 0, remaining, interrupted
@@ -312,7 +312,7 @@ class DeviceCore:
 
     def _audit_point(self) -> tuple[bool, tuple[str, ...]]:
         """(serving, "alias@generation" of every serving model), for the reset audit trail."""
-        return self.health().serving, self.engine.serving_generations()
+        return self.health().serving, self.engine.generations.serving_generations()
 
     def set_reset_budget(self, limit: int, window_s: float | None = None) -> None:
         """Change the automatic reset budget: `limit` resets per `window_s` seconds (None: unchanged)."""

@@ -66,7 +66,6 @@ from calculet.daemon.core import completion, expiry
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
 from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.completion import BoardFacts
-from calculet.daemon.core.engine_generations import EngineGenerations
 from calculet.daemon.core.engine_types import EngineConfig, ProbeOutcome, SubmitReceipt
 from calculet.daemon.core.events import (
     EventLog,
@@ -78,6 +77,7 @@ from calculet.daemon.core.events import (
     wait_finished,
 )
 from calculet.daemon.core.executor import DeviceJob, Executor, PoolUpkeep
+from calculet.daemon.core.generation_ops import GenerationOps
 from calculet.daemon.core.generations import GenerationTable
 from calculet.daemon.core.heartbeat import Heartbeat
 from calculet.daemon.core.ids import new_sequence_id
@@ -107,7 +107,7 @@ from calculet.daemon.sampling.thinking import ThinkingTracker
 log = logging.getLogger(__name__)
 
 
-class Engine(EngineGenerations):
+class Engine:
     """Owns the client jobs, the scheduler, the executor and the model generations of one device, and
     the board's `ResetController`, which shares its lock.
 
@@ -142,6 +142,7 @@ class Engine(EngineGenerations):
             notify=lambda: self._cond.notify_all(),
         )
         book = self._book
+        self._generation_ops = GenerationOps(self._cond, self._generations, self._jobs, book, self._executor)
         host = ResetHost(
             drop_parked=book.drop_parked,
             give_up_job=book.give_up_job,
@@ -181,6 +182,12 @@ class Engine(EngineGenerations):
     def engine_slots(self) -> tuple[EngineSlot, ...]:
         """The device banks jobs are submitted to (a generation's buffer pool has contexts per bank)."""
         return self._executor.engine_slots
+
+    @property
+    def generations(self) -> GenerationOps:
+        """The engine's generation operations (`generation_ops.py`), for the model manager and the
+        reset controller's callers. They share the engine lock; each method takes it itself."""
+        return self._generation_ops
 
     @property
     def resets(self) -> ResetController:

@@ -144,11 +144,11 @@ class ModelManager:
 
     def published(self, alias: str) -> ModelRuntime | None:
         """The generation published under `alias` (in any state), or None."""
-        return self.engine.published(alias)
+        return self.engine.generations.published(alias)
 
     def all(self) -> list[ModelRuntime]:
         """Every generation not yet unloaded, oldest first."""
-        return self.engine.generation_list()
+        return self.engine.generations.generation_list()
 
     def resolve_package(self, path: str) -> Path:
         """Confine a package path to the models root.
@@ -274,7 +274,7 @@ class ModelManager:
             except CalculetError as exc:
                 step.fail(exc)
                 raise
-        self.engine.add_generation(rt)
+        self.engine.generations.add_generation(rt)
         try:
             step.move(ModelState.CONFIGURING, "configuring on the device")
             self._make_room(alias, manifest, drain_s)
@@ -282,12 +282,12 @@ class ModelManager:
             config = self.engine.config
             rt.attach(self.device, model, self.engine.engine_slots, config.synchronous, config.policy.prefill_chunk)
             step.move(ModelState.WARMING, f"{_cost_text(model)}; running the golden prefill/decode check")
-            self.engine.start_jobs(rt)
+            self.engine.generations.start_jobs(rt)
             self._golden_check(rt)
         except CalculetError as exc:
             step.fail(exc)
-            self.engine.cancel_generation(generation, f"load of {alias} failed")
-            self.engine.wait_generation_idle(generation, self.engine.config.job_timeout_s * 2)
+            self.engine.generations.cancel_generation(generation, f"load of {alias} failed")
+            self.engine.generations.wait_generation_idle(generation, self.engine.config.job_timeout_s * 2)
             self._discard(rt)
             if isinstance(exc, BoardHalted):  # refused, not failed: the caller retries elsewhere
                 raise BoardHalted(f"load of {alias!r} stopped: {exc}") from exc
@@ -295,7 +295,7 @@ class ModelManager:
         held = excess_text(self._ledger.excess)
         step.move(ModelState.READY, f"generation {generation} serving" + (f"; {held}" if held else ""), done=False)
         rt.ready_at = time.time()
-        old = self.engine.publish(rt)
+        old = self.engine.generations.publish(rt)
         if old is not None:
             self._previous[alias] = (old.package_dir, old.manifest.kv.lanes)  # a quarantine's rollback
             self.retire(old, timeout=drain_s)
@@ -497,7 +497,7 @@ class ModelManager:
         """Replace `old` with a new generation of `package_dir`, phase by phase, then audit it. A
         load that fails once `old` is gone loads `old`'s package back."""
         clock = PhaseClock(old.generation)
-        before = self.engine.serving_generations()
+        before = self.engine.generations.serving_generations()
 
         def observe(p: LoadProgress) -> None:
             clock.seen(p.generation, p.state)
@@ -520,14 +520,14 @@ class ModelManager:
             if old.state is ModelState.UNLOADED:
                 message += f"; {self._switch_back(old, alias, drain_s)}"
             jobs = (old.drained_jobs, old.interrupted_jobs)
-            after = self.engine.serving_generations()
+            after = self.engine.generations.serving_generations()
             self.engine.resets.record(switch_entry(spec, new, before, after, jobs, False, message))
             raise
         message = f"{spec.target} -> {alias}@{rt.generation}: {phases_text(clock.seconds())}"
         if rt.model is not None:
             message += f" ({_cost_text(rt.model)} on the device)"
         jobs = (old.drained_jobs, old.interrupted_jobs)
-        after = self.engine.serving_generations()
+        after = self.engine.generations.serving_generations()
         self.engine.resets.record(switch_entry(spec, f"{alias}@{rt.generation}", before, after, jobs, True, message))
         return rt
 
@@ -562,13 +562,13 @@ class ModelManager:
         if rt.model is not None:
             self._ledger.released(rt.model.config_id)  # the reset dropped it with its memory
         try:
-            self.engine.replace_model(rt, self._configure_measured(rt.package_dir, rt.manifest))
+            self.engine.generations.replace_model(rt, self._configure_measured(rt.package_dir, rt.manifest))
             self._golden_check(rt)
         except CalculetError as exc:
             self._fail_generation(rt, "after a configuration reset", exc)
             return exc
         rt.message = "configured and warmed again after a configuration reset"
-        self.engine.move_generation(rt, ModelState.READY)
+        self.engine.generations.move_generation(rt, ModelState.READY)
         return None
 
     # ---- after repeated non-finite outputs --------------------------------------------------
@@ -584,7 +584,7 @@ class ModelManager:
         Returns:
             What happened; None when the generation was not Ready (nothing done).
         """
-        if not self.engine.quarantine_generation(rt, reason):
+        if not self.engine.generations.quarantine_generation(rt, reason):
             return None
         golden = rt.manifest.golden
         try:
@@ -605,7 +605,7 @@ class ModelManager:
             return self._roll_back(rt, summary)
         # Passed, or inconclusive: a device fault is no evidence that the model is wrong (docs/daemon.md).
         rt.message = f"{summary} after a quarantine"
-        self.engine.move_generation(rt, ModelState.READY)
+        self.engine.generations.move_generation(rt, ModelState.READY)
         return RecheckOutcome(result.verdict, True, f"generation {rt.generation}: {summary}, serving again")
 
     def _roll_back(self, failed: ModelRuntime, why: str) -> RecheckOutcome:
@@ -627,10 +627,10 @@ class ModelManager:
         gateway resumes them elsewhere), its alias unpublished, its buffers released, Unloaded."""
         log.error("model %s generation %d failed %s: %s", rt.alias, rt.generation, when, exc)
         rt.message = f"failed {when}: {exc}"
-        self.engine.move_generation(rt, ModelState.FAILED)
-        self.engine.cancel_generation(rt.generation, f"model {rt.alias} failed {when}")
-        self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
-        self.engine.unpublish(rt.alias, rt.generation)
+        self.engine.generations.move_generation(rt, ModelState.FAILED)
+        self.engine.generations.cancel_generation(rt.generation, f"model {rt.alias} failed {when}")
+        self.engine.generations.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
+        self.engine.generations.unpublish(rt.alias, rt.generation)
         self._discard(rt)
         rt.lifecycle.move(ModelState.UNLOADED)
 
@@ -661,24 +661,24 @@ class ModelManager:
             False, doing nothing, when the generation is no longer Ready: another caller (an Unload,
             or a Load replacing it) is already retiring it and finishes the job.
         """
-        if not self.engine.begin_draining(rt):
+        if not self.engine.generations.begin_draining(rt):
             return False
         tell = progress or (lambda _p: None)
-        running = self.engine.count_sequences(rt.generation)
+        running = self.engine.generations.count_sequences(rt.generation)
         tell(
             LoadProgress(
                 rt.alias, rt.generation, ModelState.DRAINING, f"{rt.alias}@{rt.generation}: draining {running} job(s)"
             )
         )
-        if self.engine.wait_generation_idle(rt.generation, timeout):
+        if self.engine.generations.wait_generation_idle(rt.generation, timeout):
             rt.drained_jobs = running
         else:
-            cancelled = self.engine.cancel_generation(rt.generation, f"model {rt.alias} unloaded")
+            cancelled = self.engine.generations.cancel_generation(rt.generation, f"model {rt.alias} unloaded")
             rt.interrupted_jobs, rt.drained_jobs = cancelled, max(0, running - cancelled)
             log.warning("unload %s gen %s: cancelled %d jobs after %.1fs", rt.alias, rt.generation, cancelled, timeout)
             # Cancel only stops delivery; the device still owns in-flight buffers until it is done.
             self._wait_device_jobs(rt)
-        self.engine.unpublish(rt.alias, rt.generation)
+        self.engine.generations.unpublish(rt.alias, rt.generation)
         rt.lifecycle.move(ModelState.UNLOADING)
         tell(LoadProgress(rt.alias, rt.generation, ModelState.UNLOADING, f"{rt.alias}@{rt.generation}: unloading"))
         self._discard(rt)
@@ -693,19 +693,19 @@ class ModelManager:
         """Wait for a cancelled generation's device jobs to end; a hung one is ended through
         `end_hung_jobs` (a CCU reset) rather than the job timeout."""
         if self._end_hung_jobs is not None:
-            idle = functools.partial(self.engine.wait_generation_idle, rt.generation)
+            idle = functools.partial(self.engine.generations.wait_generation_idle, rt.generation)
             self._end_hung_jobs(idle, f"unload of {rt.alias} generation {rt.generation}")
-        self.engine.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
+        self.engine.generations.wait_generation_idle(rt.generation, self.engine.config.job_timeout_s * 2)
 
     def _discard(self, rt: ModelRuntime) -> None:
         """Fence a generation, give its device resources back, and remove it from the engine."""
-        self.engine.fence_generation(rt.generation)
+        self.engine.generations.fence_generation(rt.generation)
         if rt.pool is not None:
             rt.pool.close()
         if rt.model is not None:
             self._release_verified(rt, rt.model)
             rt.model = None
-        self.engine.remove_generation(rt.generation)
+        self.engine.generations.remove_generation(rt.generation)
 
 
 @dataclass(frozen=True)

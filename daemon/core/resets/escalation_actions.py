@@ -68,7 +68,7 @@ class BoardEscalations(EscalationActions):
         if rt is None:
             return
         before = self._hooks.audit_point()
-        jobs = self._engine.count_sequences(rt.generation)
+        jobs = self._engine.generations.count_sequences(rt.generation)
         log.error("model %s generation %d: %s: quarantined", rt.alias, rt.generation, escalation.reason)
         outcome = self._models.recheck(rt, escalation.reason)
         if outcome is None:  # no longer Ready (unloaded, replaced or reset meanwhile)

@@ -145,9 +145,10 @@ class OwnerLock:
 
 def track_engine_lock(core: DeviceCore) -> OwnerLock:
     """White-box (tests only): give a core's engine, before `start`, a lock that knows its holder (and
-    to its reset controller, which shares the engine's lock)."""
+    to its reset controller and its generation operations, which share the engine's lock)."""
     lock = OwnerLock()
     cond = threading.Condition(lock)  # type: ignore[arg-type]
     core.engine._cond = cond
     core.engine._resets._cond = cond
+    core.engine._generation_ops._cond = cond
     return lock

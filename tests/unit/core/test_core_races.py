@@ -226,7 +226,7 @@ def test_replace_while_the_old_generation_is_draining_for_an_unload_succeeds(mod
     report success (the new generation serves), not an illegal DRAINING -> DRAINING transition."""
     with running_core(models) as core:
         old = _serving(core)
-        original = core.engine.wait_generation_idle
+        original = core.engine.generations.wait_generation_idle
         draining, go = threading.Event(), threading.Event()
 
         def held(generation: int, timeout: float) -> bool:
@@ -235,7 +235,7 @@ def test_replace_while_the_old_generation_is_draining_for_an_unload_succeeds(mod
                 assert go.wait(TIMEOUT)
             return original(generation, timeout)
 
-        core.engine.wait_generation_idle = held  # type: ignore[method-assign]
+        core.engine.generations.wait_generation_idle = held  # type: ignore[method-assign]
         unloaded: list[object] = []
         unloader = threading.Thread(target=lambda: unloaded.append(_outcome(lambda: core.unload("tiny", 5.0))))
         unloader.start()
@@ -300,8 +300,8 @@ def fake_engine(models: Path, **config: Any) -> Iterator[tuple[Engine, FakeDevic
     rt.attach(device, device.configure(models / "tiny", rt.manifest), engine.engine_slots)
     for state in (ModelState.VALIDATING, ModelState.CONFIGURING, ModelState.WARMING, ModelState.READY):
         rt.lifecycle.move(state)
-    engine.start_jobs(rt)
-    engine.publish(rt)
+    engine.generations.start_jobs(rt)
+    engine.generations.publish(rt)
     engine.start()
     try:
         yield engine, device

@@ -146,7 +146,7 @@ def test_completion_of_a_retired_generation_is_dropped_not_applied(models: Path)
         assert rt is not None and rt.kv is not None
         job = core.submit(request((1, 2, 3), 5, seed=1)).job_id
         until("its first device job in flight", lambda: core.snapshot().inflight == 1)
-        core.engine.fence_generation(rt.generation)  # the generation is gone while its job runs
+        core.engine.generations.fence_generation(rt.generation)  # the generation is gone while its job runs
         tokens, final = finish(core, job)
         assert final.error_kind is ErrorKind.UNAVAILABLE and "retired" in final.error_message
         assert tokens == [], "no token of a retired generation may be delivered"

@@ -175,11 +175,11 @@ def test_repeated_non_finite_outputs_quarantine_the_generation_until_its_golden_
 def test_a_quarantined_generation_refuses_new_work(models: Path) -> None:
     with running_core(models) as core:
         rt = core.models.published("tiny")
-        assert rt is not None and core.engine.quarantine_generation(rt, "test")
+        assert rt is not None and core.engine.generations.quarantine_generation(rt, "test")
         with pytest.raises(Unavailable, match="quarantined"):
             core.submit(request((1, 2), 3, seed=1))
-        assert not core.engine.quarantine_generation(rt, "again"), "only a Ready generation"
-        core.engine.move_generation(rt, ModelState.READY)
+        assert not core.engine.generations.quarantine_generation(rt, "again"), "only a Ready generation"
+        core.engine.generations.move_generation(rt, ModelState.READY)
         assert finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)[1].reason is FinishReason.LENGTH
 
 

@@ -1,10 +1,10 @@
-"""The engine's model-generation operations: what the model manager and the reset controller's
-callers ask of the engine about generations (add, start jobs, publish, fence, drain, quarantine,
-cancel, wait until idle), each one step under the engine lock.
+"""`GenerationOps`: the engine's model-generation operations, what the model manager and the reset
+controller's callers ask of the engine about generations (add, start jobs, publish, fence, drain,
+quarantine, cancel, wait until idle), each one step under the engine lock.
 
-`Engine` inherits them: they share its lock (`_cond`) and its state (the generation table, the job
-table, the bookkeeper, the executor), declared below; this module holds no state of its own and
-exists to keep `engine.py` to the job and device-job flow.
+The engine owns one and hands it out as `Engine.generations`. It shares the engine's lock and state
+(the generation table, the job table, the bookkeeper, the executor), given at construction; it holds
+no state of its own, so `engine.py` keeps to the job and device-job flow.
 """
 
 from __future__ import annotations
@@ -24,14 +24,27 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.api import ConfiguredModel
 
 
-class EngineGenerations:
-    """The generation half of `Engine` (module docstring); every method takes the engine lock."""
+class GenerationOps:
+    """The engine's generation operations (module docstring); every method takes the engine lock.
 
-    _cond: threading.Condition
-    _generations: GenerationTable
-    _jobs: JobTable
-    _book: Bookkeeper
-    _executor: Executor
+    Args:
+        cond: the engine's lock and condition.
+        generations / jobs / book / executor: the engine's state they act on.
+    """
+
+    def __init__(
+        self,
+        cond: threading.Condition,
+        generations: GenerationTable,
+        jobs: JobTable,
+        book: Bookkeeper,
+        executor: Executor,
+    ) -> None:
+        self._cond = cond
+        self._generations = generations
+        self._jobs = jobs
+        self._book = book
+        self._executor = executor
 
     def add_generation(self, rt: ModelRuntime) -> None:
         """A new generation exists (Validating); it runs no job until `start_jobs`."""
