@@ -295,7 +295,7 @@ class DeviceCore:
     ) -> ResetReport:
         """Operator reset, one at a time: "ccu" or "configuration" (a configuration reset may name
         `model`). The engine's reset controller runs it; the steps, the report and the errors are
-        `operator_reset.operator_reset`'s.
+        `resets.operator.operator_reset`'s.
         """
         return operator_reset(self.engine.resets, self._reset_hooks, kind, reason, model, settle_timeout_s)
 

@@ -33,7 +33,7 @@ Data flow: the engine's completion thread calls `after_timeout` for a hung devic
 `job_lost` when the device is gone; the engine calls `halt_locked` for failures it sees itself and
 `lost_kv_locked` as it applies a settlement, and reads `halted`, `launches_held` and
 `reconfiguring` when it plans. An operator's Reset comes from `DeviceCore` through
-`operator_reset.operator_reset`, which runs this controller's operator steps in order
+`operator.operator_reset`, which runs this controller's operator steps in order
 (`begin_operator_reset` ... `end`). The controller acts on the engine only through `ResetHost` (the
 job and lane bookkeeping it may ask for) and the engine's `Executor` (the device jobs a reset acts
 on).

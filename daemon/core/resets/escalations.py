@@ -7,7 +7,7 @@ exceptions, repeated non-finite outputs) and a halt listener reports a LOST boar
 checks, model loads.
 
 - CCU: an automatic ResetCCU, or a ResetConfiguration with a re-warm when they recur
-  (`auto_reset.automatic_reset`), within the automatic reset budget.
+  (`automatic.automatic_reset`), within the automatic reset budget.
 - QUARANTINE: the generation is quarantined and its golden check re-run (`golden.recheck`: device
   faults during it are retried, never held against the model); it serves again, or, on a mismatch
   the re-check reproduces, rolls back to the previous package or is Failed and unloaded
