@@ -119,7 +119,7 @@ class GatewayBackend(BenchBackend):
             async with self._http.stream("POST", COMPLETIONS, content=content, headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    record.fail(time.perf_counter(), f"HTTP {response.status_code}: {_body_error(response)}")
+                    record.fail(time.perf_counter(), f"HTTP {response.status_code}: {body_error(response)}")
                 else:
                     await _read_stream(response, record)
         except httpx.HTTPError as err:
@@ -160,7 +160,8 @@ async def _read_stream(response: httpx.Response, record: RequestRecord) -> None:
     record.fail(time.perf_counter(), "the stream ended before data: [DONE]")
 
 
-def _body_error(response: httpx.Response) -> str:
+def body_error(response: httpx.Response) -> str:
+    """What a refused HTTP response says: OpenAI's error body's message, else the start of its text."""
     try:
         return error_message(orjson.loads(response.content))
     except orjson.JSONDecodeError:

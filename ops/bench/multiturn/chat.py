@@ -20,11 +20,11 @@ from typing import Any
 import httpx
 import orjson
 
-from calculet.ops.bench.gateway_backend import GatewayAddress
+from calculet.ops.bench.gateway_backend import GatewayAddress, body_error
 from calculet.ops.bench.multiturn.chat_sse import ChatEvent, ChatKind, parse_chat_line
 from calculet.ops.bench.multiturn.turns import TurnRecord, TurnRequest
 from calculet.ops.bench.records import RequestRecord
-from calculet.ops.bench.sse import SseFormatError, error_message
+from calculet.ops.bench.sse import SseFormatError
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 
@@ -74,7 +74,7 @@ class ChatBackend:
             async with self._http.stream("POST", CHAT_COMPLETIONS, content=content, headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    record.fail(time.perf_counter(), f"HTTP {response.status_code}: {_body_error(response)}")
+                    record.fail(time.perf_counter(), f"HTTP {response.status_code}: {body_error(response)}")
                 else:
                     async for line in response.aiter_lines():
                         if reader.take(line, time.perf_counter()):
@@ -132,10 +132,3 @@ class _StreamReader:
         self.record.prompt_tokens = self.usage.prompt_tokens
         self.record.finish(now, self.usage.completion_tokens)
         return True
-
-
-def _body_error(response: httpx.Response) -> str:
-    try:
-        return error_message(orjson.loads(response.content))
-    except orjson.JSONDecodeError:
-        return response.text[:200] or response.reason_phrase

@@ -23,7 +23,7 @@ import httpx
 import orjson
 
 from calculet.ops.bench.backend import BenchBackend, BenchSampling
-from calculet.ops.bench.gateway_backend import GatewayAddress
+from calculet.ops.bench.gateway_backend import GatewayAddress, body_error
 from calculet.ops.bench.records import RequestRecord
 from calculet.ops.bench.sse import SseFormatError, error_message
 from calculet.ops.bench.structured.workload import ChatAnswer, StructuredWorkload, check
@@ -92,7 +92,7 @@ class StructuredBackend(BenchBackend):
             async with self._http.stream("POST", CHAT_COMPLETIONS, content=content, headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    record.fail(time.perf_counter(), f"HTTP {response.status_code}: {_body_error(response)}")
+                    record.fail(time.perf_counter(), f"HTTP {response.status_code}: {body_error(response)}")
                 else:
                     await _read(response, record, answer)
         except httpx.HTTPError as err:
@@ -156,10 +156,3 @@ def _take(event: dict[str, Any], answer: ChatAnswer) -> bool:
         if choice.get("finish_reason"):
             answer.finish_reason = choice["finish_reason"]
     return carried
-
-
-def _body_error(response: httpx.Response) -> str:
-    try:
-        return error_message(orjson.loads(response.content))
-    except orjson.JSONDecodeError:
-        return response.text[:200] or response.reason_phrase
