@@ -25,7 +25,7 @@ import orjson
 from calculet.ops.bench.backend import BenchBackend, BenchSampling
 from calculet.ops.bench.gateway_backend import GatewayAddress, body_error
 from calculet.ops.bench.records import RequestRecord
-from calculet.ops.bench.sse import SseFormatError, error_message
+from calculet.ops.bench.sse import SseFormatError, data_payload, error_message
 from calculet.ops.bench.structured.workload import ChatAnswer, StructuredWorkload, check
 from calculet.ops.bench.workload import BenchRequest
 
@@ -70,8 +70,10 @@ class StructuredBackend(BenchBackend):
     async def prepare(self, requests: Sequence[BenchRequest]) -> list[BenchRequest]:
         return list(requests)
 
-    def body(self, request: BenchRequest) -> dict[str, Any]:
-        fields, _ = self._workload.fields(request.index)
+    def body(self, request: BenchRequest, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The request's body (`fields`: its workload fields, drawn already, else drawn here)."""
+        if fields is None:
+            fields, _ = self._workload.fields(request.index)
         return {
             "model": self._model,
             "messages": [{"role": "user", "content": request.prompt_text}],
@@ -84,7 +86,8 @@ class StructuredBackend(BenchBackend):
         }
 
     async def send(self, request: BenchRequest) -> RequestRecord:
-        content = orjson.dumps(self.body(request))
+        fields, expect = self._workload.fields(request.index)  # drawn once: the body and the check
+        content = orjson.dumps(self.body(request, fields))
         headers = {"Content-Type": "application/json"}
         record = RequestRecord(request.index, request.max_tokens, time.perf_counter())
         answer = ChatAnswer()
@@ -100,7 +103,6 @@ class StructuredBackend(BenchBackend):
         except SseFormatError as err:
             record.fail(time.perf_counter(), f"bad stream: {err}")
         if record.ok:
-            _, expect = self._workload.fields(request.index)
             self.verdicts[request.index] = Verdict(check(expect, answer), answer.finish_reason)
         return record
 
@@ -116,19 +118,15 @@ async def _read(response: httpx.Response, record: RequestRecord, answer: ChatAns
     completion_tokens: int | None = None
     async for line in response.aiter_lines():
         now = time.perf_counter()
-        if not line.startswith("data:"):
+        event = data_payload(line)
+        if event is None:
             continue
-        data = line.removeprefix("data:").strip()
-        if data == "[DONE]":
+        if isinstance(event, str):  # `data: [DONE]`
             if completion_tokens is None:
                 record.fail(now, "the stream carried no usage chunk")
             else:
                 record.finish(now, completion_tokens)
             return
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError as err:
-            raise SseFormatError(f"not JSON: {data[:80]!r}") from err
         if "error" in event:
             record.fail(now, f"error in the stream: {error_message(event)}")
             return
