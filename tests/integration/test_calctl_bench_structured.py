@@ -6,30 +6,32 @@ is asserted. The flags and the checks are unit-tested (tests/unit/ops/bench/test
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import DaemonProcess
 from tests.integration.gateway_process import GatewayProcess
+from tests.integration.local_fleet import local_fleet
 from tests.integration.test_calctl_bench import run_bench
 
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def qwen_gateway(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterator[GatewayProcess]:
+    """One qwen board (Qwen3's tokenizer and template; tiny's context is 256) behind a gateway, for
+    both workloads: each run's requests end before it returns, so the second finds the board idle."""
+    with local_fleet(tmp_path_factory.mktemp("structured"), models_root, [["--model", "qwen=qwen"]]) as (_, gw):
+        yield gw
+
+
 @pytest.mark.parametrize(("workload", "finish"), [("structured", "stop"), ("tools", "tool_calls")])
 def test_every_checked_answer_is_valid(
-    start_daemon: Callable[..., DaemonProcess],
-    start_gateway: Callable[..., GatewayProcess],
-    tmp_path: Path,
-    workload: str,
-    finish: str,
+    qwen_gateway: GatewayProcess, tmp_path: Path, workload: str, finish: str
 ) -> None:
-    daemon = start_daemon("--model", "qwen=qwen")  # Qwen3's tokenizer and template; tiny's context is 256
-    gateway = start_gateway("--daemon", daemon.target)
     proc, report = run_bench(
-        tmp_path, "--gateway", f"unix:{gateway.socket}", "--model", "qwen", "--workload", workload,
+        tmp_path, "--gateway", f"unix:{qwen_gateway.socket}", "--model", "qwen", "--workload", workload,
         "--requests", "12", "--concurrency", "4", "--warmup", "2", "--output-len", "256",
     )  # fmt: skip
     counts = report["counts"]
