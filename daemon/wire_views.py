@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from calculet.common.errors import InvalidArgument
 from calculet.common.prefix import BLOCK_TOKENS
 from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.core.audit import AuditEntry
 from calculet.daemon.core.kv import LaneSnapshot, LaneState
 from calculet.daemon.core.models import LoadProgress
 from calculet.daemon.core.observe.status import (
@@ -27,7 +28,6 @@ from calculet.daemon.core.observe.status import (
     StatusView,
     UtilizationView,
 )
-from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.core.resets.budget import BudgetView, ResetReport
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, MemoryUsage
 from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
@@ -63,6 +63,7 @@ _RESET_KIND = {
     "restart": common_pb2.RESET_KIND_RESTART,
     "unload": common_pb2.RESET_KIND_UNLOAD,
     "switch": common_pb2.RESET_KIND_SWITCH,
+    "resume": common_pb2.RESET_KIND_RESUME,
 }
 _FAULT = {
     operate_pb2.FAULT_KIND_SUBMIT_ERROR: FaultKind.SUBMIT_ERROR,
@@ -163,7 +164,7 @@ def _prefix_blocks_to_pb(m: ModelLoadView) -> observe_pb2.PrefixBlocks | None:
     )
 
 
-def _reset_record_to_pb(e: ResetEntry) -> observe_pb2.ResetRecord:
+def _reset_record_to_pb(e: AuditEntry) -> observe_pb2.ResetRecord:
     return observe_pb2.ResetRecord(
         at=_timestamp(e.at),
         kind=_RESET_KIND.get(e.kind, common_pb2.RESET_KIND_UNSPECIFIED),

@@ -2,8 +2,10 @@
 
 Each module in `calculet.ops.commands` that defines `COMMAND` (a tuple of words such as
 ("package", "validate")), `HELP`, `add_arguments(parser)` and `run(args) -> int` becomes a
-subcommand; this file only builds the parser tree and maps exit codes. Exit codes: 0 success,
-1 the operation found a problem (invalid package, does not fit, daemon refused), 2 usage error
+subcommand; this file only builds the parser tree and maps exit codes. COMMAND and HELP are read
+from each module's source, and only the module of the command that runs is imported, so a quick
+command does not pay for the imports of the heavy ones (soak, bench). Exit codes: 0 success, 1 the
+operation found a problem (invalid package, does not fit, daemon refused), 2 usage error
 (argparse's, or a `UsageError` a command raises for a combination of flags).
 Global flags (`--daemon`, `--json`, TLS and token, `--gateway`) may come before the command:
 `commands.global_flags.hoist_global_flags` moves them after it before argparse runs.
@@ -15,11 +17,14 @@ sub-command's flags and defaults override the command's own.
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import importlib
 import pkgutil
 import sys
 from collections.abc import Callable, Sequence
-from types import ModuleType
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import calculet.ops.commands as commands_pkg
@@ -30,16 +35,54 @@ from calculet.ops.commands.global_flags import hoist_global_flags
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
 
-def _command_modules() -> list[ModuleType]:
-    mods = []
+@dataclass(frozen=True)
+class CommandSpec:
+    """A command module as read from its source, before (or without) importing it."""
+
+    module: str  # its full name
+    words: tuple[str, ...]  # COMMAND
+    help: str  # HELP
+
+
+def command_specs() -> list[CommandSpec]:
+    """Every command module's COMMAND and HELP, in module name order, read from their sources: a
+    command's imports (the soak's and the bench's pull in the OpenAI SDK and more, about 1 s of CPU)
+    are paid only by the command that runs. A module whose COMMAND or HELP is not a literal is
+    imported to read them."""
+    specs = []
     for info in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda i: i.name):
-        mod = importlib.import_module(f"{commands_pkg.__name__}.{info.name}")
-        if hasattr(mod, "COMMAND"):
-            mods.append(mod)
-    return mods
+        name = f"{commands_pkg.__name__}.{info.name}"
+        constants = _literal_constants(Path(commands_pkg.__path__[0]) / f"{info.name}.py")
+        if "COMMAND" not in constants or "HELP" not in constants:
+            mod = importlib.import_module(name)
+            if not hasattr(mod, "COMMAND"):
+                continue
+            constants = {"COMMAND": mod.COMMAND, "HELP": mod.HELP}
+        specs.append(CommandSpec(name, tuple(constants["COMMAND"]), str(constants["HELP"])))
+    return specs
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _literal_constants(path: Path) -> dict[str, Any]:
+    """The module-level `COMMAND = ...` and `HELP = ...` of `path` that are literals (ast)."""
+    found: dict[str, Any] = {}
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return found
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        if name in ("COMMAND", "HELP"):
+            with contextlib.suppress(ValueError):  # not a literal: the module is imported instead
+                found[name] = ast.literal_eval(node.value)
+    return found
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; with `argv` (the command line, global flags hoisted), only the
+    commands it names (and the commands above them, such as `bench` for `bench suite`) are imported
+    and get their flags: the others are listed with their help and take none."""
     parser = argparse.ArgumentParser(
         prog="calctl",
         description="Operate Calculet boards and packages.",
@@ -47,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     groups: dict[tuple[str, ...], Any] = {(): parser.add_subparsers(dest="command", metavar="COMMAND")}
     leaves: dict[tuple[str, ...], argparse.ArgumentParser] = {}
-    for mod in _command_modules():
-        words: tuple[str, ...] = tuple(mod.COMMAND)
+    for spec in command_specs():
+        words = spec.words
         for depth in range(1, len(words)):
             prefix = words[:depth]
             if prefix not in groups and prefix in leaves:  # a command with sub-commands ("bench suite")
@@ -57,17 +100,24 @@ def build_parser() -> argparse.ArgumentParser:
                 word = words[depth - 1]
                 group = groups[words[: depth - 1]].add_parser(word, help=f"{word} commands")
                 groups[prefix] = group.add_subparsers(dest=f"sub{depth}", metavar="COMMAND")
-        sub = groups[words[:-1]].add_parser(words[-1], help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(sub)
-        sub.set_defaults(_run=mod.run, _parser=sub)
+        sub = groups[words[:-1]].add_parser(words[-1], help=spec.help, description=spec.help)
+        if argv is None or _named(words, argv):
+            mod = importlib.import_module(spec.module)
+            mod.add_arguments(sub)
+            sub.set_defaults(_run=mod.run, _parser=sub)
         leaves[words] = sub
     return parser
 
 
+def _named(words: tuple[str, ...], argv: Sequence[str]) -> bool:
+    """`argv` runs this command or one below it: its words lead the command line."""
+    return tuple(argv[: len(words)]) == words
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(hoist_global_flags(argv, (tuple(m.COMMAND) for m in _command_modules())))
+    argv = hoist_global_flags(sys.argv[1:] if argv is None else argv, (spec.words for spec in command_specs()))
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] | None = getattr(args, "_run", None)
     if run is None:
         parser.print_help(sys.stderr)

@@ -46,7 +46,7 @@ class DaemonConfig:
         ccu_escalation / nan_escalation / escalation_window_s: CCU exceptions, and non-finite outputs
             of one generation, within the window that reset the CCU (a configuration reset when they
             repeat) or quarantine the generation (0 = never).
-        audit_journal: the file that keeps the reset audit trail across restarts (None: in memory;
+        audit_journal: the file that keeps the board's audit trail (`core/audit.py`) across restarts (None: in memory;
             the daemon uses `<runtime dir>/board<N>-resets.jsonl`).
         unhealthy_exit: when the device is lost or a reset cannot restore it, end the process with
             `EXIT_DEVICE_UNHEALTHY` so its supervisor restarts it (False: stay up, NOT_SERVING).
@@ -145,7 +145,6 @@ class DaemonConfig:
             ccu_escalation=self.ccu_escalation,
             nan_escalation=self.nan_escalation,
             escalation_window_s=self.escalation_window_s,
-            audit_journal=self.audit_journal,
             restore_after_clean_jobs=self.restore_after_clean_jobs,
             max_recoveries=self.max_recoveries,
         )

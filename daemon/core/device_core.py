@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from calculet.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from calculet.daemon.core.audit import OPERATOR_DRAIN, BoardAudit, escalation_entry, operator_entry
 from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.engine_types import SubmitReceipt
@@ -34,7 +35,6 @@ from calculet.daemon.core.observe.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.observe.status import HealthView, LoadView, ModelInfoView, StatusView
 from calculet.daemon.core.observe.views import PackageIdentity, health_view, load_view, status_view
 from calculet.daemon.core.request import CheckedRequest, GenerationRequest, ModelLimits
-from calculet.daemon.core.resets.audit import escalation_entry
 from calculet.daemon.core.resets.budget import BoardHalt, ResetReport
 from calculet.daemon.core.resets.escalation_actions import BoardEscalations
 from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationKind
@@ -66,7 +66,9 @@ class DeviceCore:
         # Every driver, calsim or a vendor binding, is used through the guard: the invariants the
         # engine relies on (buffers, lanes, banks) are checked before each device call.
         self.device = GuardedDevice(device or load_driver(config.device).open(config.board, config.device_options))
-        self.engine = Engine(self.device, config.engine_config())
+        # The board's audit trail: resets, escalations, switches, drains and leaks, whoever causes them.
+        self.audit = BoardAudit(journal=config.audit_journal)
+        self.engine = Engine(self.device, config.engine_config(), self.audit)
         self.models = ModelManager(
             self.engine,
             self.device,
@@ -75,6 +77,7 @@ class DeviceCore:
             end_hung_jobs=self.end_if_hung,
             unload_unverified=self._unload_unverified,
             min_residency_s=config.min_residency_s,
+            audit=self.audit,
         )
         # What an operator reset needs beyond the engine: the model manager and the board's health.
         self._reset_hooks = OperatorHooks(
@@ -85,7 +88,7 @@ class DeviceCore:
         )
         # docs/sources.md 000 §14's escalations, acted on by their own thread (`resets/escalations.py`).
         exit_process = self._request_exit if config.unhealthy_exit else None
-        actions = BoardEscalations(self.engine, self.models, self.device, self._reset_hooks, exit_process)
+        actions = BoardEscalations(self.engine, self.models, self.device, self._reset_hooks, exit_process, self.audit)
         self._escalator = Escalator(actions)
         self.engine.set_escalation_handler(self._escalator.request)
         self.engine.add_health_listener(self._on_halt)
@@ -214,12 +217,19 @@ class DeviceCore:
         return self.models.unload(alias, self.config.drain_timeout_s if timeout_s is None else timeout_s)
 
     def drain(self, timeout_s: float | None = None, interrupt: bool = False) -> tuple[bool, int, int]:
-        """Stop admitting and wait for running work. Returns (drained, remaining, interrupted)."""
-        self.stop_admitting()
+        """An operator's drain: stop admitting and wait for running work. Returns (drained, remaining,
+        interrupted)."""
+        self.stop_admitting(OPERATOR_DRAIN)
         return self.wait_drained(timeout_s, interrupt)
 
-    def stop_admitting(self) -> None:
-        self.engine.stop_admitting()
+    def stop_admitting(self, reason: str = "") -> None:
+        """Stop admitting (a drain, until `resume`). `reason`: who drains and why, for the audit trail
+        (an operator's drain, a shutdown); "": not audited (a drain already recorded)."""
+        before = self._audit_point()
+        jobs = self.engine.stop_admitting()
+        if reason:
+            message = f"admission stopped with {jobs} jobs running"
+            self.audit.record(operator_entry("drain", reason, before, self._audit_point(), message, jobs=jobs))
 
     def wait_drained(self, timeout_s: float | None = None, interrupt: bool = False) -> tuple[bool, int, int]:
         """Wait until no job is left; optionally cancel what remains after the timeout.
@@ -229,13 +239,21 @@ class DeviceCore:
             (counted after an interruption, whose cut-off jobs end within a step or through the
             reset `end_if_hung` runs), and how many it interrupted.
         """
-        remaining = self.engine.wait_drained(self.config.drain_timeout_s if timeout_s is None else timeout_s)
+        timeout_s = self.config.drain_timeout_s if timeout_s is None else timeout_s
+        remaining = self.engine.wait_drained(timeout_s)
         interrupted = 0
         if remaining and interrupt:
+            before = self._audit_point()
             for rt in self.models.all():
                 interrupted += self.engine.generations.cancel_generation(rt.generation, "board drained")
             self.end_if_hung(self.engine.wait_device_idle, "interrupting drain")
             remaining = self.engine.wait_drained(self.config.job_timeout_s)  # returns once they ended
+            message = f"{interrupted} jobs still running after {timeout_s:g}s ended UNAVAILABLE (resume elsewhere)"
+            after = self._audit_point()
+            entry = operator_entry(
+                "drain", "drain interrupted", before, after, message, jobs=interrupted, ended=interrupted
+            )
+            self.audit.record(entry)
         return remaining == 0, remaining, interrupted
 
     def end_if_hung(self, idle: Callable[[float], bool], what: str) -> None:
@@ -276,8 +294,15 @@ class DeviceCore:
             self._escalator.request(Escalation(EscalationKind.UNHEALTHY, "board lost: device unhealthy"))
 
     def resume(self) -> bool:
-        """Admit again after a drain. Returns whether the board was draining."""
-        return self.engine.resume()
+        """Admit again after a drain, audited when the board was not admitting. Returns whether it was
+        not."""
+        before = self._audit_point()
+        was = self.engine.resume()
+        if was:
+            self.audit.record(
+                operator_entry("resume", "operator resume", before, self._audit_point(), "admitting again")
+            )
+        return was
 
     def reset(self, kind: str, reason: str, model: str = "") -> tuple[bool, str]:
         """`operator_reset` without waiting for the jobs it hit to recover. Returns (ok, message).
@@ -308,7 +333,7 @@ class DeviceCore:
         before = self._audit_point()
         self.engine.resets.halt_for_operator(note)
         entry = escalation_entry("unload", reason, FAULT_UNLOAD_LEAK, 0, before, self._audit_point(), False, note)
-        self.engine.resets.record(entry)
+        self.audit.record(entry)
 
     def _audit_point(self) -> tuple[bool, tuple[str, ...]]:
         """(serving, "alias@generation" of every serving model), for the reset audit trail."""

@@ -10,7 +10,8 @@ State and its owner (all private; other modules call methods that return copies 
     lanes to close on the device    `LaneCloses`        engine lock (closed without it)
     counters, admitting (drain)     the engine          engine lock
     resets, halts, reset budget,    `ResetController`   engine lock, lent to it (`resets/controller.py`)
-    gate, audit trail
+    gate
+    the board's audit trail         `BoardAudit`        its own lock (`DeviceCore`'s, lent: `audit.py`)
     device utilisation              `UtilizationTracker` engine lock (fed by each completion)
 
 How jobs are queued, moved out of device jobs and ended is the engine's `Bookkeeper`
@@ -63,6 +64,7 @@ from contextlib import contextmanager
 
 from calculet.common.errors import CalculetError, Cancelled, ErrorKind, NotFound, Unavailable
 from calculet.daemon.core import completion, expiry
+from calculet.daemon.core.audit import BoardAudit
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
 from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.completion import BoardFacts
@@ -85,7 +87,13 @@ from calculet.daemon.core.job_table import JobTable
 from calculet.daemon.core.lane_closes import LaneClose, LaneCloses, close_lanes
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.observe import observer_records
-from calculet.daemon.core.observe.observer import DeviceJobDone, DeviceJobStarted, EngineObserver, ObserverHub
+from calculet.daemon.core.observe.observer import (
+    DeviceJobDone,
+    DeviceJobStarted,
+    EngineObserver,
+    ObserverHub,
+    ResetRecorded,
+)
 from calculet.daemon.core.observe.snapshot import CounterView, EngineSnapshot
 from calculet.daemon.core.observe.snapshot_parts import generation_view, job_view, pool_view
 from calculet.daemon.core.request import CheckedRequest, GenerationRequest, servable
@@ -114,10 +122,12 @@ class Engine:
     Args:
         device: the opened board (the engine calls it, never under its lock).
         config: engine settings.
+        audit: the board's audit trail (`DeviceCore`'s; None: an in-memory one of the engine's own).
     """
 
-    def __init__(self, device: VirtualDevice, config: EngineConfig) -> None:
+    def __init__(self, device: VirtualDevice, config: EngineConfig, audit: BoardAudit | None = None) -> None:
         self._device = device
+        self._audit = BoardAudit() if audit is None else audit
         self._config = config
         self._cond = threading.Condition(threading.Lock())
         self._scheduler = Scheduler(config.policy)
@@ -154,7 +164,8 @@ class Engine:
             job_generation_runs=lambda job: self._generations.running(job.generation) is job.plan.runtime,
             run_upkeep=self._run_upkeep,
         )
-        self._resets = ResetController(self._cond, device, self._executor, host, self._observers, config)
+        self._resets = ResetController(self._cond, device, self._executor, host, self._observers, config, self._audit)
+        self._audit.on_record(lambda entry: self._observers.emit(ResetRecorded(entry)))  # metrics and logs
         # The operator's drain (stop_admitting until resume), kept apart from halts so a drain or
         # resume issued while the board is halted still holds when the halt lifts.
         self._draining = False
@@ -191,9 +202,14 @@ class Engine:
 
     @property
     def resets(self) -> ResetController:
-        """The board's reset controller: operator resets (`resets/operator.py`), the reset budget, the
-        audit trail. It shares the engine lock; its public methods take it themselves."""
+        """The board's reset controller: operator resets (`resets/operator.py`), the reset budget. It
+        shares the engine lock; its public methods take it themselves."""
         return self._resets
+
+    @property
+    def audit(self) -> BoardAudit:
+        """The board's audit trail (its own lock; `core/audit.py`)."""
+        return self._audit
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -261,12 +277,13 @@ class Engine:
         """New client Submits are taken: no operator drain and no halt."""
         return not self._draining and not self._resets.halted
 
-    def stop_admitting(self) -> None:
+    def stop_admitting(self) -> int:
         """Refuse new Submits (drain); jobs already accepted still run. Issued during a halt, the
-        drain still holds after an operator reset lifts the halt."""
+        drain still holds after an operator reset lifts the halt. Returns how many jobs are left."""
         with self._cond:
             self._draining = True
             self._cond.notify_all()
+            return len(self._jobs)
 
     def resume(self) -> bool:
         """End an operator drain. A halted board admits again only once its halt lifts. Returns

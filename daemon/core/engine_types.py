@@ -6,7 +6,6 @@ changes the reset budget through `ResetController.set_budget`) and the answers o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -43,7 +42,6 @@ class EngineConfig:
             `resets/submit_streak.py`).
         ccu_escalation / nan_escalation / escalation_window_s: CCU exceptions, and non-finite outputs
             of one generation, within the window that escalate (0 = never; `resets/escalation_watch.py`).
-        audit_journal: the file that keeps the reset audit trail across restarts (None: in memory).
     """
 
     policy: SchedulingPolicy = field(default_factory=SchedulingPolicy)
@@ -62,7 +60,6 @@ class EngineConfig:
     ccu_escalation: int = CCU_ESCALATION
     nan_escalation: int = NAN_ESCALATION
     escalation_window_s: float = ESCALATION_WINDOW_S
-    audit_journal: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from calculet.common.errors import (
     PermissionDenied,
 )
 from calculet.common.phase_clock import PhaseClock
+from calculet.daemon.core.audit import BoardAudit
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.errors import BoardHalted
 from calculet.daemon.core.golden import AttemptResult, GoldenVerdict, golden_request, judge
@@ -100,6 +101,7 @@ class ModelManager:
             then configures nothing until a reset proves the memory back. Called under the device
             lock, so no configure lands between the release and the halt.
         min_residency_s: a switch does not replace a generation Ready for less than this, unforced.
+        audit: the board's audit trail, where each switch is recorded (None: the engine's).
     """
 
     def __init__(
@@ -112,8 +114,10 @@ class ModelManager:
         end_hung_jobs: Callable[[Callable[[float], bool], str], None] | None = None,
         unload_unverified: Callable[[ModelRuntime, str], None] | None = None,
         min_residency_s: float = 0.0,
+        audit: BoardAudit | None = None,
     ):
         self.engine = engine
+        self._audit = engine.audit if audit is None else audit
         self.min_residency_s = min_residency_s
         self._unload_unverified = unload_unverified
         # Configure and release one at a time, with the memory usage read around each: a model's
@@ -521,14 +525,14 @@ class ModelManager:
                 message += f"; {self._switch_back(old, alias, drain_s)}"
             jobs = (old.drained_jobs, old.interrupted_jobs)
             after = self.engine.generations.serving_generations()
-            self.engine.resets.record(switch_entry(spec, new, before, after, jobs, False, message))
+            self._audit.record(switch_entry(spec, new, before, after, jobs, False, message))
             raise
         message = f"{spec.target} -> {alias}@{rt.generation}: {phases_text(clock.seconds())}"
         if rt.model is not None:
             message += f" ({_cost_text(rt.model)} on the device)"
         jobs = (old.drained_jobs, old.interrupted_jobs)
         after = self.engine.generations.serving_generations()
-        self.engine.resets.record(switch_entry(spec, f"{alias}@{rt.generation}", before, after, jobs, True, message))
+        self._audit.record(switch_entry(spec, f"{alias}@{rt.generation}", before, after, jobs, True, message))
         return rt
 
     def _switch_back(self, old: ModelRuntime, alias: str, drain_s: float) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calculet.common.errors import InvalidArgument
-from calculet.daemon.core.resets.audit import ResetEntry, now
+from calculet.daemon.core.audit import AuditEntry, now
 
 MAX_NOTE_CHARS = 256
 
@@ -59,7 +59,7 @@ def switch_entry(
     jobs: tuple[int, int],
     ok: bool,
     message: str,
-) -> ResetEntry:
+) -> AuditEntry:
     """The audit entry of a switch from `spec.target` to `new`.
 
     Args:
@@ -68,7 +68,7 @@ def switch_entry(
     """
     drained, interrupted = jobs
     who = spec.requester or "unnamed requester"
-    return ResetEntry(
+    return AuditEntry(
         at=now(),
         kind="switch",
         automatic=False,

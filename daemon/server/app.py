@@ -247,7 +247,7 @@ async def _run(
     notifier.stopping(f"draining for up to {grace_s:.0f}s")
     for task in tasks:
         task.cancel()
-    core.stop_admitting()
+    core.stop_admitting("shutdown")
     await servicer.sync_health()
     await loop.run_in_executor(None, core.wait_drained, grace_s, False)
     # In-band Finals now, hung device jobs included: the gateway resumes them elsewhere.

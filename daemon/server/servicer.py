@@ -32,6 +32,7 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]  # untyped re-export
 
 from calculet.common.errors import CalculetError, InvalidArgument
+from calculet.daemon.core.audit import OPERATOR_DRAIN
 from calculet.daemon.core.device_core import DeviceCore, SubmitReceipt
 from calculet.daemon.core.events import EventLog, FinalEvent, FinishReason
 from calculet.daemon.core.model_state import ModelState
@@ -407,7 +408,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     @map_errors
     async def Drain(self, request: operate_pb2.DrainRequest, context: grpc.aio.ServicerContext) -> Any:
         timeout = drain_window_s("timeout_ms", request.timeout_ms, request.HasField("timeout_ms"))
-        self.core.stop_admitting()
+        self.core.stop_admitting(OPERATOR_DRAIN)
         await self.sync_health()  # NOT_SERVING as soon as admission stops, before the wait ends
         drained, remaining, interrupted = await self._blocking(
             self.core.wait_drained, timeout, request.interrupt_remaining

@@ -45,6 +45,7 @@ COUNTERS = {
     "calculet_escalations_total": "Escalations that are not resets (the board drained itself), by kind and reason",
     "calculet_faults_total": "Device faults, by kind",
     "calculet_model_switches_total": "Model switches (a Load replacing a generation), by result",
+    "calculet_board_drains_total": "Operator drains and resumes and shutdown drains, by action and reason",
 }
 
 
@@ -152,6 +153,9 @@ class EngineMetrics(EngineObserver):
         if e.kind == "switch":  # an operator's or a gateway's switch, audited: not a reset
             self.totals.add("calculet_model_switches_total", (("result", "ok" if e.ok else "failed"),))
             return
+        if not e.automatic and e.kind in OPERATOR_ACTIONS:  # an operator's (or a shutdown's) drain or resume
+            self.totals.add("calculet_board_drains_total", (("action", e.kind), ("reason", e.reason)))
+            return
         if e.kind in ESCALATIONS_WITHOUT_RESET:  # the audit trail holds escalations too; these reset nothing
             self.totals.add("calculet_escalations_total", (("kind", e.kind), ("reason", e.fault)))
             return
@@ -163,6 +167,7 @@ class EngineMetrics(EngineObserver):
 
 
 ESCALATIONS_WITHOUT_RESET = ("drain", "quarantine", "restart", "unload")  # audit kinds counted as escalations
+OPERATOR_ACTIONS = ("drain", "resume")  # audit kinds an operator causes too (not automatic)
 _PHASES: dict[tuple[str, str], Mapping[str, str]] = {}
 
 

@@ -27,6 +27,7 @@ from calculet.v1.common_pb2 import (
     MODEL_STATE_READY,
     RESET_KIND_CCU,
     RESET_KIND_CONFIGURATION,
+    RESET_KIND_DRAIN,
     RESET_KIND_QUARANTINE,
     RESET_KIND_RESTART,
     SERVING_STATUS_SERVING,
@@ -140,5 +141,7 @@ def test_a_lost_device_exits_for_a_restart_and_the_stream_resumes_on_the_other_b
     assert [(r.kind, r.fault, r.ok) for r in history] == [
         (RESET_KIND_CONFIGURATION, "device unhealthy", False),
         (RESET_KIND_RESTART, "device unhealthy", False),
+        (RESET_KIND_DRAIN, "operator", True),  # the exiting process's shutdown drain
     ], history
-    assert "exiting with status 75" in history[-1].message and history[-1].health_before != SERVING_STATUS_SERVING
+    assert "exiting with status 75" in history[1].message and history[1].health_before != SERVING_STATUS_SERVING
+    assert history[2].reason == "shutdown" and not history[2].automatic

@@ -15,7 +15,7 @@ that spawns) keeps gRPC busy and the CPU is saturated:
   "Check failed" or "epoll";
 - all the while: a stream of generations from this process to a separate board over gRPC (each
   iteration waits until one more has completed, so the load overlapped it), and one CPU-spinning
-  process per core.
+  process per core, at the lowest priority.
 
 Size: `CALCULET_STARTUP_LOOPS` (default 3, the `make test` version); `make startup-loop` runs 200.
 """
@@ -54,10 +54,14 @@ LOAD_TIMEOUT_S = 60.0  # one more background generation
 ABORT_MARKERS = ("check failed", "epoll")  # grpcio's poller abort (matched case-insensitively)
 GATEWAY_STOPPED = "Finished server process"  # uvicorn's last line after a complete shutdown
 
-# A CPU spinner that, like the fleet's children, dies with the process that started it.
+# A CPU spinner that, like the fleet's children, dies with the process that started it. At the lowest
+# priority it takes every cycle nothing else wants, so the CPU stays saturated whatever else runs, but
+# takes none from other work (in `make test`, the other tests, which saturate the CPU themselves).
 SPIN = """
+import os
 from calculet.common.parent_death import die_with_parent
 die_with_parent()
+os.nice(19)
 while True:
     pass
 """

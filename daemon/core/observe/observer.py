@@ -33,9 +33,9 @@ from queue import SimpleQueue
 from typing import Any
 
 from calculet.common.errors import ErrorKind
+from calculet.daemon.core.audit import AuditEntry
 from calculet.daemon.core.events import FinishReason, Timings, Usage
 from calculet.daemon.core.request import NO_TRACE, RequestTrace
-from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class RequestFinished:
 class ResetRecorded:
     """A reset (automatic or operator) entered the audit trail."""
 
-    entry: ResetEntry
+    entry: AuditEntry
 
 
 @dataclass(frozen=True, slots=True)

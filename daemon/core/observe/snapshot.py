@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from calculet.daemon.core.audit import AuditEntry
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.observe.status import (
@@ -20,7 +21,6 @@ from calculet.daemon.core.observe.status import (
     ResetOutcome,
     UtilizationView,
 )
-from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.core.resets.budget import BoardHalt, BudgetView
 
 
@@ -117,7 +117,7 @@ class EngineSnapshot:
     retained_jobs: int
     retained_bytes: int
     client_ids: int
-    reset_history: tuple[ResetEntry, ...] = ()
+    reset_history: tuple[AuditEntry, ...] = ()
     utilization: UtilizationView = field(default_factory=UtilizationView)
     drain_reason: str = ""
     halt_note: str = ""

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from calculet.daemon.core.audit import AuditEntry
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.core.resets.budget import BudgetView
 from calculet.daemon.core.unload_check import ChipExcess
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, JobCounters, MemoryUsage
@@ -175,7 +175,7 @@ class StatusView:
     health: HealthView
     degraded_reason: str = ""
     anomalies: int = 0
-    reset_history: tuple[ResetEntry, ...] = ()  # the reset audit trail, oldest first
+    reset_history: tuple[AuditEntry, ...] = ()  # the reset audit trail, oldest first
     utilization: UtilizationView = field(default_factory=UtilizationView)  # device busy ratio, tokens/s
     memory_excess: tuple[ChipExcess, ...] = ()  # per chip, bytes above its baseline when last measured
     warnings: tuple[str, ...] = ()  # what an operator should look at (observe.proto StatusResponse.warnings)

@@ -19,15 +19,16 @@ What it owns, all of one board:
   AWAITING_OPERATOR -> LOST (device lost, unrecoverable after a reset, a crashed device thread),
   which only a restart lifts. Independent of the reset lifecycle: an operator reset runs while the
   board is halted, since that is how a halt lifts. The board is `halted` in both halts;
-- the automatic reset budget, the reset counters, the audit trail (`audit.py`), the listeners
-  told when the board halts, the device jobs given up at a halt while the device still held them,
-  the launch holds, and the generations a configuration reset is dropping.
+- the automatic reset budget, the reset counters, the listeners told when the board halts, the
+  device jobs given up at a halt while the device still held them, the launch holds, and the
+  generations a configuration reset is dropping.
 
 Locking: every piece of that state lives under the engine's lock (`cond`, lent at construction).
 Methods named `*_locked` and the properties are called with it held; the others take it themselves
 and never call the device under it: a reset *holds launches* (the engine thread prepares no new
 device job, and the reset waits until none is being submitted), calls the device without the lock,
-then marks what the reset hit under it.
+then marks what the reset hit under it. The board's audit trail (`core/audit.py`), which the
+controller records its resets and escalations in, is lent to it and has its own lock.
 
 Data flow: the engine's completion thread calls `after_timeout` for a hung device job and
 `job_lost` when the device is gone; the engine calls `halt_locked` for failures it sees itself and
@@ -49,14 +50,14 @@ from dataclasses import dataclass, replace
 
 from calculet.common.errors import CalculetError, FailedPrecondition, Unavailable
 from calculet.common.lifecycle import Lifecycle
+from calculet.daemon.core.audit import AuditEntry, BoardAudit, escalation_entry
+from calculet.daemon.core.audit import now as reset_audit_now
 from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.errors import BoardHalted, MemoryNotBack
 from calculet.daemon.core.executor import DeviceJob, Executor
 from calculet.daemon.core.job_buffers import BufferState
-from calculet.daemon.core.observe.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub, ResetRecorded
+from calculet.daemon.core.observe.observer import FAULT_DEVICE_LOST, FAULT_HANG, FaultSeen, ObserverHub
 from calculet.daemon.core.observe.status import ResetOutcome
-from calculet.daemon.core.resets.audit import ResetAudit, ResetEntry, escalation_entry
-from calculet.daemon.core.resets.audit import now as reset_audit_now
 from calculet.daemon.core.resets.budget import (
     HALT_TRANSITIONS,
     BoardHalt,
@@ -93,8 +94,9 @@ class ResetController:
         device: the board (called without the lock, with launches held).
         executor: the engine's device jobs, which resets mark, collect and retire (under the lock).
         host: the engine's bookkeeping the controller may ask for.
-        observers: where reset and fault events go.
+        observers: where fault events go.
         config: the job timeout and the automatic reset budget.
+        audit: the board's audit trail (`core/audit.py`), where resets and escalations are recorded.
     """
 
     def __init__(
@@ -105,6 +107,7 @@ class ResetController:
         host: ResetHost,
         observers: ObserverHub,
         config: EngineConfig,
+        audit: BoardAudit,
     ) -> None:
         self._cond = cond
         self._device = device
@@ -117,7 +120,7 @@ class ResetController:
         self._halt: Lifecycle[BoardHalt] = Lifecycle("board halt", BoardHalt.NONE, HALT_TRANSITIONS)
         self._halt_note = ""  # why an AWAITING_OPERATOR halt that is not the budget's happened
         self._halt_listeners: list[Callable[[], None]] = []  # told when the board halts
-        self._audit = ResetAudit(journal=config.audit_journal)
+        self._audit = audit  # the board's (`DeviceCore`'s); resets and escalations are recorded in it
         self._counters = ResetCounters()
         self._abandoned: list[DeviceJob] = []  # given up at a halt while the device still held them
         self._launch_holds = 0  # resets in progress that must not see a job being submitted
@@ -169,8 +172,8 @@ class ResetController:
     def budget_locked(self) -> BudgetView:
         return self._budget.view()
 
-    def history_locked(self) -> tuple[ResetEntry, ...]:
-        """The audit trail, oldest first (bounded)."""
+    def history_locked(self) -> tuple[AuditEntry, ...]:
+        """The board's audit trail, oldest first (bounded)."""
         return self._audit.entries()
 
     def counters_locked(self) -> ResetCounters:
@@ -294,7 +297,7 @@ class ResetController:
     def _record_automatic_locked(self, reason: str, hit: int, before: tuple[bool, tuple[str, ...]], ok: bool,
                                  message: str, fault: str = "hang", kind: str = "ccu") -> None:  # fmt: skip
         self._record_locked(
-            ResetEntry(
+            AuditEntry(
                 at=reset_audit_now(),
                 kind=kind,
                 automatic=True,
@@ -522,10 +525,9 @@ class ResetController:
             self._gate.end()
             self._cond.notify_all()
 
-    def record(self, entry: ResetEntry) -> None:
-        """Add a reset to the audit trail (automatic ones are recorded as they end)."""
-        with self._cond:
-            self._record_locked(entry)
+    def record(self, entry: AuditEntry) -> None:
+        """Add a reset to the board's audit trail, as it ends (`resets/operator.py`, `resets/automatic.py`)."""
+        self._audit.record(entry)
 
     # ---- internals (lock held) ----------------------------------------------------------------
 
@@ -539,9 +541,8 @@ class ResetController:
         before, after = (True, generations), (False, generations)
         self._record_locked(escalation_entry(kind, reason, fault, jobs, before, after, True, message))
 
-    def _record_locked(self, entry: ResetEntry) -> None:
-        self._audit.record(entry)
-        self._observers.emit(ResetRecorded(entry))
+    def _record_locked(self, entry: AuditEntry) -> None:
+        self._audit.record(entry)  # its own lock, taken under the engine's
 
     def _quarantine_abandoned_locked(self, job: DeviceJob) -> bool:
         """A job given up while the device still held it (the reset budget was used up), ended on

@@ -1,7 +1,7 @@
 """`BoardEscalations`: what each escalation does on one board (`escalations.py` says when and why).
 
 It acts through the engine's reset controller, the model manager and the operator-reset hooks, and
-records every escalation in the reset audit trail with its reason, the jobs it hit, the serving
+records every escalation in the board's audit trail (`core/audit.py`) with its reason, the jobs it hit, the serving
 models and health before and after, and its result.
 """
 
@@ -11,10 +11,10 @@ import logging
 from collections.abc import Callable
 
 from calculet.common.errors import CalculetError
+from calculet.daemon.core.audit import AuditPoint, BoardAudit, escalation_entry
 from calculet.daemon.core.engine import Engine
 from calculet.daemon.core.golden import GoldenVerdict
 from calculet.daemon.core.models import ModelManager
-from calculet.daemon.core.resets.audit import AuditPoint, escalation_entry
 from calculet.daemon.core.resets.automatic import automatic_reset
 from calculet.daemon.core.resets.escalation_watch import Escalation, EscalationKind
 from calculet.daemon.core.resets.escalations import EXIT_DEVICE_UNHEALTHY, EscalationActions
@@ -39,6 +39,7 @@ class BoardEscalations(EscalationActions):
         hooks: what resets need beyond the engine (re-warm, health for the audit).
         exit_process: asks the daemon to stop and exit with `EXIT_DEVICE_UNHEALTHY`; None: the board
             stays up, NOT_SERVING (`--unhealthy-exit off`).
+        audit: the board's audit trail, where each escalation is recorded.
     """
 
     def __init__(
@@ -48,8 +49,10 @@ class BoardEscalations(EscalationActions):
         device: VirtualDevice,
         hooks: OperatorHooks,
         exit_process: Callable[[str], None] | None,
+        audit: BoardAudit,
     ) -> None:
         self._engine = engine
+        self._audit = audit
         self._models = models
         self._device = device
         self._hooks = hooks
@@ -125,4 +128,4 @@ class BoardEscalations(EscalationActions):
         self, kind: str, reason: str, fault: str, jobs: int, before: AuditPoint, ok: bool, message: str
     ) -> None:
         after = self._hooks.audit_point()
-        self._engine.resets.record(escalation_entry(kind, reason, fault, jobs, before, after, ok, message))
+        self._audit.record(escalation_entry(kind, reason, fault, jobs, before, after, ok, message))

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from calculet.common.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound
+from calculet.daemon.core.audit import AuditEntry
 from calculet.daemon.core.errors import MemoryNotBack
-from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.core.resets.budget import SETTLE_TIMEOUT_S, ResetReport, ResetTally
 from calculet.daemon.core.resets.controller import ResetController
 from calculet.daemon.core.runtime import ModelRuntime
@@ -175,11 +175,11 @@ def reset_entry(
     before: tuple[bool, tuple[str, ...]],
     after: tuple[bool, tuple[str, ...]],
     fault: str = "operator",
-) -> ResetEntry:
+) -> AuditEntry:
     """The audit entry of an operator reset (`fault` "operator") or an escalation's (the fault that
     escalated)."""
     c = report.counts
-    return ResetEntry(
+    return AuditEntry(
         at=time.time(),
         kind=report.kind,
         automatic=fault != "operator",

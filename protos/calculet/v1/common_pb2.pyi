@@ -51,6 +51,7 @@ class ResetKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESET_KIND_RESTART: _ClassVar[ResetKind]
     RESET_KIND_UNLOAD: _ClassVar[ResetKind]
     RESET_KIND_SWITCH: _ClassVar[ResetKind]
+    RESET_KIND_RESUME: _ClassVar[ResetKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_CANCELLED: ErrorKind
 ERROR_KIND_INVALID_ARGUMENT: ErrorKind
@@ -86,6 +87,7 @@ RESET_KIND_QUARANTINE: ResetKind
 RESET_KIND_RESTART: ResetKind
 RESET_KIND_UNLOAD: ResetKind
 RESET_KIND_SWITCH: ResetKind
+RESET_KIND_RESUME: ResetKind
 
 class ErrorStatus(_message.Message):
     __slots__ = ("kind", "message", "retry_after_s")

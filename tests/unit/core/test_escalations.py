@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 
 from calculet.common.errors import ErrorKind, Unavailable
 from calculet.daemon.calsim.faults import Fault, FaultKind
+from calculet.daemon.core.audit import AuditEntry
 from calculet.daemon.core.completion import DeviceFault
 from calculet.daemon.core.events import FinishReason
 from calculet.daemon.core.golden import RECHECK_ATTEMPTS, GoldenVerdict
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.core.resets.budget import BoardHalt
 from calculet.daemon.core.resets.escalation_watch import EscalationKind, EscalationWatch, FaultWindow
 
@@ -88,7 +88,7 @@ def test_non_finite_outputs_quarantine_only_a_ready_generation_and_count_per_gen
 # ---- CCU exceptions ----------------------------------------------------------------------------
 
 
-def _history(core) -> tuple[ResetEntry, ...]:  # type: ignore[no-untyped-def]
+def _history(core) -> tuple[AuditEntry, ...]:  # type: ignore[no-untyped-def]
     return core.status().reset_history
 
 

@@ -170,6 +170,16 @@ def test_drain_stops_admission_and_resume_restores_it(models: Path) -> None:
         assert core.resume() is True
         assert core.health().serving
         finish(core, core.submit(request((1, 2), 3, seed=1)).job_id)
+        assert core.resume() is False, "not draining: nothing to resume, nothing audited"
+        trail = core.status().reset_history
+        assert [(e.kind, e.automatic, e.reason) for e in trail] == [
+            ("drain", False, "operator drain"),
+            ("resume", False, "operator resume"),
+        ], trail
+        assert (trail[0].serving_before, trail[0].serving_after) == (True, False)
+        assert (trail[1].serving_before, trail[1].serving_after) == (False, True)
+        assert trail[0].generations_before == trail[1].generations_after == ("tiny@1 (tiny)",)
+        assert core.audit.entries() == trail and core.engine.audit is core.audit, "one trail, the board's"
 
 
 def test_load_with_fewer_lanes_and_bad_lane_counts(models: Path) -> None:
@@ -212,9 +222,19 @@ def test_a_hung_job_cut_off_by_an_operator_ends_through_a_ccu_reset_not_the_job_
             assert core.engine.wait_device_idle(60.0), "the reset ended the hung job"
         _, final = finish(core, job)
         assert final.reason is FinishReason.ERROR and final.error_kind is ErrorKind.UNAVAILABLE
-        resets = core.status().reset_history
-        assert [(r.kind, r.automatic, r.ok) for r in resets] == [("ccu", False, True)], resets
+        trail = core.status().reset_history
+        resets = [e for e in trail if e.kind == "ccu"]
+        assert [(r.kind, r.automatic, r.ok) for r in resets] == [("ccu", False, True)], trail
         assert cut_off_by in resets[0].reason and "cancelled" in resets[0].reason
+        if cut_off_by == "interrupting drain":  # the drain is audited too: begun, then the jobs it ended
+            assert [(e.kind, e.reason) for e in trail] == [
+                ("drain", "operator drain"),
+                ("ccu", resets[0].reason),
+                ("drain", "drain interrupted"),
+            ], trail
+            assert (trail[2].inflight_jobs, trail[2].failed) == (1, 1)
+        else:
+            assert trail == tuple(resets)
         assert core.health().device_healthy and core.snapshot().halt is BoardHalt.NONE
 
 

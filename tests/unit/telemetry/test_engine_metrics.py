@@ -11,6 +11,7 @@ import pytest
 
 from calculet.common.errors import ErrorKind
 from calculet.common.telemetry.registry import MetricsRegistry
+from calculet.daemon.core.audit import AuditEntry, operator_entry
 from calculet.daemon.core.events import FinishReason, Timings, Usage
 from calculet.daemon.core.observe.observer import (
     DeviceJobDone,
@@ -20,7 +21,6 @@ from calculet.daemon.core.observe.observer import (
     ResetRecorded,
     RowDone,
 )
-from calculet.daemon.core.resets.audit import ResetEntry
 from calculet.daemon.device.types import EngineSlot, JobStatus, JobTimestamps, TaskType
 from calculet.daemon.telemetry.engine_metrics import EngineMetrics
 from tests.unit.telemetry.scrape import Scrape
@@ -102,11 +102,14 @@ def test_errors_refusals_resets_and_faults(metrics: tuple[EngineMetrics, Metrics
     em.request_finished(finished("a", kind=ErrorKind.UNAVAILABLE))
     for reason in ("queue_full", "queue_full", "admission_timeout"):
         em.request_rejected(RequestRejected("m", reason, 1.0))
-    entry = ResetEntry(0.0, "ccu", True, "hung", "hang", 2, 0, 0, ("m@1",), (), True, False, False, "failed")
+    entry = AuditEntry(0.0, "ccu", True, "hung", "hang", 2, 0, 0, ("m@1",), (), True, False, False, "failed")
     em.reset_recorded(ResetRecorded(entry))
     streak = ("m@1",)
-    drain = ResetEntry(0.0, "drain", True, "streak", "submit error streak", 1, 0, 1, streak, streak, True, False, True)
+    drain = AuditEntry(0.0, "drain", True, "streak", "submit error streak", 1, 0, 1, streak, streak, True, False, True)
     em.reset_recorded(ResetRecorded(drain))
+    for kind, reason in (("drain", "operator drain"), ("resume", "operator resume"), ("drain", "shutdown")):
+        point = (True, streak)
+        em.reset_recorded(ResetRecorded(operator_entry(kind, reason, point, point, "by hand")))
     em.fault_seen(FaultSeen("hang", "job 3 hung", 1.0))
     em.device_job_done(job(TaskType.DECODE, (RowDone("b", False, False, False),), 5.0, faults=("ccu_exception",)))
     s = Scrape(registry.render().decode())
@@ -117,6 +120,10 @@ def test_errors_refusals_resets_and_faults(metrics: tuple[EngineMetrics, Metrics
     assert s.one("calculet_device_resets_total", kind="ccu", reason="hang", result="failed") == 1
     assert s.one("calculet_escalations_total", kind="drain", reason="submit error streak") == 1
     assert s.value("calculet_device_resets_total") == 1, "an escalation that reset nothing is not a reset"
+    assert s.value("calculet_escalations_total") == 1, "an operator's drain is no escalation"
+    assert s.one("calculet_board_drains_total", action="drain", reason="operator drain") == 1
+    assert s.one("calculet_board_drains_total", action="resume", reason="operator resume") == 1
+    assert s.one("calculet_board_drains_total", action="drain", reason="shutdown") == 1
     assert s.one("calculet_faults_total", kind="hang") == 1
     assert s.one("calculet_faults_total", kind="ccu_exception") == 1
     assert s.value("calculet_generation_tokens_total") == 0  # a faulted row streams nothing
