@@ -297,6 +297,8 @@ def utilization_to_pb(u: UtilizationView) -> observe_pb2.DeviceUtilization:
         d2h_bytes=u.d2h_bytes,
         sampled_rows=u.sampled_rows,
         full_row_reads=u.full_row_reads,
+        d2d_seconds=u.d2d_seconds,
+        d2d_bytes=u.d2d_bytes,
     )
 
 

@@ -124,6 +124,7 @@ class UtilizationView:
             of compute intervals in it, and their ratio.
         banks: the same per engine bank, in bank order.
         h2d_seconds / compute_seconds / d2h_seconds: device-clock phase seconds summed over jobs.
+        d2d_seconds / d2d_bytes: of the compute seconds, those on the chip link, and the bytes moved.
         sampling_seconds: host seconds spent sampling; sampled_rows: rows sampled; d2h_bytes: bytes
             copied back for them; full_row_reads: of those rows, top-k rows read in full.
         generated_tokens: tokens generated for client jobs.
@@ -137,6 +138,8 @@ class UtilizationView:
     h2d_seconds: float = 0.0
     compute_seconds: float = 0.0
     d2h_seconds: float = 0.0
+    d2d_seconds: float = 0.0
+    d2d_bytes: int = 0
     sampling_seconds: float = 0.0
     generated_tokens: int = 0
     d2h_bytes: int = 0
