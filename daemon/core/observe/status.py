@@ -56,6 +56,20 @@ class PrefixCacheView:
 
 
 @dataclass(frozen=True)
+class ModelChipMemoryView:
+    """One resident model's memory on one chip (`observe/model_memory.py`): the capacity planner's
+    DRAM/SRAM bytes and the device's measured ones (what its configure took; `measured` False when
+    the device's figure is not known, e.g. before it is configured)."""
+
+    chip: int
+    planned_dram: int
+    planned_sram: int
+    dram: int
+    sram: int
+    measured: bool
+
+
+@dataclass(frozen=True)
 class ModelView:
     alias: str
     generation: int
@@ -72,6 +86,7 @@ class ModelView:
     prefill_chunk_tokens: int = 0
     compiler: tuple[tuple[str, str], ...] = ()  # the manifest's compiler identities
     calbin_sha256: str = ""  # package/identity.py
+    memory: tuple[ModelChipMemoryView, ...] = ()  # per chip, planned beside measured
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,7 @@ class DeviceCapabilities(_message.Message):
     def __init__(self, max_inflight: _Optional[int] = ..., ping_pong: _Optional[bool] = ..., max_resident_configurations: _Optional[int] = ..., lane_selection: _Optional[bool] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens", "compiler", "calbin_sha256")
+    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens", "compiler", "calbin_sha256", "memory")
     class CompilerEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +261,7 @@ class ModelStatus(_message.Message):
     PREFILL_CHUNK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPILER_FIELD_NUMBER: _ClassVar[int]
     CALBIN_SHA256_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
     state: _common_pb2.ModelState
@@ -275,7 +276,24 @@ class ModelStatus(_message.Message):
     prefill_chunk_tokens: int
     compiler: _containers.ScalarMap[str, str]
     calbin_sha256: str
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ..., compiler: _Optional[_Mapping[str, str]] = ..., calbin_sha256: _Optional[str] = ...) -> None: ...
+    memory: _containers.RepeatedCompositeFieldContainer[ModelChipMemory]
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ..., compiler: _Optional[_Mapping[str, str]] = ..., calbin_sha256: _Optional[str] = ..., memory: _Optional[_Iterable[_Union[ModelChipMemory, _Mapping]]] = ...) -> None: ...
+
+class ModelChipMemory(_message.Message):
+    __slots__ = ("chip", "planned_dram_bytes", "planned_sram_bytes", "dram_bytes", "sram_bytes", "measured")
+    CHIP_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_DRAM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_SRAM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DRAM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SRAM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_FIELD_NUMBER: _ClassVar[int]
+    chip: int
+    planned_dram_bytes: int
+    planned_sram_bytes: int
+    dram_bytes: int
+    sram_bytes: int
+    measured: bool
+    def __init__(self, chip: _Optional[int] = ..., planned_dram_bytes: _Optional[int] = ..., planned_sram_bytes: _Optional[int] = ..., dram_bytes: _Optional[int] = ..., sram_bytes: _Optional[int] = ..., measured: _Optional[bool] = ...) -> None: ...
 
 class PrefixCacheStatus(_message.Message):
     __slots__ = ("enabled", "min_tokens", "parked_lanes", "hit_tokens", "miss_tokens", "hits", "misses", "evictions", "dropped")
