@@ -35,6 +35,27 @@ def model_memory_table(models: Sequence[observe_pb2.ModelStatus]) -> Table:
     return table
 
 
+def memory_json(models: Sequence[observe_pb2.ModelStatus]) -> list[dict[str, Any]]:
+    """The same as JSON: per model and chip, planned and measured bytes (measured null when unknown)."""
+    return [
+        {
+            "alias": m.alias,
+            "generation": m.generation,
+            "chips": [
+                {
+                    "chip": c.chip,
+                    "planned_dram_bytes": c.planned_dram_bytes,
+                    "planned_sram_bytes": c.planned_sram_bytes,
+                    "dram_bytes": c.dram_bytes if c.measured else None,
+                    "sram_bytes": c.sram_bytes if c.measured else None,
+                }
+                for c in m.memory
+            ],
+        }
+        for m in models
+    ]
+
+
 def d2d_text(u: Any) -> str:
     """`, D2D ...` for a utilisation whose jobs moved bytes between chips, else "" (a package that
     declares no cross-chip traffic, or a daemon that does not count it)."""
