@@ -8,7 +8,8 @@ one `SuiteRun` (short prompts uniform in `--prompt-tokens`, `--output-tokens` ea
 each package -> ONE time scale for both (`--time-scale`, or the larger of their automatic ones) ->
 for each package, `suite.runner.run_fleet` (a one-board `LocalFleet` serving it, the run measured
 by `calctl bench` in-process, `--timing-package` and `--slo` included) -> `compare.compare_json` ->
-`<dir>/compare.json`, `<dir>/compare.md`, the table on stdout. The SLO is given in BOARD
+`<dir>/compare.json`, `<dir>/compare.md`, the table on stdout; each side's whole run record (its
+`calctl bench` report inside) in `<dir>/A.json` and `<dir>/B.json`. The SLO is given in BOARD
 milliseconds and passed to the bench multiplied by the time scale (wall milliseconds), so the
 verdict does not move with the time scale. Exit 0 with a verdict or a tie, 1 when a run failed or
 a package is invalid, 2 on bad flags.
@@ -153,6 +154,8 @@ def compare(
         fleet = run_fleet(plan, ctx, records.append)
         record = records[0] if records else {"error": fleet["error"]}
         record = {**record, "error": record.get("error") or fleet["error"], "package_path": str(package.path)}
+        suite_dir.mkdir(parents=True, exist_ok=True)
+        (suite_dir / f"{label}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         out.append(side_json(label, manifest, record))
     workload = estimates["A"].run.workload
     header = {

@@ -37,8 +37,9 @@ def record(
         "goodput": None if goodput is None else {"output_tokens_per_s": goodput, "requests_per_s": 1.5,
                                                   "good_requests": 3},
         "latency_ms": {"ttft": {"p50": 10.0, "p99": 20.0}, "tpot": {"p50": 2.0, "p99": 3.0}},
-        "device": {"busy_ratio": 0.9, "boards": [{"phases_s": {"compute": 2.0}, "d2d": {"seconds": d2d_s,
-                                                                                          "bytes": d2d_bytes}}]},
+        "device": {"busy_ratio": 0.9, "boards": [{"phases_s": {"compute": 2.0}, "device_s": 4.0,
+                                                  "generated_tokens": 120,
+                                                  "d2d": {"seconds": d2d_s, "bytes": d2d_bytes}}]},
     }  # fmt: skip
     return {"report": report, "error": error, "time_scale": 1.0, "package_path": "/p"}
 
@@ -48,6 +49,7 @@ def test_a_side_carries_its_declared_split_and_its_measured_figures() -> None:
     assert (side["parallelism"], side["d2d_bytes_per_token"], side["d2d_syncs_per_job"]) == ("ep", 1_000_000, 10)
     assert (side["goodput_tokens_per_s"], side["good_requests"], side["tpot_ms"]) == (40.0, 3, {"p50": 2.0, "p99": 3.0})
     assert side["d2d_share_of_compute"] == 0.25 and side["d2d_bytes_per_output_token"] == 80.0
+    assert side["device_tokens_per_s"] == 30.0  # 120 tokens in 4 s of the board's own clock
     bare = side_json("B", manifest("tp", None), {"report": None, "error": "the fleet failed"})
     assert bare["d2d_bytes_per_token"] is None and bare["goodput_tokens_per_s"] is None and bare["busy_ratio"] is None
 
