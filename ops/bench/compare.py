@@ -5,7 +5,9 @@ Pure functions over what the runs produced: `side_json` takes a package's manife
 run record (`suite.runner.measured`: the `calctl bench` report inside) to the figures compared;
 `device_tokens_per_s` is the board's generated tokens per second of its DEVICE clock (calsim's clock
 advances only with modelled work), what the package alone allows whatever the host did meanwhile:
-beside the verdict it tells a package's difference from the host's noise on a shared machine.
+beside the verdict it tells a package's difference from the host's noise on a shared machine;
+`limit_tokens_per_s` is the timing model's limit for the run (`limit.py`, which charges the declared
+D2D as calsim does): what a perfect host would get.
 `verdict` picks the side whose goodput (SLO-meeting output tokens per second, the bench's
 `goodput.output_tokens_per_s`) is higher by more than `margin`, else none ("within the margin": a
 difference the run cannot tell from noise); `compare_json` is the whole document, `markdown` its
@@ -63,6 +65,7 @@ def side_json(label: str, manifest: PackageManifest, record: dict[str, Any]) -> 
         "tpot_ms": {"p50": _get(report, "latency_ms", "tpot", "p50"), "p99": _get(report, "latency_ms", "tpot", "p99")},
         "busy_ratio": _get(report, "device", "busy_ratio"),
         "device_tokens_per_s": generated / device_s if generated is not None and device_s else None,
+        "limit_tokens_per_s": _get(report, "timing_model", "limit", "output_tokens_per_s"),
         "d2d_share_of_compute": link_s / compute if link_s is not None and compute else None,
         "d2d_bytes_per_output_token": moved / tokens if moved is not None and tokens else None,
         "time_scale": record.get("time_scale"),
@@ -131,6 +134,7 @@ ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("TPOT p50 / p99 ms", lambda s: _p50_p99(s, "tpot_ms")),
     ("device busy", lambda s: _fmt(s["busy_ratio"], ".1%")),
     ("tokens per device-clock second", lambda s: _fmt(s["device_tokens_per_s"])),
+    ("timing-model limit tokens/s", lambda s: _fmt(s["limit_tokens_per_s"])),
     ("D2D share of compute", lambda s: _fmt(s["d2d_share_of_compute"], ".2%")),
     ("D2D bytes/output token", lambda s: _fmt(s["d2d_bytes_per_output_token"], ",.0f")),
 )

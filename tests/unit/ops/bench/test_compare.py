@@ -34,6 +34,7 @@ def record(
     report = {
         "counts": {"completed": 4, "failed": 0, "output_tokens": 100},
         "throughput": {"output_tokens_per_s": 50.0},
+        "timing_model": {"limit": {"output_tokens_per_s": 60.0}},
         "goodput": None if goodput is None else {"output_tokens_per_s": goodput, "requests_per_s": 1.5,
                                                   "good_requests": 3},
         "latency_ms": {"ttft": {"p50": 10.0, "p99": 20.0}, "tpot": {"p50": 2.0, "p99": 3.0}},
@@ -50,6 +51,7 @@ def test_a_side_carries_its_declared_split_and_its_measured_figures() -> None:
     assert (side["goodput_tokens_per_s"], side["good_requests"], side["tpot_ms"]) == (40.0, 3, {"p50": 2.0, "p99": 3.0})
     assert side["d2d_share_of_compute"] == 0.25 and side["d2d_bytes_per_output_token"] == 80.0
     assert side["device_tokens_per_s"] == 30.0  # 120 tokens in 4 s of the board's own clock
+    assert side["limit_tokens_per_s"] == 60.0
     bare = side_json("B", manifest("tp", None), {"report": None, "error": "the fleet failed"})
     assert bare["d2d_bytes_per_token"] is None and bare["goodput_tokens_per_s"] is None and bare["busy_ratio"] is None
 
