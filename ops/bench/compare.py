@@ -72,27 +72,42 @@ def side_json(label: str, manifest: PackageManifest, record: dict[str, Any]) -> 
     }
 
 
+def host_check(winner: dict[str, Any], other: dict[str, Any], margin: float) -> str | None:
+    """A warning when the device clock does not back a goodput win: the winner's tokens per
+    device-clock second lead by less than `margin` (or trail), so the host's noise, not the package,
+    decided the wall-clock figures. None when it backs it or a figure is missing."""
+    mine, theirs = winner["device_tokens_per_s"], other["device_tokens_per_s"]
+    if not mine or not theirs or mine / theirs - 1 >= margin:
+        return None
+    return (
+        f"the device clock does not back it: {winner['label']} makes {mine / theirs - 1:+.1%} tokens per device"
+        f" second, within the {margin:.0%} margin; the host's load moved the wall-clock figures"
+    )
+
+
 def verdict(a: dict[str, Any], b: dict[str, Any], margin: float = DEFAULT_MARGIN) -> dict[str, Any]:
-    """Which side serves more goodput: `winner` (its label, or None), `ratio` (b's goodput over a's)
-    and `reason`, one sentence."""
+    """Which side serves more goodput: `winner` (its label, or None), `ratio` (b's goodput over a's),
+    `reason`, one sentence, and `caution` (`host_check`: a win the device clock does not back, else
+    None)."""
     ga, gb = a["goodput_tokens_per_s"], b["goodput_tokens_per_s"]
     broken = [s["label"] for s in (a, b) if s["error"] or s["goodput_tokens_per_s"] is None]
     if broken:
-        return {"winner": None, "ratio": None, "reason": f"no verdict: {', '.join(broken)} has no goodput figure"}
+        reason = f"no verdict: {', '.join(broken)} has no goodput figure"
+        return {"winner": None, "ratio": None, "reason": reason, "caution": None}
     if ga <= 0 and gb <= 0:
-        return {"winner": None, "ratio": None, "reason": "no verdict: neither side met the SLO"}
+        return {"winner": None, "ratio": None, "reason": "no verdict: neither side met the SLO", "caution": None}
     ratio = gb / ga if ga > 0 else None
     best, other = (b, a) if gb > ga else (a, b)
     lead = (best["goodput_tokens_per_s"] / other["goodput_tokens_per_s"] - 1) if other["goodput_tokens_per_s"] else None
     if lead is not None and lead < margin:
         reason = f"tie: goodput within {margin:.0%} ({lead:+.1%} for {best['label']})"
-        return {"winner": None, "ratio": ratio, "reason": reason}
+        return {"winner": None, "ratio": ratio, "reason": reason, "caution": None}
     who = f"{best['label']} ({best['parallelism']})"
     if lead is None:
         reason = f"{who}: {other['label']} ({other['parallelism']}) met the SLO on no request"
     else:
         reason = f"{who}: goodput {lead:+.1%} over {other['label']} ({other['parallelism']})"
-    return {"winner": best["label"], "ratio": ratio, "reason": reason}
+    return {"winner": best["label"], "ratio": ratio, "reason": reason, "caution": host_check(best, other, margin)}
 
 
 def compare_json(
@@ -145,7 +160,9 @@ def markdown(doc: dict[str, Any]) -> str:
     a, b = doc["sides"]
     lines = [f"| | {a['label']} | {b['label']} |", "| --- | ---: | ---: |"]
     lines += [f"| {name} | {cell(a)} | {cell(b)} |" for name, cell in ROWS]
-    lines += ["", f"Verdict (by goodput, margin {doc['margin']:.0%}): {doc['verdict']['reason']}."]
+    v = doc["verdict"]
+    lines += ["", f"Verdict (by goodput, margin {doc['margin']:.0%}): {v['reason']}."]
+    lines += [f"Caution: {v['caution']}."] if v.get("caution") else []
     return "\n".join(lines) + "\n"
 
 
@@ -153,7 +170,8 @@ def render(doc: dict[str, Any]) -> Table:
     """The side-by-side table on the terminal, the verdict as its caption."""
     a, b = doc["sides"]
     table = Table(title=f"bench compare: {doc.get('workload', '')}", title_justify="left",
-                  caption=f"verdict (goodput, margin {doc['margin']:.0%}): {doc['verdict']['reason']}",
+                  caption=f"verdict (goodput, margin {doc['margin']:.0%}): {doc['verdict']['reason']}"
+                          + (f"\ncaution: {doc['verdict']['caution']}" if doc["verdict"].get("caution") else ""),
                   caption_justify="left")  # fmt: skip
     table.add_column("")
     table.add_column(a["label"], justify="right")

@@ -65,6 +65,17 @@ def test_the_higher_goodput_wins_beyond_the_margin_and_ties_within_it() -> None:
     assert close["winner"] is None and close["reason"].startswith("tie")
 
 
+def test_a_win_the_device_clock_does_not_back_carries_a_caution() -> None:
+    a = side_json("A", manifest("tp", LINK), record(100.0))
+    b = side_json("B", manifest("ep", LINK), record(120.0))
+    assert a["device_tokens_per_s"] == b["device_tokens_per_s"]  # the same modelled pace: the host decided
+    noisy = verdict(a, b, 0.02)
+    assert noisy["winner"] == "B" and "device clock does not back it" in noisy["caution"]
+    assert "Caution: the device clock" in markdown(compare_json({}, [a, b]))
+    faster = {**b, "device_tokens_per_s": 1.1 * a["device_tokens_per_s"]}
+    assert verdict(a, faster, 0.02)["caution"] is None
+
+
 def test_no_verdict_without_goodput_on_both_sides() -> None:
     a = side_json("A", manifest("tp", LINK), record(100.0))
     assert verdict(a, side_json("B", manifest("ep", LINK), record(None)))["winner"] is None
@@ -75,7 +86,8 @@ def test_no_verdict_without_goodput_on_both_sides() -> None:
 
 
 def test_markdown_puts_both_sides_side_by_side_with_the_verdict() -> None:
-    sides = [side_json("A", manifest("tp", LINK), record(100.0)), side_json("B", manifest("ep", None), record(50.0))]
+    slower = {**side_json("B", manifest("ep", None), record(50.0)), "device_tokens_per_s": 15.0}
+    sides = [side_json("A", manifest("tp", LINK), record(100.0)), slower]
     text = markdown(compare_json({"workload": "w"}, sides))
     assert "| parallelism | tp | ep |" in text
     assert "| declared D2D bytes/token, syncs/job | 1,000,000, 10 | none |" in text
