@@ -216,6 +216,17 @@ def _model_to_pb(m: ModelView) -> observe_pb2.ModelStatus:
         prefill_chunk_tokens=m.prefill_chunk_tokens,
         compiler=dict(m.compiler),
         calbin_sha256=m.calbin_sha256,
+        memory=[
+            observe_pb2.ModelChipMemory(
+                chip=c.chip,
+                planned_dram_bytes=c.planned_dram,
+                planned_sram_bytes=c.planned_sram,
+                dram_bytes=c.dram,
+                sram_bytes=c.sram,
+                measured=c.measured,
+            )
+            for c in m.memory
+        ],
     )
 
 
@@ -298,6 +309,8 @@ def utilization_to_pb(u: UtilizationView) -> observe_pb2.DeviceUtilization:
         d2h_bytes=u.d2h_bytes,
         sampled_rows=u.sampled_rows,
         full_row_reads=u.full_row_reads,
+        d2d_seconds=u.d2d_seconds,
+        d2d_bytes=u.d2d_bytes,
     )
 
 

@@ -254,7 +254,13 @@ class CalsimDevice(VirtualDevice):
                 raise SubmitFailed(f"runtime refused submit attempt {index} (injected submit_error)")
             sub = resolved.submodel
             durations = job_durations(
-                m.manifest.timing, sub.task_type, sub.batch, resolved.rows, resolved.input_bytes, resolved.output_bytes
+                m.manifest.timing,
+                sub.task_type,
+                sub.batch,
+                resolved.rows,
+                resolved.input_bytes,
+                resolved.output_bytes,
+                m.manifest.topology.d2d,
             )
             accepted = self._engine.accept(index, m, m.kernel, m.kv, job, resolved, bank, fault, durations)
             return CalsimSubmission(self._engine, accepted, m.manifest.timing.d2h_gbps)

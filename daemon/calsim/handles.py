@@ -127,7 +127,7 @@ class CalsimSubmission(Submission):
     def timestamps(self) -> JobTimestamps | None:
         with self._engine.cond:
             self._engine.ensure_alive()
-            return self._job.schedule.frozen() if self._job.finished else None
+            return self._job.timestamps() if self._job.finished else None
 
     def read_logits_row(self, row: int, out: np.ndarray) -> None:
         """See `Submission.read_logits_row`: paced like every modelled step (outside the lock)."""

@@ -80,7 +80,7 @@ class Schedule:
         for f in fields(self):
             setattr(self, f.name, min(getattr(self, f.name), limit))
 
-    def frozen(self) -> JobTimestamps:
+    def frozen(self, d2d_seconds: float = 0.0, d2d_bytes: int = 0) -> JobTimestamps:
         return JobTimestamps(
             self.queued,
             self.h2d_start,
@@ -89,6 +89,8 @@ class Schedule:
             self.compute_end,
             self.d2h_start,
             self.d2h_end,
+            d2d_seconds,
+            d2d_bytes,
         )
 
 
@@ -155,6 +157,14 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.status.state.finished
+
+    def timestamps(self) -> JobTimestamps:
+        """Its schedule as the device reports it, with the cross-chip traffic of a compute phase that
+        ran to its end (an abort before then counts none: the link time is inside the compute)."""
+        s, d = self.schedule, self.durations
+        if s.compute_end < s.compute_start + d.compute:
+            return s.frozen()
+        return s.frozen(d.d2d, d.d2d_bytes)
 
     def next_event(self) -> tuple[float, int, int] | None:
         """(device time, job id, step order) of the next step, or None if none is due ever."""

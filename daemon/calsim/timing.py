@@ -39,6 +39,14 @@ Formulas (milliseconds; `t` is the manifest's `TimingDecl`; "KV length" of a row
   host slices tokens/positions to the row's new tokens before the copy (docs/sources.md 001 §4,
   step 8), so a 27-token prefill on a 40,960-token bucket copies 27 tokens, not the bucket.
   D2H moves each active row of every output (`d2h_bytes`; logits are `[batch, vocab]`).
+- cross-chip (D2D), only for a package declaring `topology.d2d` (`d`):
+                                   `d.syncs_per_job * d.sync_us / 1e6 + bytes / (d.link_gbps * 1e9)`
+  seconds, ADDED to the compute phase: the chips wait on the link between layers (every layer
+  synchronises, docs/sources.md 000 §11), so the link time is not hidden behind compute. Bytes
+  (`d2d_bytes`): `d.bytes_per_token` per compiled row of a decode job (a static graph moves masked
+  rows too, as it computes them) and per new token of a prefill job (prefill's D2D is dynamic, cut
+  to the sequence: docs/sources.md 003 §11). A package without `d2d` pays nothing here: the
+  presets' curves are measured on today's tensor-parallel board and already hold its link time.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from calculet.daemon.device.types import RowSpec, TaskType
-from calculet.daemon.package.manifest import DecodePoint, TimingDecl
+from calculet.daemon.package.manifest import D2DDecl, DecodePoint, TimingDecl
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,10 @@ class JobDurations:
     duration."""
 
     h2d: float
-    compute: float
+    compute: float  # D2D included
     d2h: float
+    d2d: float = 0.0  # the part of `compute` spent on cross-chip traffic
+    d2d_bytes: int = 0
 
 
 def curve_ms(curve: Sequence[DecodePoint], kv_len: float) -> float:
@@ -153,6 +163,17 @@ def compute_ms(t: TimingDecl, task: TaskType, batch: int, rows: Sequence[RowSpec
     return t.prefill_fixed_ms + sum(prefill_row_ms(t, r.cur_seq_len, r.past_kv_len) for r in rows)
 
 
+def d2d_bytes(d: D2DDecl, task: TaskType, batch: int, rows: Sequence[RowSpec]) -> int:
+    """Cross-chip bytes of one job: per compiled row of a decode, per new token of a prefill."""
+    tokens = batch if task is TaskType.DECODE else sum(r.cur_seq_len for r in rows)
+    return d.bytes_per_token * tokens
+
+
+def d2d_s(d: D2DDecl, nbytes: int) -> float:
+    """Seconds a job waits on the link: its synchronisations plus `nbytes` at the link rate."""
+    return d.syncs_per_job * d.sync_us / 1e6 + copy_s(nbytes, d.link_gbps)
+
+
 def job_durations(
     t: TimingDecl,
     task: TaskType,
@@ -160,6 +181,7 @@ def job_durations(
     rows: Sequence[RowSpec],
     input_bytes: int,
     output_bytes: int,
+    d2d: D2DDecl | None = None,
 ) -> JobDurations:
     """Durations of one job's phases, in seconds.
 
@@ -169,9 +191,14 @@ def job_durations(
         batch: the submodel's compiled batch.
         rows: the job's active rows (at least one).
         input_bytes / output_bytes: what H2D / D2H move (`h2d_bytes` / `d2h_bytes`).
+        d2d: the package's cross-chip traffic (`topology.d2d`; None: none modelled).
     """
+    moved = d2d_bytes(d2d, task, batch, rows) if d2d is not None else 0
+    link = d2d_s(d2d, moved) if d2d is not None else 0.0
     return JobDurations(
         h2d=copy_s(input_bytes, t.h2d_gbps),
-        compute=compute_ms(t, task, batch, rows) / 1000.0,
+        compute=compute_ms(t, task, batch, rows) / 1000.0 + link,
         d2h=copy_s(output_bytes, t.d2h_gbps),
+        d2d=link,
+        d2d_bytes=moved,
     )

@@ -30,9 +30,10 @@ from calculet.daemon.core.engine_types import SubmitReceipt
 from calculet.daemon.core.events import EventLog
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.models import LoadProgress, ModelManager, ProgressFn
+from calculet.daemon.core.observe.model_memory import model_memory
 from calculet.daemon.core.observe.observer import FAULT_UNLOAD_LEAK
 from calculet.daemon.core.observe.snapshot import EngineSnapshot, GenerationView
-from calculet.daemon.core.observe.status import HealthView, LoadView, ModelInfoView, StatusView
+from calculet.daemon.core.observe.status import HealthView, LoadView, ModelChipMemoryView, ModelInfoView, StatusView
 from calculet.daemon.core.observe.views import PackageIdentity, health_view, load_view, status_view
 from calculet.daemon.core.request import CheckedRequest, GenerationRequest, ModelLimits
 from calculet.daemon.core.resets.budget import BoardHalt, ResetReport
@@ -398,6 +399,7 @@ class DeviceCore:
             device=device,
             describe=self._describe,
             memory_excess=self.models.memory_excess(),
+            model_memory=self._model_memory,
         )
 
     def load_report(self) -> LoadView:
@@ -436,6 +438,18 @@ class DeviceCore:
             self._calbins[key] = (compiler_of(rt.manifest), calbin_sha256(rt.manifest))
         compiler, calbin = self._calbins[key]
         return PackageIdentity(path, digest, compiler, calbin)
+
+    def _model_memory(self, g: GenerationView) -> tuple[ModelChipMemoryView, ...]:
+        """A generation's memory per chip: planned for its configured KV layout (the manifest's
+        before it is configured) beside what its configure took (`observe/model_memory.py`)."""
+        rt = next((r for r in self.models.all() if (r.alias, r.generation) == (g.alias, g.generation)), None)
+        if rt is None:
+            return ()
+        configured = rt.model
+        if configured is None:
+            return model_memory(rt.manifest, rt.manifest.kv.lanes, rt.manifest.kv.lane_context, None)
+        taken = self.models.footprint(configured.config_id)
+        return model_memory(rt.manifest, configured.lanes, configured.lane_context, taken)
 
     def _manifest_hash(self, alias: str, generation: int, package_dir: Path) -> str:
         """SHA-256 of a generation's manifest, read once per generation (Status and GetModel share it).

@@ -41,6 +41,11 @@ class MemoryLedger:
         """
         return self._footprints.pop(config_id, {})
 
+    def footprint(self, config_id: int) -> Footprint | None:
+        """What the configure of `config_id` took, as measured (None: not configured here). Read
+        without the lock by Status: one lookup of an entry that is set once and popped whole."""
+        return self._footprints.get(config_id)
+
     def dropped_all(self) -> None:
         """A configuration reset dropped every configuration with its memory (the device contract)."""
         self._footprints.clear()

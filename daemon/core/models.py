@@ -48,7 +48,7 @@ from calculet.daemon.core.memory_ledger import MemoryLedger
 from calculet.daemon.core.model_state import ModelState
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.switch import SwitchSpec, phases_text, switch_entry
-from calculet.daemon.core.unload_check import ChipExcess, excess_text, footprint, unload_problem
+from calculet.daemon.core.unload_check import ChipExcess, Footprint, excess_text, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.errors import DeviceError, ModelReleased, OutOfDeviceMemory
 from calculet.daemon.package.capacity import DeviceLimits
@@ -145,6 +145,11 @@ class ModelManager:
         """What each chip held above its baseline when last measured (at each configure, release and
         reset), for Status and the metrics."""
         return self._ledger.excess
+
+    def footprint(self, config_id: int) -> Footprint | None:
+        """The device memory a configuration took, per chip, as measured around its configure (None:
+        unknown here), for Status beside the planner's figure."""
+        return self._ledger.footprint(config_id)
 
     def published(self, alias: str) -> ModelRuntime | None:
         """The generation published under `alias` (in any state), or None."""

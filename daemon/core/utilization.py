@@ -20,6 +20,9 @@ once, with its `JobTimestamps`):
 - sampling_seconds: HOST seconds (perf_counter) the completion thread spent sampling logits;
   sampled_rows: the rows it sampled; d2h_bytes: what the device copied back for them (their outputs'
   active rows, plus the full rows read on demand from top-k jobs, `full_row_reads`).
+- d2d_seconds / d2d_bytes: the jobs' cross-chip (D2D) traffic as the device counts it, summed: the
+  part of their compute seconds spent on the chip link, and the bytes it moved (0 on a device or a
+  package that does not count it: docs/package.md `topology.d2d`).
 - generated_tokens: tokens streamed to client jobs (warm-up probes excluded).
 - recent: the last RECENT_WINDOW_S seconds of WALL clock, in one-second buckets (the window covers
   between RECENT_WINDOW_S and RECENT_WINDOW_S + 1 seconds, less right after start):
@@ -86,6 +89,8 @@ class UtilizationTracker:
         self._compute_end = 0.0  # device time: the latest compute end (for the union)
         self._busy = 0.0
         self._h2d = self._compute = self._d2h = 0.0
+        self._d2d = 0.0
+        self._d2d_bytes = 0
         self._sampling = 0.0
         self._tokens = 0
         self._copies = JobCopies()
@@ -129,6 +134,8 @@ class UtilizationTracker:
         self._h2d += stamps.h2d
         self._compute += stamps.compute
         self._d2h += stamps.d2h
+        self._d2d += stamps.d2d_seconds
+        self._d2d_bytes += stamps.d2d_bytes
         bucket.busy += busy
         bucket.device += device
 
@@ -148,6 +155,8 @@ class UtilizationTracker:
             h2d_seconds=self._h2d,
             compute_seconds=self._compute,
             d2h_seconds=self._d2h,
+            d2d_seconds=self._d2d,
+            d2d_bytes=self._d2d_bytes,
             sampling_seconds=self._sampling,
             d2h_bytes=self._copies.d2h_bytes,
             sampled_rows=self._copies.rows,

@@ -159,6 +159,10 @@ class JobTimestamps:
 
     The device clock starts at 0 when the device is opened and advances by modelled durations
     only, so these values are identical whatever `time_scale` is.
+
+    `d2d_seconds` / `d2d_bytes`: the job's cross-chip (D2D) traffic, the part of its compute phase
+    the chips spent on the link and the bytes it moved (docs/package.md `topology.d2d`); 0 when
+    the device does not count it or the job was aborted before its compute ended.
     """
 
     queued: float
@@ -168,6 +172,8 @@ class JobTimestamps:
     compute_end: float
     d2h_start: float
     d2h_end: float
+    d2d_seconds: float = 0.0
+    d2d_bytes: int = 0
 
     @property
     def h2d(self) -> float:

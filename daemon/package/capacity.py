@@ -181,6 +181,29 @@ def chip_dram_need(chip: ChipMemoryDecl, per_chip_token: int, lanes: int, contex
     return chip.param_dram_bytes + kv_bytes(per_chip_token, lanes, context) + chip.workspace_bytes
 
 
+@dataclass(frozen=True)
+class ChipPlan:
+    """What the plan expects one chip to hold for a model: DRAM (params + KV share + workspace) and
+    SRAM (params)."""
+
+    chip: int
+    dram: int
+    sram: int
+
+
+def chip_plans(model: MemoryModel, lanes: int, context: int) -> tuple[ChipPlan, ...]:
+    """Per chip, in the manifest's order, the bytes `model` occupies with `lanes` lanes of `context`
+    tokens: the planner's figure Status sets beside the device's measured one.
+
+    Raises:
+        InvalidArgument: unknown KV split or no chips.
+    """
+    per_token = model.kv_bytes_per_token_per_chip
+    return tuple(
+        ChipPlan(c.chip, chip_dram_need(c, per_token, lanes, context), c.param_sram_bytes) for c in model.chips
+    )
+
+
 # ---------------------------------------------------------------- plans
 
 

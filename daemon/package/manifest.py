@@ -140,11 +140,50 @@ class MemoryDecl:
     device_memory_required_bytes: int
 
 
+# How chips share a model (docs/sources.md 000 §11): tensor, expert, pipeline parallel, or tensor and
+# expert together; `none` for a package on one chip. `tensor` is the spelling of packages built
+# before the check: read as `tp`, with a warning (`topology.parallelism_legacy`).
+PARALLELISMS = ("tp", "ep", "pp", "tp+ep")
+SINGLE_CHIP = "none"
+LEGACY_PARALLELISM = {"tensor": "tp"}
+# ASSUMPTION (no figure in docs/sources.md): the chiplet link a package does not name runs at 16 GB/s
+# (twice the board's 8 GB/s PCIe, `timing.h2d_gbps`) and a cross-chip synchronisation costs 10 us.
+DEFAULT_D2D_LINK_GBPS = 16.0
+DEFAULT_D2D_SYNC_US = 10.0
+
+
+@dataclass(frozen=True)
+class D2DDecl:
+    """Cross-chip (D2D) traffic of the calbin, what calsim's timing charges for it and Status counts.
+
+    Attributes:
+        bytes_per_token: bytes that cross between chips per token a job computes: per compiled row
+            of a decode job (a static graph moves masked rows too), per new token of a prefill job
+            (its D2D is dynamic, cut to the sequence: docs/sources.md 003 §11).
+        syncs_per_job: cross-chip synchronisations one job's graph runs (gathers/reduces per layer,
+            docs/sources.md 001 §5 counts 146 sync ops); each costs `sync_us` whatever the bytes.
+        link_gbps: the link's rate, gigabytes (1e9 B) per second.
+        sync_us: microseconds one synchronisation costs.
+    """
+
+    bytes_per_token: int
+    syncs_per_job: int = 0
+    link_gbps: float = DEFAULT_D2D_LINK_GBPS
+    sync_us: float = DEFAULT_D2D_SYNC_US
+
+
 @dataclass(frozen=True)
 class Topology:
+    """The chips a calbin runs on and how they share it.
+
+    `parallelism`: one of `PARALLELISMS` on several chips, `none` on one (validator:
+    `topology.parallelism`). `d2d`: its cross-chip traffic; None: not declared (a package without it
+    has none modelled; today's measured timing already holds its link time)."""
+
     chips: int
     chip_masks: tuple[int, ...]
-    parallelism: str  # "tensor"
+    parallelism: str
+    d2d: D2DDecl | None = None
 
 
 @dataclass(frozen=True)
@@ -284,6 +323,8 @@ class PackageManifest:
         for sub in out["submodels"]:
             if sub["prefill_at_offset"] is None:  # undeclared: a package without it does not have it
                 del sub["prefill_at_offset"]
+        if out["topology"]["d2d"] is None:  # undeclared: no cross-chip traffic modelled
+            del out["topology"]["d2d"]
         return out
 
     @classmethod
@@ -522,6 +563,17 @@ def _submodel(s: _Reader) -> SubmodelDecl:
     )  # fmt: skip
 
 
+def _topology(t: _Reader) -> Topology:
+    d2d = None
+    if "d2d" in t.raw:
+        d = t.sub("d2d")
+        d2d = D2DDecl(
+            d.int_("bytes_per_token"), d.int_("syncs_per_job", 0), d.float_("link_gbps", DEFAULT_D2D_LINK_GBPS),
+            d.float_("sync_us", DEFAULT_D2D_SYNC_US),
+        )  # fmt: skip
+    return Topology(t.int_("chips"), t.ints("chip_masks"), t.str_("parallelism"), d2d)
+
+
 def _memory(m: _Reader) -> MemoryDecl:
     chips = tuple(_chip_memory(c) for c in m.subs("chips"))
     return MemoryDecl(chips, m.int_("device_memory_required_bytes"))
@@ -582,7 +634,6 @@ def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
     version = r.int_("schema_version")
     if version != SCHEMA_VERSION:
         raise ManifestError(f"manifest.schema_version: {version} is not supported (this build reads {SCHEMA_VERSION})")
-    t = r.sub("topology")
     c = r.sub("compatibility")
     return PackageManifest(
         schema_version=version,
@@ -591,7 +642,7 @@ def _parse_manifest(raw: Mapping[str, Any]) -> PackageManifest:
         kernel=r.str_("kernel"),
         architecture=_architecture(r.sub("architecture")),
         quantization=r.str_("quantization"),
-        topology=Topology(t.int_("chips"), t.ints("chip_masks"), t.str_("parallelism")),
+        topology=_topology(r.sub("topology")),
         kv=_kv(r.sub("kv")),
         submodels=tuple(_submodel(s) for s in r.subs("submodels")),
         memory=_memory(r.sub("memory")),

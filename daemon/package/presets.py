@@ -107,7 +107,7 @@ QWEN3_30B_A3B = ModelPreset(
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
     ),
-    topology=Topology(chips=2, chip_masks=(0x1, 0x2), parallelism="tensor"),
+    topology=Topology(chips=2, chip_masks=(0x1, 0x2), parallelism="tp"),
     kv_dtype="bf16",
     kv_split="kv_heads",
     kv_bytes_per_token=98_304,
@@ -149,7 +149,7 @@ TINY = ModelPreset(
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
     ),
-    topology=Topology(chips=2, chip_masks=(0x1, 0x2), parallelism="tensor"),
+    topology=Topology(chips=2, chip_masks=(0x1, 0x2), parallelism="tp"),
     kv_dtype="bf16",
     kv_split="kv_heads",
     kv_bytes_per_token=256,  # 2 x 2 x 2 x 16 x 2 B

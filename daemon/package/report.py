@@ -83,6 +83,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "golden.token_range": (E, "a golden token is negative or not below the vocab size"),
     "golden.inconsistent": (E, "golden prompt/top/decode contradict each other or the buckets"),
     "topology.mismatch": (E, "chip count, chip masks and per-chip memory entries disagree"),
+    "topology.parallelism": (E, "parallelism is not tp, ep, pp or tp+ep on several chips, or none on one"),
+    "topology.parallelism_legacy": (W, "parallelism is the old spelling 'tensor'; read as 'tp'"),
+    "topology.d2d": (E, "cross-chip (D2D) traffic is declared for a package on one chip"),
     "device.chips": (E, "the package needs more chips than the device has"),
     "memory.negative": (E, "a memory figure is negative"),
     "memory.required_impossible": (

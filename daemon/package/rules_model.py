@@ -27,7 +27,10 @@ from calculet.daemon.package.fs import FileRefused, FileTooLarge, read_regular
 from calculet.daemon.package.logits_output import MODES, output_tensors
 from calculet.daemon.package.manifest import (
     DTYPES,
+    LEGACY_PARALLELISM,
     MAX_DECODE_CURVE_POINTS,
+    PARALLELISMS,
+    SINGLE_CHIP,
     SUBMODEL_ROLES,
     Architecture,
     DecodePoint,
@@ -348,6 +351,33 @@ class ModelRules:
                 "manifest.memory.chips",
                 f"per-chip masks {sorted(masks)} differ from topology masks {sorted(t.chip_masks)} or repeat",
             )
+        self.parallelism()
+        self.d2d()
+
+    def parallelism(self) -> None:
+        """A form docs/sources.md 000 §11 names (`tp`, `ep`, `pp`, `tp+ep`) on several chips, `none` on one."""
+        t, where = self.m.topology, "manifest.topology.parallelism"
+        form = LEGACY_PARALLELISM.get(t.parallelism, t.parallelism)
+        if form != t.parallelism:
+            self.f.add("topology.parallelism_legacy", where, f"{t.parallelism!r} is read as {form!r}; rebuild")
+        if form not in (*PARALLELISMS, SINGLE_CHIP):
+            known = ", ".join(repr(p) for p in (*PARALLELISMS, SINGLE_CHIP))
+            self.f.add("topology.parallelism", where, f"{t.parallelism!r} is not a known form ({known})")
+        elif (form == SINGLE_CHIP) != (t.chips == 1):
+            need = f"'{SINGLE_CHIP}'" if t.chips == 1 else f"one of {', '.join(PARALLELISMS)}"
+            self.f.add("topology.parallelism", where, f"{t.parallelism!r} on {t.chips} chip(s); expected {need}")
+
+    def d2d(self) -> None:
+        """Cross-chip traffic: only between chips, every figure in range."""
+        t, where = self.m.topology, "manifest.topology.d2d"
+        if t.d2d is None:
+            return
+        if t.chips == 1:
+            self.f.add("topology.d2d", where, "a package on one chip has no cross-chip traffic to declare")
+        self._positive(f"{where}.bytes_per_token", t.d2d.bytes_per_token, strict=False)
+        self._positive(f"{where}.syncs_per_job", t.d2d.syncs_per_job, strict=False)
+        self._positive(f"{where}.link_gbps", t.d2d.link_gbps)
+        self._positive(f"{where}.sync_us", t.d2d.sync_us, strict=False)
 
     # ------------------------------------------------------------ tokenizer and golden
 

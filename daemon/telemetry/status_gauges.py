@@ -130,6 +130,21 @@ def _memory(view: StatusView) -> Points:
     return points
 
 
+def _model_memory(view: StatusView) -> Points:
+    """Per resident model and chip, DRAM and SRAM bytes: the planner's and the device's measured."""
+    points = []
+    for m in view.models:
+        labels = {"model": m.alias, "generation": str(m.generation)}
+        for c in m.memory:
+            chip = {**labels, "chip": str(c.chip)}
+            points.append((c.planned_dram, {**chip, "memory": "dram", "source": "planned"}))
+            points.append((c.planned_sram, {**chip, "memory": "sram", "source": "planned"}))
+            if c.measured:
+                points.append((c.dram, {**chip, "memory": "dram", "source": "measured"}))
+                points.append((c.sram, {**chip, "memory": "sram", "source": "measured"}))
+    return points
+
+
 def _memory_above_baseline(view: StatusView) -> Points:
     """Per chip, bytes held above its baseline when last measured (0 on a chip that holds no more)."""
     points = []
@@ -184,6 +199,10 @@ GAUGES: tuple[Gauge, ...] = (
           lambda v: _one(v.utilization.busy_seconds)),
     Gauge("calculet_device_clock_seconds_total", True, "s", "Device clock span since the first job",
           lambda v: _one(v.utilization.device_seconds)),
+    Gauge("calculet_device_d2d_seconds_total", True, "s", "Compute seconds spent on the chip link (device clock)",
+          lambda v: _one(v.utilization.d2d_seconds)),
+    Gauge("calculet_device_d2d_bytes_total", True, "By", "Bytes moved between chips",
+          lambda v: _one(v.utilization.d2d_bytes)),
     Gauge("calculet_generation_tokens_per_second", False, "", "Tokens per wall second over the recent window",
           lambda v: _one(v.utilization.tokens_per_second)),
     Gauge("calculet_model_state", False, "", "1 for the published generation's state", _model_states),
@@ -197,6 +216,8 @@ GAUGES: tuple[Gauge, ...] = (
     Gauge("calculet_device_jobs_finished_total", True, "", "Jobs the device finished",
           lambda v: _one(v.device_counters.finished)),
     Gauge("calculet_device_memory_bytes", False, "By", "Chip memory", _memory),
+    Gauge("calculet_model_memory_bytes", False, "By", "A resident model's chip memory, planned and measured",
+          _model_memory),
     Gauge("calculet_device_memory_above_baseline_bytes", False, "By",
           "Chip memory held by no configured model (above what the chip held when opened)", _memory_above_baseline),
     Gauge("calculet_submit_refusals_total", True, "", "Submits refused, any reason", lambda v: _one(v.rejected)),

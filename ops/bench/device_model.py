@@ -2,7 +2,8 @@
 
 Owns the reduction of a `PackageManifest` to plain figures: the calsim timing table (`TimingDecl`:
 decode curve, prefill fixed and per-token costs, batch alpha, copy bandwidths), the compiled decode
-batches, the KV lanes and context, and the bytes each copy moves per token or row — computed the
+batches, the KV lanes and context, the cross-chip traffic (`topology.d2d`), and the bytes each copy
+moves per token or row — computed the
 way calsim's `h2d_bytes` / `d2h_bytes` count them (daemon/calsim/timing.py): H2D moves, of every
 input `[batch, max_tokens]`, the row's new tokens only; D2H moves every output of each active row.
 Data flow: package directory -> `load_manifest` -> `DeviceModel.from_manifest` -> `limit.py`.
@@ -15,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calculet.common.errors import InvalidArgument
-from calculet.daemon.package.manifest import PackageManifest, SubmodelDecl, TensorDecl, TimingDecl, load_manifest
+from calculet.daemon.package.manifest import (
+    D2DDecl,
+    PackageManifest,
+    SubmodelDecl,
+    TensorDecl,
+    TimingDecl,
+    load_manifest,
+)
 
 # Bytes per element of the manifest's dtype names (daemon/package/manifest.py DTYPES).
 DTYPE_BYTES = {"int32": 4, "uint32": 4, "bf16": 2, "fp16": 2, "fp32": 4, "int8": 1, "uint8": 1}
@@ -34,6 +42,7 @@ class DeviceModel:
         prefill_d2h_per_row: bytes D2H moves per prefill row (the last token's logits).
         decode_h2d_per_row: bytes H2D moves per decode row (its one new token).
         decode_d2h_per_row: bytes D2H moves per decode row (its logits).
+        d2d: the package's cross-chip traffic (`topology.d2d`), None when it declares none.
     """
 
     timing: TimingDecl
@@ -44,6 +53,7 @@ class DeviceModel:
     prefill_d2h_per_row: int
     decode_h2d_per_row: int
     decode_d2h_per_row: int
+    d2d: D2DDecl | None = None
 
     def __post_init__(self) -> None:
         if not self.decode_batches or list(self.decode_batches) != sorted(set(self.decode_batches)):
@@ -78,6 +88,7 @@ class DeviceModel:
             prefill_d2h_per_row=_per_row(prefill.outputs, prefill),
             decode_h2d_per_row=_per_token(widest.inputs, widest),
             decode_d2h_per_row=_per_row(widest.outputs, widest),
+            d2d=manifest.topology.d2d,
         )
 
     @classmethod

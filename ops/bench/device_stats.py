@@ -81,6 +81,8 @@ class UtilizationSample:
     d2h_bytes: int = 0  # copied back for sampled jobs (outputs' active rows + full rows read)
     sampled_rows: int = 0
     full_row_reads: int = 0  # top-k rows read in full
+    d2d_s: float = 0.0  # compute seconds on the chip link (Status DeviceUtilization.d2d_seconds)
+    d2d_bytes: int = 0  # bytes moved between chips
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class BoardUtilization:
     d2h_bytes: int | None = None
     sampled_rows: int | None = None
     full_row_reads: int | None = None
+    d2d_s: float | None = None
+    d2d_bytes: int | None = None
 
 
 StatusOf = Callable[[str], Awaitable[UtilizationSample | None]]
@@ -162,6 +166,8 @@ def board_utilization(before: BoardSample, after: BoardSample) -> BoardUtilizati
         d2h_bytes=a.d2h_bytes - b.d2h_bytes,
         sampled_rows=a.sampled_rows - b.sampled_rows,
         full_row_reads=a.full_row_reads - b.full_row_reads,
+        d2d_s=a.d2d_s - b.d2d_s,
+        d2d_bytes=a.d2d_bytes - b.d2d_bytes,
     )
 
 

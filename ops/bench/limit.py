@@ -34,6 +34,9 @@ The limit's throughput is `sum_i m_i / T` output tokens per modelled second for 
 boards sharing the requests evenly give `b` times that. The floors of ONE request alone (what a
 perfect host gives it at the run's batch) are `ttft = h_p + P + d_p`, the mean decode step
 `(sum_k (h_d + D_B + d_d)) / (m - 1)` and `e2e = ttft + sum_k (h_d + D_B + d_d)`.
+
+A package declaring cross-chip traffic (`topology.d2d`) adds calsim's link time to the compute:
+`P(n) += d2d_s(n * bytes_per_token)` and `D_B += d2d_s(B * bytes_per_token)` (daemon/calsim/timing.py).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from calculet.common.errors import InvalidArgument
-from calculet.daemon.calsim.timing import attention_ms, copy_s, decode_batch1_ms, decode_ms, prefill_ms
+from calculet.daemon.calsim.timing import attention_ms, copy_s, d2d_s, decode_batch1_ms, decode_ms, prefill_ms
 from calculet.daemon.package.manifest import TimingDecl
 from calculet.ops.bench.device_model import DeviceModel
 
@@ -135,7 +138,11 @@ def request_floor(model: DeviceModel, shape: RequestShape, rows: int) -> Request
         rows * model.decode_d2h_per_row, t.d2h_gbps
     )
     decode = decode_sum_ms(t, batch, n, steps) / 1000.0
-    return RequestFloor(h_p + d_p, prefill_ms(t, n, 0) / 1000.0, steps, decode, steps * step_copies)
+    prefill = prefill_ms(t, n, 0) / 1000.0
+    if model.d2d is not None:  # the chips wait on the link inside the compute, as calsim charges it
+        prefill += d2d_s(model.d2d, n * model.d2d.bytes_per_token)
+        decode += steps * d2d_s(model.d2d, batch * model.d2d.bytes_per_token)
+    return RequestFloor(h_p + d_p, prefill, steps, decode, steps * step_copies)
 
 
 def decode_sum_ms(t: TimingDecl, batch: int, prompt: int, steps: int) -> float:

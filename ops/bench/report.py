@@ -48,6 +48,7 @@ def board_json(board: BoardUtilization) -> dict[str, Any]:
         "versions": board.versions.to_json() if board.versions is not None else None,
         "generated_tokens": board.generated_tokens,
         "copies": copies_json(board),
+        "d2d": None if board.error is not None else {"seconds": board.d2d_s, "bytes": board.d2d_bytes},
     }
 
 

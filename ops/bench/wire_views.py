@@ -37,6 +37,8 @@ def utilization_sample(status: observe_pb2.StatusResponse) -> UtilizationSample 
         d2h_bytes=u.d2h_bytes,
         sampled_rows=u.sampled_rows,
         full_row_reads=u.full_row_reads,
+        d2d_s=u.d2d_seconds,
+        d2d_bytes=u.d2d_bytes,
     )
 
 

@@ -4,13 +4,18 @@ Argument checks only (positive integers, an existing package directory, usage er
 the arithmetic is `calculet.daemon.package.capacity`, the same the validator uses. Prints, per
 (lanes, context) choice and chip: params DRAM, KV, workspace, total, DRAM, headroom, and whether
 it fits; then the longest context per lane count and the most lanes per context. With --package
-the package's own layout (kv.lanes x kv.lane_context) is evaluated too. Exit 1 when any choice
-(or the package's own layout) does not fit, else 0.
+the package's own layout (kv.lanes x kv.lane_context) is evaluated too. With --package and
+--daemon, the board's measured figures for that package sit beside the plan: every resident model
+whose package hash is this manifest's, per chip, the planner's figure for the layout it was
+configured with, what its configure took on the device, and their difference (Status
+`ModelStatus.memory`; `memory_view.model_memory_table`). Exit 1 when any choice (or the package's
+own layout) does not fit, else 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from dataclasses import replace
@@ -29,9 +34,12 @@ from calculet.daemon.package.capacity import (
     max_lanes_for,
     plan,
 )
-from calculet.daemon.package.manifest import load_manifest
+from calculet.daemon.package.manifest import MANIFEST_NAME, load_manifest
 from calculet.daemon.package.presets import GIB, PRESETS
+from calculet.ops.commands.daemon_cmds import UsageError, add_daemon_arguments, connect
+from calculet.ops.commands.memory_view import memory_json, model_memory_table
 from calculet.ops.commands.package_validate import existing_dir
+from calculet.v1 import observe_pb2
 
 COMMAND = ("capacity",)
 HELP = "Per-chip DRAM plan (params + KV + workspace) for lanes x context choices (exit 1 if one does not fit)."
@@ -67,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lanes", type=positive_int, nargs="+", metavar="N", help="lane counts (default: own)")
     parser.add_argument("--context", type=positive_int, nargs="+", metavar="N", help="tokens per lane (default: own)")
     parser.add_argument("--dram-gib", type=positive_float, metavar="X", help="DRAM per chip in GiB (default 16)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_daemon_arguments(parser)  # --json, and --daemon: the board whose measured figures go beside the plan
 
 
 def _gib(n: int) -> str:
@@ -100,7 +108,25 @@ def _table(p: CapacityPlan, own: CapacityRow | None) -> Table:
     return table
 
 
+def _measured(args: argparse.Namespace) -> list[observe_pb2.ModelStatus]:
+    """The board's resident models serving `--package` (same manifest hash); [] without `--daemon`.
+
+    Raises:
+        UsageError: --daemon without --package.
+        CalculetError: the daemon cannot be asked.
+    """
+    if args.daemon is None:
+        return []
+    if args.package is None:
+        raise UsageError("--daemon goes with --package (the board's figures are matched by the package's hash)")
+    digest = hashlib.sha256((args.package / MANIFEST_NAME).read_bytes()).hexdigest()
+    with connect(args) as client:
+        status = client.status()
+    return [m for m in status.models if m.package_hash == digest]
+
+
 def run(args: argparse.Namespace) -> int:
+    measured = _measured(args)
     if args.package is not None:
         model = MemoryModel.from_manifest(load_manifest(args.package))
     else:
@@ -123,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         out["package_layout"] = None if own is None else {"lanes": own.lanes, "context": own.context, "fits": own.fits}
         out["max_context_for_lanes"] = {str(k): v for k, v in max_ctx.items()}
         out["max_lanes_for_context"] = {str(k): v for k, v in max_lanes.items()}
+        if args.daemon is not None:
+            out["measured"] = memory_json(measured)
         print(json.dumps(out, indent=2))
         return EXIT_OK if fits else EXIT_DOES_NOT_FIT
     console = Console() if sys.stdout.isatty() else Console(width=140)
@@ -135,4 +163,6 @@ def run(args: argparse.Namespace) -> int:
         if not row.fits:
             console.print(f"does not fit: {row.lanes} lane(s) x {row.context:,} tokens: {row.reason}")
     console.print("all choices fit" if fits else "some choices do NOT fit")
+    if args.daemon is not None:
+        console.print(model_memory_table(measured) if measured else "the board holds no model of this package")
     return EXIT_OK if fits else EXIT_DOES_NOT_FIT

@@ -14,6 +14,7 @@ import sys
 from calculet.common.errors import InvalidArgument
 from calculet.ops.sim_packages import PRESETS, build_sim_package
 from calculet.ops.sim_packages.build import check_decode_batches
+from calculet.ops.sim_packages.parallelism import TRAFFIC
 
 COMMAND = ("package", "build-sim")
 HELP = "Write a calsim model package: 'tiny' (numeric kernel) or 'qwen3-30b-a3b' (synthetic kernel)."
@@ -75,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="decode jobs return each row's top K logits (logits_output mode topk), not the full row (default: full)",
     )
+    parser.add_argument(
+        "--parallelism",
+        choices=sorted(TRAFFIC),
+        default=None,
+        help="build as this split over the 2 chips, its cross-chip traffic declared (topology.d2d), for"
+        " `calctl bench compare` (default: the preset's, none declared)",
+    )
     parser.add_argument("--force", action="store_true", help="replace OUT if it is not empty")
     parser.add_argument("out", metavar="OUT", help="package directory to write")
 
@@ -90,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             chip=args.chip,
             logits_topk=args.logits_topk,
+            parallelism=args.parallelism,
         )
     except InvalidArgument as exc:
         # Option combinations argparse cannot see (lanes vs batch, context vs calbin) are usage errors.

@@ -2,7 +2,8 @@
 
 Pure functions from protobuf messages to rich renderables or text lines; no I/O, no gRPC. Sections
 of `render_status`: board and overall state, device and memory per chip, models (state,
-generation, package, queues, lane summary) with one lane table per model (state, job, KV length),
+generation, package, queues, lane summary), each model's memory per chip (planned beside measured,
+`memory_view.py`), one lane table per model (state, job, KV length),
 unfinished jobs, counters (device, jobs, buffer pool) and the device utilisation (busy ratio and
 tokens/s from StatusResponse.utilization; read defensively: a daemon without it says so), resets and
 the reset budget.
@@ -20,6 +21,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from calculet.ops.commands.memory_view import d2d_text, model_memory_table
 from calculet.v1 import common_pb2, observe_pb2
 
 GIB = 1 << 30
@@ -48,7 +50,10 @@ def timestamp(ts: Timestamp) -> str:
 
 def render_status(s: observe_pb2.StatusResponse) -> Group:
     lanes: list[RenderableType] = [_lanes(m) for m in s.models]
-    return Group(_board(s), _chips(s.device), _models(s.models), *lanes, _jobs(s.jobs), _counters(s), _resets(s.resets))
+    return Group(
+        _board(s), _chips(s.device), _models(s.models), model_memory_table(s.models), *lanes, _jobs(s.jobs),
+        _counters(s), _resets(s.resets),
+    )  # fmt: skip
 
 
 def _board(s: observe_pb2.StatusResponse) -> Text:
@@ -165,7 +170,7 @@ def utilization_line(s: observe_pb2.StatusResponse) -> str:
     return (
         f"utilisation: device busy {u.recent_busy_ratio:.0%} over the last {u.recent_window_seconds:.0f} s "
         f"({u.busy_ratio:.0%} since start), {u.tokens_per_second:.1f} tokens/s, "
-        f"{u.generated_tokens} tokens generated"
+        f"{u.generated_tokens} tokens generated{d2d_text(u)}"
     )
 
 

@@ -36,6 +36,7 @@ from calculet.ops.sim_packages.capacity import KV_SPLIT
 from calculet.ops.sim_packages.chat_template import load_chat_template, render_chat
 from calculet.ops.sim_packages.golden import GOLDEN_DECODE_STEPS, GOLDEN_MESSAGES, compute_golden
 from calculet.ops.sim_packages.output import StagedOutput
+from calculet.ops.sim_packages.parallelism import with_parallelism
 from calculet.ops.sim_packages.preset import ParamBlocks, SimPreset
 from calculet.ops.sim_packages.qwen import QwenPreset
 from calculet.ops.sim_packages.qwen_dense import Qwen3DensePreset
@@ -239,6 +240,7 @@ def build_sim_package(
     chip: int | None = None,
     logits_topk: int = 0,
     prefill_at_offset: bool | None = True,
+    parallelism: str | None = None,
 ) -> Path:
     """Write a complete calsim package directory.
 
@@ -255,6 +257,9 @@ def build_sim_package(
             (`logits_output` mode topk; `daemon/package/logits_output.py`).
         prefill_at_offset: what the prefill submodel declares (calsim's prefill runs at any
             `past_kv_len`, so True); None leaves the field out, as a package that predates it.
+        parallelism: build the preset as this split over its chips (`tp`, `ep`, `tp+ep`) with
+            its estimated cross-chip traffic declared (`parallelism.py`); None: as the preset says,
+            no traffic declared.
 
     Returns:
         The absolute package directory.
@@ -266,6 +271,8 @@ def build_sim_package(
     """
     target = StagedOutput(Path(out_dir), force)
     plan = plan_build(preset, decode_batches, lanes, lane_context, chip)
+    if parallelism is not None:
+        plan = dataclasses.replace(plan, topology=with_parallelism(plan.topology, parallelism))
     with target as root:
         writer = PackageWriter(root)
         plan.params.write(writer)

@@ -29,7 +29,7 @@ from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, train_tokenize
 from calculet.ops.sim_packages.writer import PackageWriter
 
 # Both presets emulate today's board: 2 chiplets, tensor parallel (docs/sources.md 001 §1, §6).
-BOARD_TOPOLOGY = Topology(chips=2, chip_masks=(1, 2), parallelism="tensor")
+BOARD_TOPOLOGY = Topology(chips=2, chip_masks=(1, 2), parallelism="tp")
 
 # What every calsim package declares it runs on: CalRT 0.7.6 with today's driver (one calbin at a
 # time), and with the 1.0.0 driver, where it may share the board (docs/sources.md 000 §9, §17).

@@ -114,6 +114,16 @@ def test_requests_move_both_endpoints_metrics_by_the_right_amounts(
     lanes = len(s1.models[0].lanes)
     assert d1.one("calculet_kv_lanes_total", model="tiny", generation="1") == lanes > 0
     assert d1.one("calculet_kv_lanes_used", model="tiny", generation="1") == 0
+    # Per-model memory: per chip, the planner's figure beside what the configure took (calsim reserves
+    # exactly the plan for the tiny package), in Status and in the metric; no D2D declared, none moved.
+    memory = s1.models[0].memory
+    assert [c.chip for c in memory] == [0, 1] and all(c.measured for c in memory)
+    for c in memory:
+        assert c.dram_bytes == c.planned_dram_bytes > 0 and c.sram_bytes == c.planned_sram_bytes
+        for kind, source, value in (("dram", "planned", c.planned_dram_bytes), ("dram", "measured", c.dram_bytes)):
+            labels = {"model": "tiny", "generation": "1", "chip": str(c.chip), "memory": kind, "source": source}
+            assert d1.one("calculet_model_memory_bytes", **labels) == value
+    assert (u.d2d_bytes, u.d2d_seconds) == (0, 0.0) and d1.one("calculet_device_d2d_bytes_total") == 0
     # The gateway: its own requests, TTFT, tokens and boards.
     assert delta(g1, g0, "calculet_gateway_requests_total", route="/v1/completions", status="200") == n
     assert delta(g1, g0, "calculet_gateway_time_to_first_token_seconds_count", model="tiny") == n

@@ -56,6 +56,20 @@ class PrefixCacheView:
 
 
 @dataclass(frozen=True)
+class ModelChipMemoryView:
+    """One resident model's memory on one chip (`observe/model_memory.py`): the capacity planner's
+    DRAM/SRAM bytes and the device's measured ones (what its configure took; `measured` False when
+    the device's figure is not known, e.g. before it is configured)."""
+
+    chip: int
+    planned_dram: int
+    planned_sram: int
+    dram: int
+    sram: int
+    measured: bool
+
+
+@dataclass(frozen=True)
 class ModelView:
     alias: str
     generation: int
@@ -72,6 +86,7 @@ class ModelView:
     prefill_chunk_tokens: int = 0
     compiler: tuple[tuple[str, str], ...] = ()  # the manifest's compiler identities
     calbin_sha256: str = ""  # package/identity.py
+    memory: tuple[ModelChipMemoryView, ...] = ()  # per chip, planned beside measured
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,7 @@ class UtilizationView:
             of compute intervals in it, and their ratio.
         banks: the same per engine bank, in bank order.
         h2d_seconds / compute_seconds / d2h_seconds: device-clock phase seconds summed over jobs.
+        d2d_seconds / d2d_bytes: of the compute seconds, those on the chip link, and the bytes moved.
         sampling_seconds: host seconds spent sampling; sampled_rows: rows sampled; d2h_bytes: bytes
             copied back for them; full_row_reads: of those rows, top-k rows read in full.
         generated_tokens: tokens generated for client jobs.
@@ -137,6 +153,8 @@ class UtilizationView:
     h2d_seconds: float = 0.0
     compute_seconds: float = 0.0
     d2h_seconds: float = 0.0
+    d2d_seconds: float = 0.0
+    d2d_bytes: int = 0
     sampling_seconds: float = 0.0
     generated_tokens: int = 0
     d2h_bytes: int = 0

@@ -10,6 +10,7 @@ from calculet.daemon.core.observe.snapshot import EngineSnapshot, GenerationView
 from calculet.daemon.core.observe.status import (
     HealthView,
     LoadView,
+    ModelChipMemoryView,
     ModelHealthView,
     ModelLoadView,
     ModelView,
@@ -84,7 +85,7 @@ class PackageIdentity:
     calbin_sha256: str = ""
 
 
-def model_view(g: GenerationView, package: PackageIdentity) -> ModelView:
+def model_view(g: GenerationView, package: PackageIdentity, memory: tuple[ModelChipMemoryView, ...] = ()) -> ModelView:
     return ModelView(
         g.alias,
         g.generation,
@@ -101,6 +102,7 @@ def model_view(g: GenerationView, package: PackageIdentity) -> ModelView:
         g.prefill_chunk_tokens,
         package.compiler,
         package.calbin_sha256,
+        memory,
     )
 
 
@@ -112,6 +114,7 @@ def status_view(
     device: tuple[DeviceInfo, MemoryUsage, JobCounters],
     describe: Callable[[GenerationView], PackageIdentity],
     memory_excess: tuple[ChipExcess, ...] = (),
+    model_memory: Callable[[GenerationView], tuple[ModelChipMemoryView, ...]] = lambda _g: (),
 ) -> StatusView:
     """Status from a snapshot.
 
@@ -120,6 +123,7 @@ def status_view(
         device: the device's identity, memory and counters.
         describe: a generation's package identity.
         memory_excess: what each chip held above its baseline when last measured.
+        model_memory: a generation's memory per chip, planned and measured.
     """
     board, driver, started_at, fault_injection, policy = identity
     info, memory, counters = device
@@ -131,7 +135,7 @@ def status_view(
         fault_injection=fault_injection,
         device=info,
         memory=memory,
-        models=tuple(model_view(g, describe(g)) for g in snap.generations),
+        models=tuple(model_view(g, describe(g), model_memory(g)) for g in snap.generations),
         jobs=snap.jobs,
         device_counters=counters,
         accepted=c.submitted,

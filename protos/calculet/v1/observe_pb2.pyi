@@ -131,7 +131,7 @@ class StatusResponse(_message.Message):
     def __init__(self, board: _Optional[_Union[BoardInfo, _Mapping]] = ..., device: _Optional[_Union[DeviceInfo, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobSummary, _Mapping]]] = ..., device_counters: _Optional[_Union[DeviceJobCounters, _Mapping]] = ..., job_counters: _Optional[_Union[JobCounters, _Mapping]] = ..., buffer_pool: _Optional[_Union[BufferPoolStatus, _Mapping]] = ..., resets: _Optional[_Union[ResetSummary, _Mapping]] = ..., policy: _Optional[_Union[Policy, str]] = ..., max_inflight: _Optional[int] = ..., inflight_submissions: _Optional[int] = ..., draining: _Optional[bool] = ..., health: _Optional[_Union[_common_pb2.ServingStatus, str]] = ..., utilization: _Optional[_Union[DeviceUtilization, _Mapping]] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeviceUtilization(_message.Message):
-    __slots__ = ("device_seconds", "busy_seconds", "busy_ratio", "banks", "h2d_seconds", "compute_seconds", "d2h_seconds", "sampling_seconds", "generated_tokens", "tokens_per_second", "recent_busy_ratio", "recent_window_seconds", "d2h_bytes", "sampled_rows", "full_row_reads")
+    __slots__ = ("device_seconds", "busy_seconds", "busy_ratio", "banks", "h2d_seconds", "compute_seconds", "d2h_seconds", "sampling_seconds", "generated_tokens", "tokens_per_second", "recent_busy_ratio", "recent_window_seconds", "d2h_bytes", "sampled_rows", "full_row_reads", "d2d_seconds", "d2d_bytes")
     DEVICE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BUSY_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,8 @@ class DeviceUtilization(_message.Message):
     D2H_BYTES_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_ROWS_FIELD_NUMBER: _ClassVar[int]
     FULL_ROW_READS_FIELD_NUMBER: _ClassVar[int]
+    D2D_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    D2D_BYTES_FIELD_NUMBER: _ClassVar[int]
     device_seconds: float
     busy_seconds: float
     busy_ratio: float
@@ -162,7 +164,9 @@ class DeviceUtilization(_message.Message):
     d2h_bytes: int
     sampled_rows: int
     full_row_reads: int
-    def __init__(self, device_seconds: _Optional[float] = ..., busy_seconds: _Optional[float] = ..., busy_ratio: _Optional[float] = ..., banks: _Optional[_Iterable[_Union[BankUtilization, _Mapping]]] = ..., h2d_seconds: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., d2h_seconds: _Optional[float] = ..., sampling_seconds: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tokens_per_second: _Optional[float] = ..., recent_busy_ratio: _Optional[float] = ..., recent_window_seconds: _Optional[float] = ..., d2h_bytes: _Optional[int] = ..., sampled_rows: _Optional[int] = ..., full_row_reads: _Optional[int] = ...) -> None: ...
+    d2d_seconds: float
+    d2d_bytes: int
+    def __init__(self, device_seconds: _Optional[float] = ..., busy_seconds: _Optional[float] = ..., busy_ratio: _Optional[float] = ..., banks: _Optional[_Iterable[_Union[BankUtilization, _Mapping]]] = ..., h2d_seconds: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., d2h_seconds: _Optional[float] = ..., sampling_seconds: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., tokens_per_second: _Optional[float] = ..., recent_busy_ratio: _Optional[float] = ..., recent_window_seconds: _Optional[float] = ..., d2h_bytes: _Optional[int] = ..., sampled_rows: _Optional[int] = ..., full_row_reads: _Optional[int] = ..., d2d_seconds: _Optional[float] = ..., d2d_bytes: _Optional[int] = ...) -> None: ...
 
 class BankUtilization(_message.Message):
     __slots__ = ("bank", "busy_seconds", "busy_ratio")
@@ -235,7 +239,7 @@ class DeviceCapabilities(_message.Message):
     def __init__(self, max_inflight: _Optional[int] = ..., ping_pong: _Optional[bool] = ..., max_resident_configurations: _Optional[int] = ..., lane_selection: _Optional[bool] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens", "compiler", "calbin_sha256")
+    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens", "compiler", "calbin_sha256", "memory")
     class CompilerEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +261,7 @@ class ModelStatus(_message.Message):
     PREFILL_CHUNK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPILER_FIELD_NUMBER: _ClassVar[int]
     CALBIN_SHA256_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
     state: _common_pb2.ModelState
@@ -271,7 +276,24 @@ class ModelStatus(_message.Message):
     prefill_chunk_tokens: int
     compiler: _containers.ScalarMap[str, str]
     calbin_sha256: str
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ..., compiler: _Optional[_Mapping[str, str]] = ..., calbin_sha256: _Optional[str] = ...) -> None: ...
+    memory: _containers.RepeatedCompositeFieldContainer[ModelChipMemory]
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ..., compiler: _Optional[_Mapping[str, str]] = ..., calbin_sha256: _Optional[str] = ..., memory: _Optional[_Iterable[_Union[ModelChipMemory, _Mapping]]] = ...) -> None: ...
+
+class ModelChipMemory(_message.Message):
+    __slots__ = ("chip", "planned_dram_bytes", "planned_sram_bytes", "dram_bytes", "sram_bytes", "measured")
+    CHIP_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_DRAM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_SRAM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DRAM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SRAM_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_FIELD_NUMBER: _ClassVar[int]
+    chip: int
+    planned_dram_bytes: int
+    planned_sram_bytes: int
+    dram_bytes: int
+    sram_bytes: int
+    measured: bool
+    def __init__(self, chip: _Optional[int] = ..., planned_dram_bytes: _Optional[int] = ..., planned_sram_bytes: _Optional[int] = ..., dram_bytes: _Optional[int] = ..., sram_bytes: _Optional[int] = ..., measured: _Optional[bool] = ...) -> None: ...
 
 class PrefixCacheStatus(_message.Message):
     __slots__ = ("enabled", "min_tokens", "parked_lanes", "hit_tokens", "miss_tokens", "hits", "misses", "evictions", "dropped")

@@ -85,7 +85,7 @@ def make_manifest(name: str = "tiny", **overrides: Any) -> PackageManifest:
         kernel="synthetic",
         architecture=Architecture("qwen3_moe", 2, 32, 4, 2, 8, 4, 2, 16, VOCAB, 1e6, 1e-6),
         quantization="bf16",
-        topology=Topology(2, (1, 2), "tensor"),
+        topology=Topology(2, (1, 2), "tp"),
         kv=KVDecl("bf16", "lane-major", LANES, LANE_CONTEXT, KV_BYTES_PER_TOKEN, "kv_heads"),
         submodels=(
             _submodel(PREFILL, "prefill", 1, BUCKET),
@@ -108,7 +108,7 @@ def make_manifest(name: str = "tiny", **overrides: Any) -> PackageManifest:
 def single_chip_manifest(name: str = "solo", chip: int = 0, **overrides: Any) -> PackageManifest:
     """`make_manifest`'s model compiled for one chip (mask `1 << chip`): the whole KV on that chip."""
     memory = MemoryDecl((ChipMemoryDecl(chip, 1 << chip, PARAM_DRAM, PARAM_SRAM, WORKSPACE),), PARAM_DRAM)
-    return make_manifest(name, topology=Topology(1, (1 << chip,), "tensor"), memory=memory, **overrides)
+    return make_manifest(name, topology=Topology(1, (1 << chip,), "none"), memory=memory, **overrides)
 
 
 def need_dram_per_chip(manifest: PackageManifest) -> int:

@@ -56,14 +56,14 @@ def test_kv_share_covers_the_whole_kv_over_two_chips(bpt: int, lanes: int, ctx: 
 
 
 def test_chip_needs_refuses_a_package_for_other_chips() -> None:
-    three = make_manifest(topology=Topology(3, (1, 2, 4), "tensor"))
+    three = make_manifest(topology=Topology(3, (1, 2, 4), "tp"))
     with pytest.raises(ConfigurationError, match="built for 3 chips; this board has 2"):
         chip_needs(three, 2)
     one_chip_plan = replace(make_manifest().memory, chips=make_manifest().memory.chips[:1])
     with pytest.raises(ConfigurationError, match="expected 2 distinct chip"):
         chip_needs(make_manifest(memory=one_chip_plan), 2)
     with pytest.raises(ConfigurationError, match="matching the masks"):  # plan on chip 1, mask names chip 0
-        chip_needs(replace(single_chip_manifest(chip=1), topology=Topology(1, (1,), "tensor")), 2)
+        chip_needs(replace(single_chip_manifest(chip=1), topology=Topology(1, (1,), "none")), 2)
     with pytest.raises(ConfigurationError, match=r"of 0\.\.1"):  # a chip the board lacks
         chip_needs(single_chip_manifest(chip=2), 2)
     negative = MemoryDecl((ChipMemoryDecl(0, 1, -1, 0, 0), ChipMemoryDecl(1, 2, 0, 0, 0)), 0)

@@ -71,7 +71,7 @@ def make_manifest(
         kernel=kernel,
         architecture=arch,
         quantization="none",
-        topology=Topology(chips=2, chip_masks=(1, 2), parallelism="tensor"),
+        topology=Topology(chips=2, chip_masks=(1, 2), parallelism="tp"),
         kv=KVDecl(
             dtype=kv_dtype,
             layout="lane-layer-head-token-dim",

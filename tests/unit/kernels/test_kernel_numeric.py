@@ -175,7 +175,7 @@ def test_topology_must_be_two_chips(package_copy: Path) -> None:
     _config_error(
         package_copy,
         r"runs on 2 chips, manifest topology has 1",
-        topology=Topology(chips=1, chip_masks=(1,), parallelism="tensor"),
+        topology=Topology(chips=1, chip_masks=(1,), parallelism="none"),
     )
 
 

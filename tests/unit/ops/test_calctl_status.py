@@ -213,3 +213,23 @@ def test_one_board_shows_its_warnings(boards: tuple[list[str], list[FakeDaemon]]
     console = Console(width=300, record=True)
     console.print(render_status(status))
     assert "WARNING: device memory above its baseline: chip 0 holds 4,096 B DRAM" in console.export_text()
+
+
+def test_one_board_shows_each_models_memory_planned_beside_measured_and_its_d2d(
+    boards: tuple[list[str], list[FakeDaemon]],
+) -> None:
+    status = status_response(boards[1][0])
+    model = status.models[0]
+    model.memory.add(chip=0, planned_dram_bytes=3 << 30, planned_sram_bytes=2 << 20, dram_bytes=(3 << 30) + (1 << 20),
+                     sram_bytes=2 << 20, measured=True)  # fmt: skip
+    model.memory.add(chip=1, planned_dram_bytes=1 << 30, planned_sram_bytes=0, measured=False)
+    status.utilization.CopyFrom(
+        observe_pb2.DeviceUtilization(compute_seconds=4.0, d2d_seconds=1.0, d2d_bytes=3 << 20, recent_window_seconds=1)
+    )
+    console = Console(width=300, record=True)
+    console.print(render_status(status))
+    text = console.export_text()
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith("│ tiny")]
+    assert [w for w in rows[-2] if w != "│"] == ["tiny", "3", "0", "3.000", "3.001", "+1.0", "2.00", "2.00"]
+    assert [w for w in rows[-1] if w != "│"] == ["tiny", "3", "1", "1.000", "-", "-", "0.00", "-"]
+    assert "D2D 3.0 MiB in 1.000 s (25.0% of compute)" in text

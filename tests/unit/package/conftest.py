@@ -119,7 +119,7 @@ def valid_manifest() -> PackageManifest:
         kernel="numeric",
         architecture=ARCH,
         quantization="bf16",
-        topology=Topology(chips=2, chip_masks=(1, 2), parallelism="tensor"),
+        topology=Topology(chips=2, chip_masks=(1, 2), parallelism="tp"),
         kv=KVDecl(
             dtype="bf16",
             layout="lane-major",

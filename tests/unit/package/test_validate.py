@@ -28,6 +28,7 @@ from calculet.daemon.package.manifest import (
     MAX_DECODE_CURVE_POINTS,
     MAX_MANIFEST_BYTES,
     CompatRow,
+    D2DDecl,
     DecodePoint,
     PackageManifest,
     TensorDecl,
@@ -85,6 +86,15 @@ def _required(value: int) -> PackageManifest:
 def _section(name: str, **changes: Any) -> PackageManifest:
     m = valid_manifest()
     return replace(m, **{name: replace(getattr(m, name), **changes)})
+
+
+def _one_chip(**topology: Any) -> PackageManifest:
+    """The valid package cut to chip 0 alone (parallelism `none`), its topology then changed."""
+    m = valid_manifest()
+    one = replace(m.topology, chips=1, chip_masks=(1,), parallelism="none")
+    return with_required(
+        replace(m, topology=replace(one, **topology), memory=replace(m.memory, chips=m.memory.chips[:1]))
+    )
 
 
 def _add_file_entry(root: Path, entry: dict[str, Any]) -> None:
@@ -433,6 +443,30 @@ DEFECTS: dict[str, Defect] = {
     ),
     # topology, memory, capacity, device
     "topology-masks": Defect("topology.mismatch", manifest_defect(lambda: _section("topology", chip_masks=(1, 4)))),
+    "topology-parallelism-unknown": Defect(
+        "topology.parallelism", manifest_defect(lambda: _section("topology", parallelism="dp")), None, "'dp'"
+    ),
+    "topology-parallelism-none-on-two-chips": Defect(
+        "topology.parallelism", manifest_defect(lambda: _section("topology", parallelism="none")), None, "tp, ep"
+    ),
+    "topology-parallelism-on-one-chip": Defect(
+        "topology.parallelism", manifest_defect(lambda: _one_chip(parallelism="tp")), None, "expected 'none'"
+    ),
+    "topology-parallelism-tensor": Defect(
+        "topology.parallelism_legacy", manifest_defect(lambda: _section("topology", parallelism="tensor")), None, "'tp'"
+    ),
+    "topology-d2d-on-one-chip": Defect(
+        "topology.d2d", manifest_defect(lambda: _one_chip(d2d=D2DDecl(1024))), None, "one chip"
+    ),
+    "value-range-d2d-link": Defect(
+        "value.range",
+        manifest_defect(lambda: _section("topology", d2d=D2DDecl(1024, link_gbps=0.0))),
+        None,
+        "must be positive",
+    ),
+    "value-range-d2d-bytes": Defect(
+        "value.range", manifest_defect(lambda: _section("topology", d2d=D2DDecl(-1))), None, "non-negative"
+    ),
     "topology-chip-index-huge": Defect("topology.mismatch", manifest_defect(lambda: _chip(1, chip=2**40))),
     "topology-chip-mask": Defect("topology.mismatch", manifest_defect(lambda: _chip(1, chip_mask=1))),
     "device-chips": Defect("device.chips", manifest_defect(valid_manifest), lambda: replace(CALSIM_BOARD, chips=1)),

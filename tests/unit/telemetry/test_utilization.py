@@ -105,3 +105,15 @@ def test_status_carries_it_with_banks_as_indexes() -> None:
     assert (pb.h2d_seconds, pb.compute_seconds, pb.d2h_seconds, pb.sampling_seconds) == (2, 8, 2, 0.125)
     assert pb.generated_tokens == 3 and pb.tokens_per_second == pytest.approx(3 / 2)
     assert (pb.recent_busy_ratio, pb.recent_window_seconds) == (0.8, 2.0)
+
+
+def test_d2d_traffic_is_summed_from_the_jobs_and_carried_in_status() -> None:
+    t = UtilizationTracker(BANKS, started=0.0)
+    linked = JobTimestamps(0, 0, 1, 1, 5, 5, 6, d2d_seconds=0.5, d2d_bytes=3_000)
+    t.record(PING, linked, tokens=1, sampling_s=0.0, now=1.0)
+    t.record(PONG, stamps(0, (1, 2), (5, 9), 10), tokens=1, sampling_s=0.0, now=1.0)  # a job without D2D
+    t.record(PING, JobTimestamps(10, 10, 11, 11, 12, 12, 13, d2d_seconds=0.25, d2d_bytes=1_000), 1, 0.0, 1.5)
+    v = t.view(2.0)
+    assert (v.d2d_seconds, v.d2d_bytes) == (0.75, 4_000)
+    pb = utilization_to_pb(v)
+    assert (pb.d2d_seconds, pb.d2d_bytes) == (0.75, 4_000)

@@ -157,3 +157,10 @@ def test_a_board_reports_what_sampling_copied_per_row() -> None:
     }
     gone = board_json(board_utilization(BoardSample("b1", None, "unavailable: down"), after))
     assert gone["copies"] is None
+
+
+def test_a_board_reports_its_cross_chip_traffic_over_the_window() -> None:
+    before = BoardSample("b0", dataclasses.replace(sample(1.0, 0.5), d2d_s=0.25, d2d_bytes=1_000))
+    after = BoardSample("b0", dataclasses.replace(sample(3.0, 2.0), d2d_s=1.0, d2d_bytes=9_000))
+    assert board_json(board_utilization(before, after))["d2d"] == {"seconds": 0.75, "bytes": 8_000}
+    assert board_json(board_utilization(BoardSample("b1", None, "unavailable: down"), after))["d2d"] is None
