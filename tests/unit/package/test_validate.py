@@ -342,7 +342,9 @@ DEFECTS: dict[str, Defect] = {
     "submodel-mislabelled": Defect(
         # A one-token prefill labelled llm_decode: its I/O is a decode's, so nothing settles its role.
         "submodel.mislabelled",
-        manifest_defect(lambda: _extra_submodel(replace(submodel("prefill_1", "prefill", 1, 1), smodel_type="llm_decode"))),
+        manifest_defect(
+            lambda: _extra_submodel(replace(submodel("prefill_1", "prefill", 1, 1), smodel_type="llm_decode"))
+        ),
         None,
         "do not settle",
     ),
