@@ -1,4 +1,4 @@
-"""The `qwen3-30b-a3b-b1` preset: today's production calbin as the seeds describe it.
+"""The `qwen3-30b-a3b-b1` preset: today's production calbin as docs/sources.md describes it.
 
 Owns what sets this calbin apart from the `qwen3-30b-a3b` preset, whose geometry, memory figures,
 tokenizer, chat template and timing it shares (the timing figures were measured on this calbin,
@@ -7,10 +7,10 @@ docs/sources.md 001 §10):
 - batch 1 only: one decode submodel of batch 1 and one KV lane of the full 40,960-token context
   (docs/sources.md 001 §1, §5, 003 §5, §8); the whole KV of the board holds one sequence, which is
   also what today's one backing vector for all slots allows (001 §9, P0 throughput);
-- the submodels are named `prefill` and `decode` as in the seed's table (003 §5), and the prefill
+- the submodels are named `prefill` and `decode` as in docs/sources.md 003 §5's table, and the prefill
   carries the vendor's wrong label `smodel_type: llm_decode` (001 §9 P0.7, 003 §12); its
   tokens/positions are `[1, 40960]`, so a prompt of up to 40,960 tokens is one prefill job;
-- no `prefill_at_offset` declaration: the seeds never say this calbin computes a prefill after a
+- no `prefill_at_offset` declaration: docs/sources.md never says this calbin computes a prefill after a
   non-zero `past_kv_len` correctly (000 §5.3 allows splitting a prompt only where it does), so the
   package declares nothing and the daemon must not chunk prompts or reuse prefixes on it;
 - the compatibility matrix is what CalRT 0.7.6 allows: runtime 0.7.6 (the build links

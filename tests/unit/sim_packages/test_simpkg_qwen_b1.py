@@ -1,4 +1,4 @@
-"""The qwen3-30b-a3b-b1 package: today's calbin as the seeds describe it (docs/sources.md 001 §1, §3,
+"""The qwen3-30b-a3b-b1 package: today's calbin as docs/sources.md describes it (001 §1, §3,
 §5, §9; 003 §5, §7, §8, §12). Expected figures are typed in from those sections, not read from the
 code under test."""
 
@@ -27,7 +27,7 @@ def test_one_lane_one_decode_and_the_whole_context_in_one_prefill(b1_pkg: Path) 
     assert (prefill.name, prefill.role, prefill.batch, prefill.max_tokens) == ("prefill", "prefill", 1, CONTEXT)
     assert [t.shape for t in prefill.inputs] == [(1, CONTEXT), (1, CONTEXT)]  # 003 §5: tokens, positions
     assert (decode.name, decode.role, decode.batch, decode.smodel_type) == ("decode", "decode", 1, "llm_decode")
-    # The memory plan of one full lane is the seed's reservation, per chip: params + workspace + KV.
+    # The memory plan of one full lane is 003 §7's reservation, per chip: params + workspace + KV.
     assert m.memory.device_memory_required_bytes == 2 * DRAM_RESERVED_PER_CHIP
 
 
@@ -35,7 +35,7 @@ def test_the_prefill_keeps_the_vendor_mislabel_and_declares_nothing_about_offset
     raw = json.loads((b1_pkg / MANIFEST_NAME).read_text(encoding="utf-8"))
     prefill = next(s for s in raw["submodels"] if s["role"] == "prefill")
     assert prefill["smodel_type"] == "llm_decode"  # 001 §9 P0.7, 003 §12
-    assert "prefill_at_offset" not in prefill  # the seeds never say it computes after past_kv_len > 0
+    assert "prefill_at_offset" not in prefill  # docs/sources.md never says it computes after past_kv_len > 0
     info = (b1_pkg / "prefill" / "submodel_memory_reserved_info.txt").read_text(encoding="utf-8")
     assert "smodel_type: llm_decode" in info
 
