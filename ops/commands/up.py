@@ -238,6 +238,8 @@ def ensure_package(models_root: Path, preset: str, say: Callable[[str], None] = 
     report = validate_package(out)
     if not report.ok:
         raise FleetError(f"package {out} is invalid:\n{report.render_text()}")
+    for w in report.warnings:  # loadable; what the validator adjusted or found suspicious
+        say(f"   warning {w.code}: {w.message}")
     return out
 
 

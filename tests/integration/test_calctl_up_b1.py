@@ -92,6 +92,7 @@ def up(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterator[
 def test_calctl_up_serves_a_30000_token_prompt_on_todays_calbin_without_tuning(up: Up) -> None:
     banner = up.banner()
     assert "== policy serial (auto:" in banner and "one KV lane" in banner
+    assert "warning submodel.label_ignored: prefill: the vendor labels it 'llm_decode'" in banner
     answer = _chat(up.port, [{"role": "user", "content": " hello" * PROMPT_WORDS}], 4)
     usage = answer["usage"]
     assert usage["prompt_tokens"] >= 30_000 and usage["completion_tokens"] == 4

@@ -7,6 +7,7 @@ tokens whether its turns reuse the parked lane or re-prefill cold, under the ser
 
 from __future__ import annotations
 
+import logging
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -50,9 +51,18 @@ def _tokens(n: int, start: int) -> tuple[int, ...]:
     return tuple(1_000 + (start + i) % 150_000 for i in range(n))
 
 
-def test_a_30000_token_prompt_is_one_prefill_job_of_the_modelled_time(b1_models: Path) -> None:
+def test_a_30000_token_prompt_is_one_prefill_job_of_the_modelled_time(
+    b1_models: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     timing = load_manifest(b1_models / B1).timing
-    with _core(b1_models, "serial", False, CHUNK_OFF) as core:
+    with (
+        caplog.at_level(logging.WARNING, "calculet.daemon.core.models"),
+        _core(b1_models, "serial", False, CHUNK_OFF) as core,
+    ):
+        # The load says what the validator let through: the prefill's vendor label, ignored.
+        assert any(
+            "submodel.label_ignored" in r.getMessage() and "llm_decode" in r.getMessage() for r in caplog.records
+        )
         before = core.status().utilization
         tokens, final = finish(core, core.submit(request(_tokens(LONG_PROMPT, 0), 1, seed=1, model=B1)).job_id)
         after = core.status().utilization
