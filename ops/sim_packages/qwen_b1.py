@@ -5,13 +5,13 @@ tokenizer, chat template and timing it shares (the timing figures were measured 
 docs/sources.md 001 §10):
 
 - batch 1 only: one decode submodel of batch 1 and one KV lane of the full 40,960-token context
-  (docs/sources.md 001 §1, §5, 003 §5, §8); the whole KV of the board holds one sequence, which is
-  also what today's one backing vector for all slots allows (001 §9, P0 throughput);
-- the submodels are named `prefill` and `decode` as in docs/sources.md 003 §5's table, and the prefill
-  carries the vendor's wrong label `smodel_type: llm_decode` (001 §9 P0.7, 003 §12); its
+  (docs/sources.md 001 §1, §5, 003 §5, §8): one sequence on the board at a time, which is also
+  what today's one backing vector for all slots allows (001 §9, P0 throughput);
+- the submodels are named `prefill` and `decode` as in docs/sources.md 003 §5's table, and the
+  prefill carries the vendor's wrong label `smodel_type: llm_decode` (001 §9 P0.7, 003 §12); its
   tokens/positions are `[1, 40960]`, so a prompt of up to 40,960 tokens is one prefill job;
-- no `prefill_at_offset` declaration: docs/sources.md never says this calbin computes a prefill after a
-  non-zero `past_kv_len` correctly (000 §5.3 allows splitting a prompt only where it does), so the
+- no `prefill_at_offset` declaration: docs/sources.md never says this calbin computes a prefill
+  after a non-zero `past_kv_len` correctly (000 §5.3 allows splitting a prompt only where it does), so the
   package declares nothing and the daemon must not chunk prompts or reuse prefixes on it;
 - the compatibility matrix is what CalRT 0.7.6 allows: runtime 0.7.6 (the build links
   `libcalrt-linux-x86_64.so.0.7.6`, 001 §3), a driver before 1.0.0, one configured calbin at a
