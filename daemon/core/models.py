@@ -338,6 +338,8 @@ class ModelManager:
             problems = report.headline() or "manifest unreadable"  # codes, bounded in size
             progress(LoadProgress(alias, generation, ModelState.FAILED, problems, True, ErrorKind.FAILED_PRECONDITION))
             raise FailedPrecondition(f"package {package_dir.name} is invalid: {problems}")
+        for w in report.warnings:  # loadable, but an operator should know (a vendor mislabel, a clamp)
+            log.warning("package %s: %s at %s: %s", package_dir.name, w.code, w.where, w.message)
         return report.manifest, len(report.warnings), hashed
 
     def _configure(self, alias: str, package_dir: Path, manifest: PackageManifest, drain_s: float) -> ConfiguredModel:

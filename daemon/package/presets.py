@@ -10,6 +10,7 @@ from its sources.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -130,6 +131,10 @@ QWEN3_30B_A3B = ModelPreset(
     },
 )
 
+# Today's calbin itself (`build-sim --preset qwen3-30b-a3b-b1`): the same model as compiled, batch 1,
+# one lane of 40,960 tokens, so `calctl capacity --preset` plans it under the name it is built by.
+QWEN3_30B_A3B_B1 = dataclasses.replace(QWEN3_30B_A3B, name="qwen3-30b-a3b-b1")
+
 # The calsim `tiny` package (numeric kernel). `calctl package build-sim --preset tiny` builds its
 # architecture from this one (vocab from the trained tokenizer, 512); the memory figures are those a
 # build wrote on 2026-11-29, and a built package's own manifest stays authoritative for capacity.
@@ -220,4 +225,4 @@ QWEN3_4B = ModelPreset(
     },
 )
 
-PRESETS: Mapping[str, ModelPreset] = {p.name: p for p in (QWEN3_30B_A3B, QWEN3_4B, TINY)}
+PRESETS: Mapping[str, ModelPreset] = {p.name: p for p in (QWEN3_30B_A3B, QWEN3_30B_A3B_B1, QWEN3_4B, TINY)}

@@ -176,11 +176,7 @@ class ModelRules:
                     f"{s.name}: vendor label {s.smodel_type!r} is not one of {', '.join(VENDOR_LABELS)}",
                 )
             elif label_role != s.role:
-                self.f.add(
-                    "submodel.mislabelled",
-                    f"{where}.smodel_type",
-                    f"{s.name}: role {s.role} but the vendor labels it {s.smodel_type!r} ({label_role})",
-                )
+                self._mislabel(where, s, label_role)
             if s.prefill_at_offset is not None and s.role != "prefill":
                 self.f.add(
                     "submodel.offset_role",
@@ -199,6 +195,28 @@ class ModelRules:
                     "manifest.submodels",
                     f"{n} {role} submodels with batch {batch} and {tokens} tokens: {names}",
                 )
+
+    def _mislabel(self, where: str, s: SubmodelDecl, label_role: str) -> None:
+        """The vendor label names the other role. The daemon dispatches by `role`, never by the
+        label; when the I/O says the same as `role` (a prefill feeds more than one token per row, a
+        decode one), the submodel is what `role` says and the label is only reported, as for
+        today's calbin whose prefill is labelled `llm_decode` (docs/sources.md 001 §9 P0.7, 003
+        §12). When the I/O cannot tell, the package contradicts itself: refused."""
+        io_role = "prefill" if s.max_tokens > 1 else "decode"
+        if io_role == s.role:
+            self.f.add(
+                "submodel.label_ignored",
+                f"{where}.smodel_type",
+                f"{s.name}: the vendor labels it {s.smodel_type!r} ({label_role}), but it takes {s.max_tokens} "
+                f"token(s) per row: a {s.role}, served as one (the label is ignored)",
+            )
+            return
+        self.f.add(
+            "submodel.mislabelled",
+            f"{where}.smodel_type",
+            f"{s.name}: role {s.role} but the vendor labels it {s.smodel_type!r} ({label_role}), and its "
+            f"{s.max_tokens} token(s) per row do not settle which",
+        )
 
     def logits_output(self) -> None:
         """`logits_output`: mode full (k 0) or topk with 1 <= k <= vocab (`package/logits_output.py`)."""

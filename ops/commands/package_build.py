@@ -17,7 +17,10 @@ from calculet.ops.sim_packages.build import check_decode_batches
 from calculet.ops.sim_packages.parallelism import TRAFFIC
 
 COMMAND = ("package", "build-sim")
-HELP = "Write a calsim model package: 'tiny' (numeric kernel) or 'qwen3-30b-a3b' (synthetic kernel)."
+HELP = (
+    "Write a calsim model package: 'tiny' (numeric kernel), 'qwen3-30b-a3b', 'qwen3-30b-a3b-b1' (today's "
+    "batch-1 calbin) or 'qwen3-4b' (synthetic kernel)."
+)
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
@@ -56,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=parse_decode_batches,
         default=None,
         metavar="B[,B...]",
-        help="decode submodel batch sizes (default: tiny 1,4; qwen3-30b-a3b 1,4,8,16; qwen3-4b 1,4,8)",
+        help="decode submodel batch sizes (default: tiny 1,4; qwen3-30b-a3b 1,4,8,16; qwen3-30b-a3b-b1 1, only; "
+        "qwen3-4b 1,4,8)",
     )
     parser.add_argument("--lanes", type=positive_int, default=None, help="KV lanes (default: largest batch)")
     parser.add_argument(

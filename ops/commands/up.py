@@ -1,10 +1,11 @@
 """`calctl up`: a local fleet in the foreground, N calsim board daemons behind the gateway.
 
 Owns the command's arguments, the calsim package under `<dir>/models/<preset>` (built when
-missing, always validated), the banner (base URL, a curl and an `openai` snippet, where the logs
-are), the foreground watch (reporting children that die) and the signals: Ctrl-C, SIGTERM or
-SIGHUP stop the fleet (gateway first, then the boards); a second one skips the rest of the grace
-period. The processes themselves belong to `calculet.ops.fleet.LocalFleet`.
+missing, always validated), the defaults derived from it (the policy when `--policy` is auto, the
+daemons' job timeout: `calculet.ops.serving_defaults`), the banner (base URL, a curl and an
+`openai` snippet, where the logs are), the foreground watch (reporting children that die) and
+the signals: Ctrl-C, SIGTERM or SIGHUP stop the fleet (gateway first, then the boards); a second
+one skips the rest of the grace period. The processes themselves belong to `calculet.ops.fleet.LocalFleet`.
 
 Exit codes: 0 after a requested stop, 1 when startup failed or was interrupted (everything
 started is stopped) or the gateway died, 2 usage.
@@ -26,9 +27,10 @@ from functools import partial
 from pathlib import Path
 
 from calculet.common.errors import CalculetError
-from calculet.daemon.package.manifest import MANIFEST_NAME
+from calculet.daemon.package.manifest import MANIFEST_NAME, load_manifest
 from calculet.daemon.package.validate import validate_package
 from calculet.ops.fleet import GATEWAY_MODULE, FleetConfig, FleetError, LocalFleet, gateway_argv
+from calculet.ops.serving_defaults import CONTINUOUS, SERIAL, ServingDefaults, serving_defaults
 from calculet.ops.sim_packages import PRESETS, build_sim_package
 
 COMMAND = ("up",)
@@ -41,6 +43,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # win and break the fleet: another socket, another model, another time scale than the banner says).
 DAEMON_OWN_FLAGS = ("--board", "--listen", "--runtime-dir", "--models-root", "--model", "--time-scale", "--policy")
 GATEWAY_OWN_FLAGS = ("--listen", "--daemon")
+AUTO = "auto"  # --policy: derived from the packages (`serving_defaults`)
 
 
 # ---------------------------------------------------------------- arguments
@@ -152,7 +155,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("run"),
         help="working directory: models/, board<i>.sock, logs/, the board locks and calsim/ (run)",
     )
-    parser.add_argument("--policy", default="continuous", choices=("continuous", "serial"), help="daemon scheduling")
+    parser.add_argument(
+        "--policy",
+        default=AUTO,
+        choices=(AUTO, CONTINUOUS, SERIAL),
+        help="daemon scheduling; auto: serial for packages of one KV lane, else continuous (auto)",
+    )
     parser.add_argument(
         "--startup-timeout", type=seconds, default=120.0, metavar="S", help="seconds to wait for readiness (120)"
     )
@@ -230,6 +238,8 @@ def ensure_package(models_root: Path, preset: str, say: Callable[[str], None] = 
     report = validate_package(out)
     if not report.ok:
         raise FleetError(f"package {out} is invalid:\n{report.render_text()}")
+    for w in report.warnings:  # loadable; what the validator adjusted or found suspicious
+        say(f"   warning {w.code}: {w.message}")
     return out
 
 
@@ -376,11 +386,16 @@ def presets_of(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(args.models) if args.models else (args.preset,)
 
 
-def fleet_config(args: argparse.Namespace) -> FleetConfig:
+def fleet_config(args: argparse.Namespace, derived: ServingDefaults | None = None) -> FleetConfig:
     """The fleet `calctl up` runs for these arguments (alias and package are the preset name). With
-    several models, the gateway reads their catalog from `<dir>/gateway.toml` (written by `run`)."""
+    several models, the gateway reads their catalog from `<dir>/gateway.toml` (written by `run`).
+    `derived` (from the packages, `serving_defaults`) gives the policy when `--policy` is auto, and
+    the daemons' `--job-timeout` unless a `--daemon-arg` sets it (without it: continuous, no flag)."""
     first = presets_of(args)[0]
     catalog = ("--config", str(args.dir / "gateway.toml")) if args.models else ()
+    policy = args.policy if args.policy != AUTO else (derived.policy if derived else CONTINUOUS)
+    extra = tuple(word for words in args.daemon_arg for word in words)
+    timeout = ("--job-timeout", f"{derived.job_timeout_s:g}") if derived and not job_timeout_given(args) else ()
     return FleetConfig(
         workdir=args.dir,
         boards=args.boards,
@@ -389,17 +404,40 @@ def fleet_config(args: argparse.Namespace) -> FleetConfig:
         host=args.host,
         port=args.port,
         time_scale=args.time_scale,
-        policy=args.policy,
-        daemon_args=tuple(word for words in args.daemon_arg for word in words),
+        policy=policy,
+        daemon_args=(*timeout, *extra),
         gateway_command=partial(gateway_argv, module=args.gateway_module),
         gateway_args=(*catalog, *(word for words in args.gateway_arg for word in words)),
     )
 
 
+def job_timeout_given(args: argparse.Namespace) -> bool:
+    """A `--daemon-arg` sets the daemons' `--job-timeout` (then calctl up derives none)."""
+    return any(word.partition("=")[0] == "--job-timeout" for words in args.daemon_arg for word in words)
+
+
+def derive_defaults(args: argparse.Namespace, packages: Sequence[Path]) -> ServingDefaults:
+    """The policy (when `--policy` is auto) and job timeout for the packages served, from their
+    manifests (`calculet.ops.serving_defaults`).
+
+    Raises:
+        FleetError: a manifest cannot be read.
+    """
+    try:
+        manifests = [load_manifest(p) for p in packages]
+    except CalculetError as exc:
+        raise FleetError(f"reading the packages' manifests: {exc}") from None
+    return serving_defaults(manifests, args.time_scale, None if args.policy == AUTO else args.policy)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        for preset in presets_of(args):
-            ensure_package(args.dir / "models", preset, _say)
+        packages = [ensure_package(args.dir / "models", preset, _say) for preset in presets_of(args)]
+        derived = derive_defaults(args, packages)
+        if args.policy == AUTO:
+            _say(f"== policy {derived.policy} (auto: {derived.policy_reason})")
+        if not job_timeout_given(args):
+            _say(f"== job timeout {derived.job_timeout_s:g} s ({derived.job_timeout_reason})")
         if args.models:
             args.dir.mkdir(parents=True, exist_ok=True)
             (args.dir / "gateway.toml").write_text(catalog_toml(args.models), encoding="utf-8")
@@ -409,7 +447,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         _err(f"cannot write {args.dir / 'gateway.toml'}: {exc}")
         return EXIT_FAILED
-    fleet = LocalFleet(fleet_config(args))
+    fleet = LocalFleet(fleet_config(args, derived))
     with SignalWatch() as signals:
         try:
             return _serve(fleet, signals, args.startup_timeout, presets_of(args)[1:])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from calculet.common.errors import InvalidArgument
@@ -39,6 +40,7 @@ from calculet.ops.sim_packages.output import StagedOutput
 from calculet.ops.sim_packages.parallelism import with_parallelism
 from calculet.ops.sim_packages.preset import ParamBlocks, SimPreset
 from calculet.ops.sim_packages.qwen import QwenPreset
+from calculet.ops.sim_packages.qwen_b1 import QwenB1Preset
 from calculet.ops.sim_packages.qwen_dense import Qwen3DensePreset
 from calculet.ops.sim_packages.standins import write_submodel_folder
 from calculet.ops.sim_packages.submodels import MAX_DECODE_BATCH, all_submodels
@@ -46,11 +48,19 @@ from calculet.ops.sim_packages.tiny import TinyPreset
 from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, tokenizer_config, tokenizer_json
 from calculet.ops.sim_packages.writer import PackageWriter
 
-PRESETS: Mapping[str, SimPreset] = {p.name: p for p in (TinyPreset(), QwenPreset(), Qwen3DensePreset())}
+PRESETS: Mapping[str, SimPreset] = {p.name: p for p in (TinyPreset(), QwenPreset(), QwenB1Preset(), Qwen3DensePreset())}
 MODEL_ROLE = "llm"
 KV_DTYPE = "bf16"
 KV_LAYOUT = "lane-major"
 TOKENIZER_DIR = "tokenizer"
+
+
+class PresetChoice(Enum):
+    """`build_sim_package(prefill_at_offset=PresetChoice.AS_PRESET)`: what the preset says."""
+
+    AS_PRESET = "as the preset says"
+
+
 _NO_GOLDEN = GoldenDecl(prompt_tokens=(), prefill_top=(), decode_tokens=(), logit_atol=0.0)
 
 
@@ -122,7 +132,15 @@ def get_preset(name: str) -> SimPreset:
 def _check_lanes(
     preset: SimPreset, batches: Sequence[int], lanes: int | None, lane_context: int | None, prompt_len: int
 ) -> None:
-    """Raises InvalidArgument for explicit lanes / lane context the package could not use."""
+    """Raises InvalidArgument for explicit lanes / lane context the package could not use, or
+    batches / lanes a preset of one compiled calbin does not have."""
+    if preset.only_decode_batches is not None and tuple(batches) != preset.only_decode_batches:
+        raise InvalidArgument(
+            f"decode batches {','.join(map(str, batches))}: preset {preset.name} reproduces a calbin compiled for "
+            f"batch {','.join(map(str, preset.only_decode_batches))} only"
+        )
+    if preset.max_lanes is not None and lanes is not None and lanes > preset.max_lanes:
+        raise InvalidArgument(f"lanes {lanes}: preset {preset.name} reproduces a calbin of {preset.max_lanes} lane(s)")
     if lanes is not None and lanes < max(batches):
         raise InvalidArgument(
             f"lanes {lanes} < largest decode batch {max(batches)}: that submodel could never be filled"
@@ -239,13 +257,13 @@ def build_sim_package(
     force: bool = False,
     chip: int | None = None,
     logits_topk: int = 0,
-    prefill_at_offset: bool | None = True,
+    prefill_at_offset: bool | PresetChoice | None = PresetChoice.AS_PRESET,
     parallelism: str | None = None,
 ) -> Path:
     """Write a complete calsim package directory.
 
     Args:
-        preset: "tiny", "qwen3-30b-a3b" or "qwen3-4b".
+        preset: "tiny", "qwen3-30b-a3b", "qwen3-30b-a3b-b1" or "qwen3-4b".
         out_dir: the package directory; must be absent or empty unless `force`.
         decode_batches: decode submodel batches (default: the preset's).
         lanes: KV lanes (default: max(preset minimum, largest decode batch)).
@@ -255,8 +273,9 @@ def build_sim_package(
         chip: the chip a single-chip preset (qwen3-4b) runs on (default: the preset's, chip 0).
         logits_topk: 0 for full logits, else K: the decode submodels return each row's top K
             (`logits_output` mode topk; `daemon/package/logits_output.py`).
-        prefill_at_offset: what the prefill submodel declares (calsim's prefill runs at any
-            `past_kv_len`, so True); None leaves the field out, as a package that predates it.
+        prefill_at_offset: what the prefill submodel declares (default: the preset's; calsim's
+            prefill runs at any `past_kv_len`, so True, except for a preset reproducing a calbin
+            that declares nothing); None leaves the field out, as a package that predates it.
         parallelism: build the preset as this split over its chips (`tp`, `ep`, `tp+ep`) with
             its estimated cross-chip traffic declared (`parallelism.py`); None: as the preset says,
             no traffic declared.
@@ -278,9 +297,12 @@ def build_sim_package(
         plan.params.write(writer)
         context = plan.preset.context
         logits = LogitsOutput(TOPK, logits_topk) if logits_topk else LogitsOutput()
+        p = plan.preset
+        at_offset = p.prefill_at_offset if prefill_at_offset is PresetChoice.AS_PRESET else prefill_at_offset
         submodels = all_submodels(
-            plan.preset.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches, logits, prefill_at_offset
-        )
+            p.prefill_bucket, context, plan.arch.vocab_size, plan.decode_batches, logits, at_offset,
+            p.prefill_label, p.decode_name,
+        )  # fmt: skip
         for sub in submodels:
             write_submodel_folder(writer, sub, plan.topology)
         tok_decl = write_tokenizer_folder(writer, plan.tokenizer, plan.preset.model_max_length, plan.chat_template)

@@ -24,6 +24,7 @@ from calculet.daemon.package.manifest import (
     Topology,
 )
 from calculet.ops.sim_packages.chat_template import TEMPLATE_RESOURCE
+from calculet.ops.sim_packages.submodels import PREFILL_LABEL, decode_name
 from calculet.ops.sim_packages.timing import sim_timing
 from calculet.ops.sim_packages.tokenizer import TrainedTokenizer, train_tokenizer
 from calculet.ops.sim_packages.writer import PackageWriter
@@ -98,6 +99,10 @@ class SimPreset(ABC):
         topology: chips, masks, parallelism.
         device: the board the default lane context is sized for and the fit is checked against.
         chat_template_resource: the chat template shipped, a file beside `chat_template.py`.
+        prefill_label: the prefill submodel's vendor `smodel_type`.
+        prefill_at_offset: what the prefill declares about a non-zero `past_kv_len` (None: nothing).
+        only_decode_batches / max_lanes: a preset reproducing one compiled calbin allows only its
+            decode batches and at most its lanes (None: any the build accepts).
     """
 
     name: str
@@ -114,6 +119,15 @@ class SimPreset(ABC):
     # The board packages are planned for: calsim's default (2 chips x 16 GiB DRAM, 18 MiB SRAM).
     device: DeviceLimits = CALSIM_BOARD
     chat_template_resource: str = TEMPLATE_RESOURCE
+    prefill_label: str = PREFILL_LABEL
+    # calsim's kernels run a prefill after any past_kv_len, so its packages say so (docs/package.md).
+    prefill_at_offset: bool | None = True
+    only_decode_batches: tuple[int, ...] | None = None
+    max_lanes: int | None = None
+
+    def decode_name(self, batch: int) -> str:
+        """The decode submodel of `batch` rows: `decode_b{batch}`."""
+        return decode_name(batch)
 
     def tokenizer(self) -> TrainedTokenizer:
         """The package's tokenizer; by default the small BPE trained at build time.

@@ -82,7 +82,7 @@ class QwenPreset(SimPreset):
     quantization = "W8A8/W4AF16"
     context = QWEN3_30B_A3B.calbin_context
     prefill_bucket = QWEN3_30B_A3B.calbin_context
-    default_decode_batches = (1, 4, 8, 16)
+    default_decode_batches: tuple[int, ...] = (1, 4, 8, 16)
     min_lanes = 1
     model_max_length = QWEN_TOKENIZER_MAX_LENGTH
     seed = QWEN_SYNTHETIC_SEED

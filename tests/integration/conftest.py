@@ -32,6 +32,7 @@ STARTUP_TIMEOUT_S = 60.0
 def build_session_packages(root: Path) -> None:
     build_sim_package("tiny", root / "tiny")
     build_sim_package("qwen3-30b-a3b", root / "qwen", decode_batches=(1, 4), lanes=4, lane_context=4096)
+    build_sim_package("qwen3-30b-a3b-b1", root / "qwen3-30b-a3b-b1")  # today's calbin (issue 33), as built
     for chip in (0, 1):  # qwen3-4b, one per chip (issue 20)
         build_sim_package("qwen3-4b", root / f"dense{chip}", decode_batches=(1, 4), lane_context=1024, chip=chip)
 

@@ -53,9 +53,9 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: tuple[str
 def test_defaults_and_the_fleet_they_describe() -> None:
     args = build_parser().parse_args([*GOOD])
     assert (args.port, args.host, args.time_scale, args.dir, args.policy) == (
-        8000, "127.0.0.1", 1.0, Path("run"), "continuous"
+        8000, "127.0.0.1", 1.0, Path("run"), "auto"
     )  # fmt: skip
-    config = fleet_config(args)
+    config = fleet_config(args)  # without the packages' defaults (test_serving_defaults.py): continuous
     assert (config.boards, config.model, config.package, config.workdir) == (2, "tiny", "tiny", Path("run"))
     argv = config.gateway_command("127.0.0.1:8000", ["unix:run/board0.sock"])
     assert argv[1:] == ["-m", GATEWAY_MODULE, "--listen", "127.0.0.1:8000", "--daemon", "unix:run/board0.sock"]

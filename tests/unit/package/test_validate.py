@@ -350,7 +350,19 @@ DEFECTS: dict[str, Defect] = {
         "submodel.ambiguous", manifest_defect(lambda: _extra_submodel(submodel("prefill_128_b", "prefill", 1, 128)))
     ),
     "submodel-mislabelled": Defect(
-        "submodel.mislabelled", manifest_defect(lambda: _sub(0, smodel_type="llm_decode")), None, "llm_decode"
+        # A one-token prefill labelled llm_decode: its I/O is a decode's, so nothing settles its role.
+        "submodel.mislabelled",
+        manifest_defect(
+            lambda: _extra_submodel(replace(submodel("prefill_1", "prefill", 1, 1), smodel_type="llm_decode"))
+        ),
+        None,
+        "do not settle",
+    ),
+    "submodel-label-ignored": Defect(
+        "submodel.label_ignored", manifest_defect(lambda: _sub(0, smodel_type="llm_decode")), None, "a prefill"
+    ),
+    "submodel-decode-label-ignored": Defect(
+        "submodel.label_ignored", manifest_defect(lambda: _sub(1, smodel_type="llm_prefill")), None, "a decode"
     ),
     "submodel-offset-on-decode": Defect(
         "submodel.offset_role", manifest_defect(lambda: _sub(1, prefill_at_offset=True)), None, "only a prefill"
@@ -699,12 +711,16 @@ def test_skip_hashes_checks_sizes_only(factory: PackageFactory) -> None:
     assert validate_package(root).codes == ["file.hash"]
 
 
-def test_the_seed_prefill_mislabel_is_reported_on_a_qwen_shaped_submodel(factory: PackageFactory) -> None:
-    """docs/sources.md 003 §12: the prefill submodel's memory file says smodel_type=llm_decode."""
+def test_the_seed_prefill_mislabel_is_a_warning_and_the_submodel_stays_a_prefill(factory: PackageFactory) -> None:
+    """docs/sources.md 003 §12: the prefill submodel's memory file says smodel_type=llm_decode. Its
+    128 tokens per row make it a prefill: the package loads, the label is reported, the role kept."""
     report = validate_package(factory.write(_sub(0, smodel_type="llm_decode")))
-    (problem,) = report.errors
+    assert report.ok and not report.errors
+    (problem,) = report.problems
+    assert (problem.code, problem.severity) == ("submodel.label_ignored", Severity.WARNING)
     assert problem.where == "manifest.submodels[0].smodel_type"
-    assert "prefill" in problem.message
+    assert "'llm_decode'" in problem.message and "a prefill" in problem.message
+    assert report.manifest is not None and report.manifest.submodels[0].role == "prefill"
 
 
 def test_report_renders_one_line_per_problem_then_a_summary(factory: PackageFactory) -> None:

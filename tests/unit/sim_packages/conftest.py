@@ -22,6 +22,12 @@ def dense_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def b1_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A default `qwen3-30b-a3b-b1` package (today's batch-1 calbin); tests must not modify it."""
+    return build_sim_package("qwen3-30b-a3b-b1", tmp_path_factory.mktemp("b1") / "pkg")
+
+
+@pytest.fixture(scope="session")
 def tiny_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A default `tiny` package; tests must not modify it."""
     return build_sim_package("tiny", tmp_path_factory.mktemp("tiny") / "pkg")
