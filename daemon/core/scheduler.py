@@ -387,7 +387,10 @@ class Scheduler:
             chosen = candidates[: rt.max_decode_batch]
             for seq in chosen:
                 del self.ready[seq.job_id]
-            return JobPlan(rt, TaskType.DECODE, rt.decode_submodel_for(len(chosen)), chosen)
+            if rt.fixed_slots:  # row i is slot i: rows in slot order, the batch covers the highest
+                chosen.sort(key=lambda s: s.lane if s.lane is not None else 0)
+            lanes = [s.lane if s.lane is not None else 0 for s in chosen]
+            return JobPlan(rt, TaskType.DECODE, rt.decode_submodel_for_lanes(lanes), chosen)
         return None
 
     def _may_start_decode(self, rt: ModelRuntime, in_flight: int, ready: int) -> bool:
