@@ -36,6 +36,12 @@ sequence outside any job untrusted. The executor only reserves, commits or rolls
 gave it. How many lanes a generation uses is read from its `KVManager`, never counted on the side.
 A finished sequence's lane is parked instead of freed when `release_lane` is told to park it.
 
+Fixed slots (a device without lane selection, `device/slots.py`): a decode job's rows are in slot
+order and its batch is the smallest that covers the highest slot (`ModelRuntime.decode_submodel_for_lanes`);
+the executor masks the idle slots. A new sequence takes the lowest FREE slot (`prefix_match`), a
+parked lane is its slot, and `compaction` picks a decode-ready sequence in the highest slot to move
+into the lowest FREE one by re-prefill when `compaction.compaction_pays`.
+
 Admission bound: `queue_depth` counts only requests that wait for a lane. A request that arrives
 while its generation has more free (or parked) lanes than requests queued ahead of it will get one
 at the next plan, so it is queued whatever the depth; a burst of `lanes + queue_depth` is admitted
@@ -58,6 +64,7 @@ from calculet.common.errors import Overloaded
 from calculet.daemon.core.admission import AdmissionQueue
 from calculet.daemon.core.chunking import CHUNK_AUTO
 from calculet.daemon.core.client_job import ClientJob, SeqState
+from calculet.daemon.core.compaction import SlotMove, compaction_pays
 from calculet.daemon.core.kv import LaneHandle, LaneState
 from calculet.daemon.core.prefix_match import LaneSource
 from calculet.daemon.core.runtime import ModelRuntime
@@ -300,6 +307,28 @@ class Scheduler:
             stats.hit_tokens += handle.kept
             stats.miss_tokens += 0 if seq.internal else len(seq.prefill_tokens) - handle.kept
         return handle
+
+    def compaction(self, rt: ModelRuntime) -> tuple[ClientJob, SlotMove] | None:
+        """With fixed slots: the decode-ready client sequence in the generation's highest occupied
+        slot and its move into the lowest FREE slot, when the move pays (`compaction_pays`, over the
+        steps it may still run); None otherwise. Changes nothing: the engine moves it (its lane
+        freed, a re-prefill into the new one, as a recovery without a fault)."""
+        kv = rt.kv
+        if rt.fixed_slots is None or kv is None or rt.prefill is None:
+            return None
+        lanes = kv.snapshot()
+        occupied = [lane.lane for lane in lanes if lane.owner is not None]
+        free = [lane.lane for lane in lanes if lane.state is LaneState.FREE]
+        if not occupied or not free:
+            return None
+        top = max(occupied)
+        seq = next((s for s in self.ready.values() if s.generation == rt.generation and s.lane == top), None)
+        if seq is None or seq.internal or not self._eligible(seq):
+            return None  # the top slot is in a job, recovering, prefilling or a warm-up probe: not now
+        batches = [d.batch for d in rt.decodes]
+        kv_len = len(seq.prompt) + len(seq.generated)
+        move = compaction_pays(rt.manifest.timing, batches, occupied, free, kv_len, seq.remaining)
+        return (seq, move) if move is not None else None
 
     def expire(self, now: float) -> list[ClientJob]:
         expired = [*self.short.expire(now), *self.long.expire(now)]

@@ -101,6 +101,7 @@ def model_view(g: GenerationView, package: PackageIdentity) -> ModelView:
         g.prefill_chunk_tokens,
         package.compiler,
         package.calbin_sha256,
+        g.slots,
     )
 
 
