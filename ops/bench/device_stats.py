@@ -81,6 +81,29 @@ class UtilizationSample:
     d2h_bytes: int = 0  # copied back for sampled jobs (outputs' active rows + full rows read)
     sampled_rows: int = 0
     full_row_reads: int = 0  # top-k rows read in full
+    slots: SlotSample | None = None  # None: a daemon older than ModelStatus.slots
+
+
+@dataclass(frozen=True)
+class SlotSample:
+    """Decode rows and fixed-slot compactions of a board's models, summed (ModelStatus.slots;
+    docs/daemon.md, "Fixed slots"); `fixed`: some model runs on fixed slots."""
+
+    active_rows: int
+    compiled_rows: int
+    compactions: int
+    fixed: bool
+
+
+@dataclass(frozen=True)
+class SlotFigures:
+    """A board's decode rows over the run: the batch fill (active / compiled rows; None without a
+    decode job) and the compactions per 1,000 generated tokens (None without a token)."""
+
+    fill: float | None
+    compactions: int
+    compactions_per_1k_tokens: float | None
+    fixed: bool
 
 
 @dataclass(frozen=True)
@@ -112,6 +135,7 @@ class BoardUtilization:
     d2h_bytes: int | None = None
     sampled_rows: int | None = None
     full_row_reads: int | None = None
+    slots: SlotFigures | None = None
 
 
 StatusOf = Callable[[str], Awaitable[UtilizationSample | None]]
@@ -162,6 +186,22 @@ def board_utilization(before: BoardSample, after: BoardSample) -> BoardUtilizati
         d2h_bytes=a.d2h_bytes - b.d2h_bytes,
         sampled_rows=a.sampled_rows - b.sampled_rows,
         full_row_reads=a.full_row_reads - b.full_row_reads,
+        slots=_slot_figures(b.slots, a.slots, a.generated_tokens - b.generated_tokens),
+    )
+
+
+def _slot_figures(before: SlotSample | None, after: SlotSample | None, tokens: int) -> SlotFigures | None:
+    """The decode rows over the run; None when either sample lacks them. A model reloaded during
+    the run restarts its counters, which this cannot tell: the figures are then what they are."""
+    if before is None or after is None:
+        return None
+    compiled = after.compiled_rows - before.compiled_rows
+    compactions = after.compactions - before.compactions
+    return SlotFigures(
+        fill=_ratio(after.active_rows - before.active_rows, compiled),
+        compactions=compactions,
+        compactions_per_1k_tokens=1000.0 * compactions / tokens if tokens > 0 else None,
+        fixed=after.fixed,
     )
 
 
