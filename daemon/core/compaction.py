@@ -3,7 +3,7 @@
 On a device without lane selection (`device/slots.py`) row i of a decode job is KV slot i, so a
 decode step pays for the smallest compiled batch that covers the *highest* occupied slot, however
 few rows are active: two sequences in slots 0 and 12 cost a batch-16 step. Compaction moves the
-sequence in the highest slot into the lowest free one so later steps run on a smaller batch. KV is
+sequence in the highest slot into the lowest free (FREE or PARKED) one so later steps run on a smaller batch. KV is
 never copied between lanes (docs/sources.md 000 §7): the move is a re-prefill of the sequence's
 prompt and generated tokens into the new slot, after which its old slot is freed.
 
@@ -97,7 +97,7 @@ def compaction_pays(
         timing: the package's timing declaration.
         batches: the compiled decode batches.
         occupied: slots held by running sequences (the highest one is the candidate).
-        free: FREE slots (a parked slot keeps its conversation; it is not taken for a move).
+        free: FREE and PARKED slots (a parked one is evicted by the move, as by a new request).
         kv_len: KV tokens of the candidate (what it re-prefills: its prompt and generated tokens).
         steps_left: decode steps the others still run at most (their remaining `max_tokens`), the
             steps the smaller batch can save.

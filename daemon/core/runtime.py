@@ -138,7 +138,7 @@ class ModelRuntime:
         self.fixed_slots = None if caps.lane_selection else caps.inactive_rows
         # With fixed slots a lane past the largest decode batch could never be decoded: not used.
         lanes = min(model.lanes, decodes[-1].batch) if self.fixed_slots else model.lanes
-        self.kv = KVManager(lanes, model.lane_context, self.generation)
+        self.kv = KVManager(lanes, model.lane_context, self.generation, fixed_slots=self.fixed_slots is not None)
         self.jump_min_runs = jump_thresholds(
             self.manifest, self.prefill.name, lambda rows: self.decode_submodel_for(rows).batch, model.lanes
         )

@@ -40,7 +40,7 @@ Fixed slots (a device without lane selection, `device/slots.py`): a decode job's
 order and its batch is the smallest that covers the highest slot (`ModelRuntime.decode_submodel_for_lanes`);
 the executor masks the idle slots. A new sequence takes the lowest FREE slot (`prefix_match`), a
 parked lane is its slot, and `compaction` picks a decode-ready sequence in the highest slot to move
-into the lowest FREE one by re-prefill when `compaction.compaction_pays`.
+into the lowest FREE or PARKED one by re-prefill when `compaction.compaction_pays`.
 
 Admission bound: `queue_depth` counts only requests that wait for a lane. A request that arrives
 while its generation has more free (or parked) lanes than requests queued ahead of it will get one
@@ -310,7 +310,7 @@ class Scheduler:
 
     def compaction(self, rt: ModelRuntime) -> tuple[ClientJob, SlotMove] | None:
         """With fixed slots: the decode-ready client sequence in the generation's highest occupied
-        slot and its move into the lowest FREE slot, when the move pays (`compaction_pays`, over the
+        slot and its move into the lowest FREE or PARKED slot, when the move pays (`compaction_pays`, over the
         steps it may still run); None otherwise. Changes nothing: the engine moves it (its lane
         freed, a re-prefill into the new one, as a recovery without a fault)."""
         kv = rt.kv
@@ -318,7 +318,9 @@ class Scheduler:
             return None
         lanes = kv.snapshot()
         occupied = [lane.lane for lane in lanes if lane.owner is not None]
-        free = [lane.lane for lane in lanes if lane.state is LaneState.FREE]
+        # A parked slot is free for the move too: its re-prefill takes the lowest FREE or PARKED slot
+        # (`prefix_match.choose_lane`), evicting a parked conversation as a new request would.
+        free = [lane.lane for lane in lanes if lane.state in (LaneState.FREE, LaneState.PARKED)]
         if not occupied or not free:
             return None
         top = max(occupied)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from calculet.daemon.core.compaction import SlotMove, SlotStats, batch_for, compaction_pays, reprefill_ms, step_ms
 from calculet.daemon.core.observe.status import SlotView
+from calculet.daemon.core.prefix_match import LaneChoice, LaneSource, ParkedView, choose_lane
 from calculet.daemon.package.manifest import DecodePoint, TimingDecl
 from calculet.ops.sim_packages.build import build_sim_package
 
@@ -60,6 +62,17 @@ def test_a_long_sequence_costs_more_to_move_than_a_short_one() -> None:
     assert short == SlotMove(12, 0, 50) and long is None
 
 
+def test_with_fixed_slots_a_cold_lane_is_the_lowest_free_or_parked_slot() -> None:
+    tokens = np.arange(40, dtype=np.int32)
+    old = ParkedView(1, np.arange(100, 140, dtype=np.int32), last_used=1, prompt_len=40)  # least recently used
+    low = ParkedView(0, np.arange(200, 240, dtype=np.int32), last_used=2, prompt_len=40)
+    assert choose_lane(tokens, [old, low], {3}, 16) == LaneChoice(3, LaneSource.FREE)
+    assert choose_lane(tokens, [old, low], {3}, 16, lowest_slot=True) == LaneChoice(0, LaneSource.EVICTED)
+    assert choose_lane(tokens, [old], {0, 3}, 16, lowest_slot=True) == LaneChoice(0, LaneSource.FREE)
+    mine = ParkedView(2, tokens[:30], last_used=3, prompt_len=30)  # a continuation still comes first
+    assert choose_lane(tokens, [old, low, mine], {3}, 16, lowest_slot=True) == LaneChoice(2, LaneSource.HIT, 30)
+
+
 def test_the_fill_is_active_rows_over_compiled_rows() -> None:
     stats = SlotStats(active_rows=3, compiled_rows=8)
     assert stats.fill == 0.375 and SlotStats().fill == 1.0
@@ -89,12 +102,14 @@ def test_one_sequence_in_slot_0_runs_batch_1(models: Path) -> None:
     assert slots.active_rows == slots.compiled_rows > 0  # the warm-up's and its own steps: all batch 1
 
 
-def test_a_sequence_left_in_a_high_slot_moves_down_and_keeps_its_tokens(models: Path) -> None:
+@pytest.mark.parametrize("reuse", [False, True], ids=["slot-0-free", "slot-0-parked"])
+def test_a_sequence_left_in_a_high_slot_moves_down_and_keeps_its_tokens(models: Path, reuse: bool) -> None:
     with running_core(models, prefix_reuse=False) as core:  # the reference: lanes selected freely
         want, _ = finish(core, core.submit(LONG).job_id)
-    # SHORT takes slot 0 and LONG slot 1 (batch 4); once SHORT ends, slot 0 is FREE (no parking), and
-    # LONG, with ~198 steps left, pays its 13-token re-prefill back in batch-1 steps.
-    with running_core(models, device_options=FIXED, prefix_reuse=False) as core:
+    # SHORT takes slot 0 and LONG slot 1 (batch 4); once SHORT ends, slot 0 is FREE (or PARKED, and
+    # evicted by the move), and LONG, with ~198 steps left, pays its 13-token re-prefill back in
+    # batch-1 steps.
+    with running_core(models, device_options=FIXED, prefix_reuse=reuse) as core:
         ids = [core.submit(SHORT).job_id, core.submit(LONG).job_id]
         got, _ = finish(core, ids[1])
         finish(core, ids[0])
