@@ -1,17 +1,19 @@
-"""Fixed slots: when to move a sequence from a high slot into a free low one, and the slot figures.
+"""Fixed slots: when to move sequences from high slots into free low ones, and the slot figures.
 
 On a device without lane selection (`device/slots.py`) row i of a decode job is KV slot i, so a
 decode step pays for the smallest compiled batch that covers the *highest* occupied slot, however
 few rows are active: two sequences in slots 0 and 12 cost a batch-16 step. Compaction moves the
-sequence in the highest slot into the lowest free (FREE or PARKED) one so later steps run on a smaller batch. KV is
-never copied between lanes (docs/sources.md 000 §7): the move is a re-prefill of the sequence's
-prompt and generated tokens into the new slot, after which its old slot is freed.
+sequences in the highest slots into the lowest free (FREE or PARKED) ones so later steps run on a
+smaller batch. KV is never copied between lanes (docs/sources.md 000 §7): a move is a re-prefill of
+the sequence's prompt and generated tokens into the new slot, after which its old slot is freed.
 
-`compaction_pays` is the decision, a pure function of the package's declared timing (the figures
+`compaction_plan` is the decision, a pure function of the package's declared timing (the figures
 calsim models the device with, `calsim/timing.py`, read here as the planner reads them in
-`chunking.py` and `jump.py`): the decode time the smaller batch saves over the steps
-the running sequences still have at most, against the re-prefill of the moved sequence. The engine
-asks it only between jobs of the model, with the moved sequence decode-ready.
+`chunking.py` and `jump.py`): every sequence above the smallest batch that holds them all moves
+below it, when the decode time that batch saves over the steps they may still run exceeds their
+re-prefills. One move alone rarely shrinks the batch (the next-highest slot still needs it), so the
+decision is over the whole set. The engine asks it between jobs and moves only when every mover is
+decode-ready (none in a job or prefilling), one re-prefill each.
 
 `SlotStats` counts, per generation, what the bench reports: the decode batch fill (active rows over
 compiled rows of every decode job) and the compactions.
@@ -83,43 +85,51 @@ def reprefill_ms(timing: TimingDecl, tokens: int) -> float:
     return timing.prefill_fixed_ms + tokens * (timing.prefill_ms_per_token + growth / 2)
 
 
-def compaction_pays(
-    timing: TimingDecl,
-    batches: Sequence[int],
-    occupied: Sequence[int],
-    free: Sequence[int],
-    kv_len: int,
-    steps_left: int,
-) -> SlotMove | None:
-    """Whether to move the sequence in the highest occupied slot into the lowest free slot below it.
+@dataclass(frozen=True)
+class Occupant:
+    """A sequence holding a slot, as the decision sees it: its KV tokens (what a move re-prefills:
+    its prompt and generated tokens) and the decode steps it may still run (its `max_tokens` left,
+    an upper bound)."""
+
+    slot: int
+    kv_len: int
+    steps_left: int
+
+
+def compaction_plan(
+    timing: TimingDecl, batches: Sequence[int], occupants: Sequence[Occupant], free: Sequence[int]
+) -> list[SlotMove]:
+    """The moves that bring every occupant below the smallest batch that holds them all, when they pay.
 
     Args:
         timing: the package's timing declaration.
         batches: the compiled decode batches.
-        occupied: slots held by running sequences (the highest one is the candidate).
+        occupants: the sequences holding slots.
         free: FREE and PARKED slots (a parked one is evicted by the move, as by a new request).
-        kv_len: KV tokens of the candidate (what it re-prefills: its prompt and generated tokens).
-        steps_left: decode steps the others still run at most (their remaining `max_tokens`), the
-            steps the smaller batch can save.
 
     Returns:
-        The move, or None when there is none or it does not pay: the saved decode time
-        `steps_left * (decode(B_now) - decode(B_after))`, at the candidate's KV length, must exceed
-        the re-prefill `prefill(kv_len)`.
+        The moves, highest slot first, each into the lowest free slot left; empty when the batch
+        cannot shrink or the moves do not pay. They pay when the decode time the smaller batch
+        saves, `steps * (step(B_now) - step(B_after))` at the longest KV length, over the steps the
+        movers may still run (the big batch lasts until the last of them ends), exceeds their
+        re-prefills, `sum(reprefill(kv_len))`.
     """
-    if not occupied or not free or kv_len < 1 or steps_left < 1:
-        return None
-    top = max(occupied)
-    low = min(free)
-    if low >= top:
-        return None
-    after = sorted([s for s in occupied if s != top] + [low])
-    now_batch, after_batch = batch_for(batches, top + 1), batch_for(batches, after[-1] + 1)
-    if after_batch >= now_batch:
-        return None
-    saved = steps_left * (step_ms(timing, now_batch, kv_len) - step_ms(timing, after_batch, kv_len))
-    cost = reprefill_ms(timing, kv_len)
-    return SlotMove(top, low, kv_len) if saved > cost else None
+    if not occupants:
+        return []
+    target = batch_for(batches, len(occupants))
+    now = batch_for(batches, max(o.slot for o in occupants) + 1)
+    if target >= now:
+        return []
+    movers = sorted((o for o in occupants if o.slot >= target), key=lambda o: -o.slot)
+    spots = sorted(f for f in free if f < target)[: len(movers)]
+    if len(spots) < len(movers):  # cannot happen with `target` slots for as many occupants; kept safe
+        return []
+    kv = max(o.kv_len for o in occupants)
+    saved = max(o.steps_left for o in movers) * (step_ms(timing, now, kv) - step_ms(timing, target, kv))
+    cost = sum(reprefill_ms(timing, o.kv_len) for o in movers)
+    if saved <= cost:
+        return []
+    return [SlotMove(o.slot, spot, o.kv_len) for o, spot in zip(movers, spots, strict=True)]
 
 
-__all__ = ["SlotMove", "SlotStats", "batch_for", "compaction_pays", "reprefill_ms", "step_ms"]
+__all__ = ["Occupant", "SlotMove", "SlotStats", "batch_for", "compaction_plan", "reprefill_ms", "step_ms"]

@@ -39,8 +39,8 @@ A finished sequence's lane is parked instead of freed when `release_lane` is tol
 Fixed slots (a device without lane selection, `device/slots.py`): a decode job's rows are in slot
 order and its batch is the smallest that covers the highest slot (`ModelRuntime.decode_submodel_for_lanes`);
 the executor masks the idle slots. A new sequence takes the lowest FREE slot (`prefix_match`), a
-parked lane is its slot, and `compaction` picks a decode-ready sequence in the highest slot to move
-into the lowest FREE or PARKED one by re-prefill when `compaction.compaction_pays`.
+parked lane is its slot, and `compaction` picks the decode-ready sequences in the highest slots to
+move into the lowest FREE or PARKED ones by re-prefill when `compaction.compaction_plan` says so.
 
 Admission bound: `queue_depth` counts only requests that wait for a lane. A request that arrives
 while its generation has more free (or parked) lanes than requests queued ahead of it will get one
@@ -64,7 +64,7 @@ from calculet.common.errors import Overloaded
 from calculet.daemon.core.admission import AdmissionQueue
 from calculet.daemon.core.chunking import CHUNK_AUTO
 from calculet.daemon.core.client_job import ClientJob, SeqState
-from calculet.daemon.core.compaction import SlotMove, compaction_pays
+from calculet.daemon.core.compaction import Occupant, SlotMove, compaction_plan
 from calculet.daemon.core.kv import LaneHandle, LaneState
 from calculet.daemon.core.prefix_match import LaneSource
 from calculet.daemon.core.runtime import ModelRuntime
@@ -308,29 +308,32 @@ class Scheduler:
             stats.miss_tokens += 0 if seq.internal else len(seq.prefill_tokens) - handle.kept
         return handle
 
-    def compaction(self, rt: ModelRuntime) -> tuple[ClientJob, SlotMove] | None:
-        """With fixed slots: the decode-ready client sequence in the generation's highest occupied
-        slot and its move into the lowest FREE or PARKED slot, when the move pays (`compaction_pays`, over the
-        steps it may still run); None otherwise. Changes nothing: the engine moves it (its lane
-        freed, a re-prefill into the new one, as a recovery without a fault)."""
+    def compaction(self, rt: ModelRuntime) -> list[tuple[ClientJob, SlotMove]]:
+        """With fixed slots: the moves of `compaction.compaction_plan` (the sequences in the highest
+        slots, highest first, into the lowest FREE or PARKED slots) and the sequence of each, when the
+        plan pays and every sequence it moves is a decode-ready client sequence; empty otherwise.
+        Changes nothing: the engine moves them all at once (each lane freed, a re-prefill into the
+        new one, as a recovery without a fault; each re-prefill takes the lowest free slot,
+        `prefix_match.choose_lane`, and recovering sequences re-prefill in the order they moved)."""
         kv = rt.kv
         if rt.fixed_slots is None or kv is None or rt.prefill is None:
-            return None
+            return []
         lanes = kv.snapshot()
-        occupied = [lane.lane for lane in lanes if lane.owner is not None]
-        # A parked slot is free for the move too: its re-prefill takes the lowest FREE or PARKED slot
-        # (`prefix_match.choose_lane`), evicting a parked conversation as a new request would.
         free = [lane.lane for lane in lanes if lane.state in (LaneState.FREE, LaneState.PARKED)]
-        if not occupied or not free:
-            return None
-        top = max(occupied)
-        seq = next((s for s in self.ready.values() if s.generation == rt.generation and s.lane == top), None)
-        if seq is None or seq.internal or not self._eligible(seq):
-            return None  # the top slot is in a job, recovering, prefilling or a warm-up probe: not now
-        batches = [d.batch for d in rt.decodes]
-        kv_len = len(seq.prompt) + len(seq.generated)
-        move = compaction_pays(rt.manifest.timing, batches, occupied, free, kv_len, seq.remaining)
-        return (seq, move) if move is not None else None
+        ready = {s.lane: s for s in self.ready.values() if s.generation == rt.generation and s.lane is not None}
+        occupants = []
+        for lane in lanes:
+            if lane.owner is None:
+                continue
+            seq = ready.get(lane.lane)
+            kv_len = len(seq.prompt) + len(seq.generated) if seq is not None else lane.length
+            occupants.append(Occupant(lane.lane, kv_len, seq.remaining if seq is not None else 0))
+        moves = compaction_plan(rt.manifest.timing, [d.batch for d in rt.decodes], occupants, free)
+        movers = [ready.get(m.from_slot) for m in moves]
+        chosen = [(s, m) for s, m in zip(movers, moves, strict=True) if s is not None]
+        if len(chosen) < len(moves) or any(s.internal or not self._eligible(s) for s, _ in chosen):
+            return []  # one is in a job, prefilling or recovering, or a warm-up probe: not now
+        return chosen
 
     def expire(self, now: float) -> list[ClientJob]:
         expired = [*self.short.expire(now), *self.long.expire(now)]

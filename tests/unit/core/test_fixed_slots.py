@@ -10,7 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calculet.daemon.core.compaction import SlotMove, SlotStats, batch_for, compaction_pays, reprefill_ms, step_ms
+from calculet.daemon.core.compaction import (
+    Occupant,
+    SlotMove,
+    SlotStats,
+    batch_for,
+    compaction_plan,
+    reprefill_ms,
+    step_ms,
+)
 from calculet.daemon.core.observe.status import SlotView
 from calculet.daemon.core.prefix_match import LaneChoice, LaneSource, ParkedView, choose_lane
 from calculet.daemon.package.manifest import DecodePoint, TimingDecl
@@ -35,31 +43,46 @@ def test_the_batch_covers_the_highest_slot() -> None:
     assert [batch_for(BATCHES, n) for n in (1, 2, 4, 5, 9, 16, 17)] == [1, 4, 4, 8, 16, 16, 16]
 
 
+def occupants(*slots: int, kv: int = 100, steps: int = 1000) -> list[Occupant]:
+    return [Occupant(slot, kv, steps) for slot in slots]
+
+
 def test_a_move_pays_when_the_saved_padding_exceeds_the_re_prefill() -> None:
     # Slots 0 and 9 hold sequences (batch 16); slot 1 is free: moving 9 -> 1 runs batch 4.
     saving = step_ms(TIMING, 16, 100) - step_ms(TIMING, 4, 100)  # 20.6 ms a step
     cost = reprefill_ms(TIMING, 100)  # 496 ms
     steps = int(cost / saving)
-    assert compaction_pays(TIMING, BATCHES, [0, 9], [1, 2], 100, steps) is None
-    assert compaction_pays(TIMING, BATCHES, [0, 9], [1, 2], 100, steps + 1) == SlotMove(9, 1, 100)
+    assert compaction_plan(TIMING, BATCHES, occupants(0, 9, steps=steps), [1, 2]) == []
+    assert compaction_plan(TIMING, BATCHES, occupants(0, 9, steps=steps + 1), [1, 2]) == [SlotMove(9, 1, 100)]
+
+
+def test_every_sequence_above_the_smaller_batch_moves_together() -> None:
+    # 7 sequences fit batch 8; the four in slots 9..14 move into 0, 1, 3, 4 (one move alone would
+    # leave slot 13 and batch 16), and the cost is all four re-prefills.
+    held = occupants(2, 6, 7, 9, 11, 13, 14)
+    free = [0, 1, 3, 4, 5, 8, 10, 12, 15]
+    moves = compaction_plan(TIMING, BATCHES, held, free)
+    assert moves == [SlotMove(14, 0, 100), SlotMove(13, 1, 100), SlotMove(11, 3, 100), SlotMove(9, 4, 100)]
+    saving = step_ms(TIMING, 16, 100) - step_ms(TIMING, 8, 100)
+    steps = int(4 * reprefill_ms(TIMING, 100) / saving)
+    assert compaction_plan(TIMING, BATCHES, occupants(2, 6, 7, 9, 11, 13, 14, steps=steps), free) == []
 
 
 @pytest.mark.parametrize(
-    ("occupied", "free", "why"),
+    ("held", "free", "why"),
     [
-        ([0, 2, 3], [1], "the batch does not shrink: slots 0..3 stay in batch 4"),
-        ([0, 1], [2, 3], "no free slot below the highest one"),
-        ([5], [], "no free slot"),
+        ([0, 2, 3], [1], "the batch does not shrink: 3 sequences need batch 4 anyway"),
+        ([0, 1], [2, 3], "already below the smallest batch that holds them"),
         ([], [0], "nothing runs"),
     ],
 )
-def test_no_move_when_it_cannot_shrink_the_batch(occupied: list[int], free: list[int], why: str) -> None:
-    assert compaction_pays(TIMING, BATCHES, occupied, free, 50, 10_000) is None, why
+def test_no_move_when_it_cannot_shrink_the_batch(held: list[int], free: list[int], why: str) -> None:
+    assert compaction_plan(TIMING, BATCHES, occupants(*held), free) == [], why
 
 
 def test_a_long_sequence_costs_more_to_move_than_a_short_one() -> None:
-    short, long = (compaction_pays(TIMING, BATCHES, [12], [0], kv, 300) for kv in (50, 1500))
-    assert short == SlotMove(12, 0, 50) and long is None
+    short, long = (compaction_plan(TIMING, BATCHES, occupants(12, kv=kv, steps=300), [0]) for kv in (50, 1500))
+    assert short == [SlotMove(12, 0, 50)] and long == []
 
 
 def test_with_fixed_slots_a_cold_lane_is_the_lowest_free_or_parked_slot() -> None:
