@@ -67,9 +67,13 @@ def test_batched_run_equals_one_at_a_time(models: Path, reference: list[list[int
 @pytest.mark.parametrize(
     ("kind", "job", "slots"),
     [
-        *((kind, job, {}) for job in (3, 12, 25) for kind in ("ccu_exception", "nan_logits", "submit_error")),
-        ("ccu_exception", 12, FIXED_SLOTS),
-        ("nan_logits", 25, FIXED_SLOTS),
+        *(
+            pytest.param(kind, job, {}, id=f"{kind}-{job}")
+            for job in (3, 12, 25)
+            for kind in ("ccu_exception", "nan_logits", "submit_error")
+        ),
+        pytest.param("ccu_exception", 12, FIXED_SLOTS, id="ccu_exception-12-fixed-slots"),
+        pytest.param("nan_logits", 25, FIXED_SLOTS, id="nan_logits-25-fixed-slots"),
     ],
 )
 def test_fault_is_recovered_without_changing_tokens(models: Path, reference, kind: str, job: int, slots: dict) -> None:
