@@ -25,6 +25,7 @@ from calculet.daemon.core.observe.status import (
     ModelLoadView,
     ModelView,
     PrefixCacheView,
+    SlotView,
     StatusView,
     UtilizationView,
 )
@@ -138,6 +139,7 @@ def _device_to_pb(info: DeviceInfo, memory: MemoryUsage) -> observe_pb2.DeviceIn
             ping_pong=info.capabilities.ping_pong,
             max_resident_configurations=info.capabilities.max_resident_configurations,
             lane_selection=info.capabilities.lane_selection,
+            inactive_rows="" if info.capabilities.lane_selection else info.capabilities.inactive_rows.value,
         ),
     )
 
@@ -153,6 +155,13 @@ def _prefix_cache_to_pb(p: PrefixCacheView) -> observe_pb2.PrefixCacheStatus:
     return observe_pb2.PrefixCacheStatus(
         enabled=p.enabled, min_tokens=p.min_tokens, parked_lanes=p.parked_lanes, hit_tokens=p.hit_tokens,
         miss_tokens=p.miss_tokens, hits=p.hits, misses=p.misses, evictions=p.evictions, dropped=p.dropped,
+    )  # fmt: skip
+
+
+def _slots_to_pb(v: SlotView) -> observe_pb2.SlotStatus:
+    return observe_pb2.SlotStatus(
+        fixed=v.fixed, inactive_rows=v.inactive_rows, active_rows=v.active_rows, compiled_rows=v.compiled_rows,
+        compactions=v.compactions, compacted_tokens=v.compacted_tokens,
     )  # fmt: skip
 
 
@@ -227,6 +236,7 @@ def _model_to_pb(m: ModelView) -> observe_pb2.ModelStatus:
             )
             for c in m.memory
         ],
+        slots=_slots_to_pb(m.slots) if m.slots is not None else None,
     )
 
 

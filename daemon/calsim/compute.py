@@ -35,7 +35,8 @@ def compute_logits(
     Args:
         kernel: the model's kernel; the caller holds it exclusively.
         task: prefill (one kernel call per row) or decode (one call for all rows).
-        rows: the active rows; row i uses row i of `staged["tokens"]` / `staged["positions"]`.
+        rows: the job's rows; row i uses row i of `staged["tokens"]` / `staged["positions"]`; a
+            masked row (fixed slots) is not computed and gets zero logits.
         staged: int32 input rows read at H2D time.
 
     Returns:
@@ -45,25 +46,31 @@ def compute_logits(
         ComputeFailed: a token id outside 0..vocab-1, or the kernel raised ValueError.
     """
     tokens, positions = staged["tokens"], staged["positions"]
-    for i, row in enumerate(rows):
+    active = [(i, r) for i, r in enumerate(rows) if not r.is_masked]  # a masked row computes nothing
+    for i, row in active:
         fed = tokens[i, : row.cur_seq_len]
         if fed.size and (int(fed.min()) < 0 or int(fed.max()) >= kernel.vocab_size):
             raise ComputeFailed(f"row {i}: token id outside 0..{kernel.vocab_size - 1}")
     try:
         if task is TaskType.PREFILL:
-            out = np.stack(
+            computed = np.stack(
                 [
                     kernel.prefill(r.lane, r.past_kv_len, tokens[i, : r.cur_seq_len], positions[i, : r.cur_seq_len])
-                    for i, r in enumerate(rows)
+                    for i, r in active
                 ]
             )
         else:
-            out = kernel.decode(
-                [DecodeRow(r.lane, r.past_kv_len, int(tokens[i, 0]), int(positions[i, 0])) for i, r in enumerate(rows)]
+            computed = kernel.decode(
+                [DecodeRow(r.lane, r.past_kv_len, int(tokens[i, 0]), int(positions[i, 0])) for i, r in active]
             )
     except ValueError as exc:
         raise ComputeFailed(f"kernel refused the job: {exc}") from exc
-    return np.asarray(out, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    out = np.asarray(computed, dtype=np.float32)
+    if len(active) < len(rows):  # fixed slots: a masked row's logits are zeros, which nobody reads
+        full = np.zeros((len(rows), out.shape[1]), dtype=np.float32)
+        full[[i for i, _ in active]] = out
+        out = full
+    return out.astype(ml_dtypes.bfloat16)
 
 
 def topk_outputs(logits: np.ndarray, k: int) -> dict[str, np.ndarray]:

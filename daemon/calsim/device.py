@@ -92,8 +92,9 @@ class CalsimDevice(VirtualDevice):
             max_inflight=2,
             ping_pong=True,
             max_resident_configurations=options.max_resident_configurations,  # from the profile
-            lane_selection=True,
+            lane_selection=options.lane_selection,  # false: fixed slots (`device/slots.py`)
             kernel_kinds=KERNEL_KINDS,
+            inactive_rows=options.inactive_rows,
         )
         self._info = DeviceInfo(
             "calsim", board, chips, RUNTIME_VERSION, options.driver_version, options.firmware_version, caps
@@ -246,8 +247,8 @@ class CalsimDevice(VirtualDevice):
                 raise InvalidJob(f"submit needs a JobSpec, got {type(job).__name__}")
             if not isinstance(engine_slot, EngineSlot):
                 raise InvalidJob(f"engine_slot must be an EngineSlot, got {engine_slot!r}")
-            resolved = resolve_job(job, m.geometry, self._buffers)
-            m.kv.check(resolved.rows)
+            resolved = resolve_job(job, m.geometry, self._buffers, self._info.capabilities)
+            m.kv.check(resolved.active)
             bank = self._engine.pick_bank(engine_slot)
             self._engine.check_free(m.config_id, resolved)
             if fault is not None and fault.kind is FaultKind.SUBMIT_ERROR:

@@ -376,7 +376,7 @@ class ComputeEngine:
             job.topk = topk
             job.failure = failure
             if failure is None:
-                job.lane_kv.written(job.resolved.rows)  # the kernel wrote the rows' KV
+                job.lane_kv.written(job.resolved.active)  # the kernel wrote the rows' KV
 
     def _finish(self, job: Job) -> None:
         if job.failure is not None or job.logits is None:

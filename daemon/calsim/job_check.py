@@ -4,6 +4,8 @@ Data flow: `CalsimDevice.submit` -> `resolve_job(...)` under the device lock, BE
 held; the returned `ResolvedJob` (buffers looked up, rows checked) is what the engine queues.
 Every malformed job raises `InvalidJob` naming the problem; nothing here mutates state.
 Token values are not checked here: they are read at H2D time and checked by `compute.py`.
+A device without lane selection (option `lane_selection`) also checks the fixed-slot rules
+(`device/slots.py`): a masked row is named but reads, writes and moves no KV.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from calculet.daemon.calsim.model_check import NUMPY_DTYPES
 from calculet.daemon.calsim.timing import d2h_bytes, h2d_bytes
 from calculet.daemon.device.api import HostBuffer
 from calculet.daemon.device.errors import InvalidJob
-from calculet.daemon.device.types import JobSpec, RowSpec, SubmodelInfo, TaskType, TensorSpec
+from calculet.daemon.device.slots import check_slot_rows, slot_bound
+from calculet.daemon.device.types import DeviceCapabilities, JobSpec, RowSpec, SubmodelInfo, TaskType, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -37,31 +40,53 @@ class ModelGeometry:
 @dataclass(frozen=True)
 class ResolvedJob:
     """A validated job: its submodel, buffers and rows. The buffers belong to the caller; the
-    engine holds them (by id) from acceptance until the job finishes."""
+    engine holds them (by id) from acceptance until the job finishes.
+
+    Attributes:
+        rows: every row the job names, masked ones (fixed slots) included.
+        fixed_slots: the device has no lane selection and the job is slot-bound: its copies move
+            all B rows of the compiled batch, whatever is active (`device/slots.py`).
+    """
 
     submodel: SubmodelInfo
     inputs: Mapping[str, HostBuffer]
     outputs: Mapping[str, HostBuffer]
     rows: tuple[RowSpec, ...]
+    fixed_slots: bool = False
 
     @property
     def buffer_ids(self) -> tuple[int, ...]:
         return tuple(b.buffer_id for b in (*self.inputs.values(), *self.outputs.values()))
 
     @property
+    def active(self) -> tuple[RowSpec, ...]:
+        """The rows that read and write KV (all but the masked ones)."""
+        return tuple(r for r in self.rows if not r.is_masked)
+
+    @property
     def lanes(self) -> tuple[int, ...]:
-        return tuple(r.lane for r in self.rows)
+        """The KV lanes the job advances (a masked row's slot is not one)."""
+        return tuple(r.lane for r in self.active)
 
     @property
     def input_bytes(self) -> int:
-        """What H2D moves: the new tokens of the active rows of every input (`timing.h2d_bytes`)."""
+        """What H2D moves: the new tokens of the active rows of every input (`timing.h2d_bytes`);
+        with fixed slots every row of the batch, a masked one as a whole row."""
         sub = self.submodel
-        return h2d_bytes((b.nbytes for b in self.inputs.values()), sub.batch, sub.max_tokens, self.rows)
+        nbytes = [b.nbytes for b in self.inputs.values()]
+        if self.fixed_slots:
+            idle_bytes = sum(n // sub.batch for n in nbytes) * (sub.batch - len(self.active))
+            return h2d_bytes(nbytes, sub.batch, sub.max_tokens, self.active) + idle_bytes
+        return h2d_bytes(nbytes, sub.batch, sub.max_tokens, self.rows)
 
     @property
     def output_bytes(self) -> int:
-        """What D2H moves: the active rows of every output (`timing.d2h_bytes`)."""
-        return d2h_bytes((b.nbytes for b in self.outputs.values()), self.submodel.batch, self.rows)
+        """What D2H moves: the active rows of every output (`timing.d2h_bytes`); with fixed slots
+        all B rows."""
+        nbytes = [b.nbytes for b in self.outputs.values()]
+        if self.fixed_slots:
+            return sum(nbytes)
+        return d2h_bytes(nbytes, self.submodel.batch, self.rows)
 
 
 def _is_int(value: object) -> bool:
@@ -97,18 +122,25 @@ def _lookup(
     return out
 
 
-def _check_rows(rows: tuple[RowSpec, ...], sub: SubmodelInfo, lanes: int, context: int) -> None:
+def _check_rows(
+    rows: tuple[RowSpec, ...], sub: SubmodelInfo, lanes: int, context: int, caps: DeviceCapabilities
+) -> None:
     if not 1 <= len(rows) <= sub.batch:
         raise InvalidJob(f"submodel {sub.name!r}: {len(rows)} rows; expected 1..{sub.batch}")
-    seen: set[int] = set()
     for i, row in enumerate(rows):
         if not isinstance(row, RowSpec) or not all(_is_int(v) for v in (row.lane, row.past_kv_len, row.cur_seq_len)):
             raise InvalidJob(f"row {i}: expected a RowSpec of integers, got {row!r}")
+    check_slot_rows(rows, sub, caps.lane_selection, caps.inactive_rows)
+    fixed = not caps.lane_selection and slot_bound(sub)
+    seen: set[int] = set()
+    for i, row in enumerate(rows):
         if not 0 <= row.lane < lanes:
             raise InvalidJob(f"row {i}: lane {row.lane} out of range 0..{lanes - 1}")
         if row.lane in seen:
             raise InvalidJob(f"row {i}: lane {row.lane} appears twice in one job")
         seen.add(row.lane)
+        if fixed and row.is_masked:  # checked by `check_slot_rows`: an idle slot of a fixed-slot job
+            continue
         if row.past_kv_len < 0:
             raise InvalidJob(f"row {i}: past_kv_len {row.past_kv_len} is negative")
         if sub.task_type is TaskType.DECODE and row.cur_seq_len != 1:
@@ -122,15 +154,19 @@ def _check_rows(rows: tuple[RowSpec, ...], sub: SubmodelInfo, lanes: int, contex
             )
 
 
-def resolve_job(job: JobSpec, model: ModelGeometry, buffers: Mapping[int, HostBuffer]) -> ResolvedJob:
-    """Check `job` completely and look its buffers up.
+def resolve_job(
+    job: JobSpec, model: ModelGeometry, buffers: Mapping[int, HostBuffer], caps: DeviceCapabilities
+) -> ResolvedJob:
+    """Check `job` completely and look its buffers up (`caps`: the device's lane selection and
+    inactive-row rule).
 
     Raises:
         InvalidJob: unknown submodel or buffer; input/output names not exactly the submodel's;
             wrong dtype or shape; one buffer named twice; a read-only output; no rows or more
             rows than the batch; lane out of range or repeated; decode cur_seq_len != 1;
             prefill cur_seq_len outside 1..max_tokens; negative past_kv_len;
-            past_kv_len + cur_seq_len above the lane context.
+            past_kv_len + cur_seq_len above the lane context; without lane selection, a row
+            off its slot or idle rows not masked as the rule says (`RowOffSlot`).
     """
     sub = model.submodels.get(job.submodel)
     if sub is None:
@@ -144,5 +180,5 @@ def resolve_job(job: JobSpec, model: ModelGeometry, buffers: Mapping[int, HostBu
         if not buf.array.flags.writeable:
             raise InvalidJob(f"submodel {sub.name!r}: output {name!r} buffer {buf.buffer_id} is read-only")
     rows = tuple(job.rows)
-    _check_rows(rows, sub, model.lanes, model.context[sub.name])
-    return ResolvedJob(sub, inputs, outputs, rows)
+    _check_rows(rows, sub, model.lanes, model.context[sub.name], caps)
+    return ResolvedJob(sub, inputs, outputs, rows, fixed_slots=not caps.lane_selection and slot_bound(sub))

@@ -24,6 +24,12 @@ Options:
     kernel_factory (callable like `make_kernel`, default `make_kernel`).
     checks (bool, default True): refuse a busy bank, a held buffer or a busy lane, which a real
         runtime does not (False lets tests show `GuardedDevice` alone catches such a daemon bug).
+    lane_selection (bool, default True): a row may name any KV lane. False models a calbin with
+        fixed slots (docs/sources.md 000 §6.2): row i of a decode job is slot i, calsim refuses any
+        other row (`RowOffSlot`, `device/slots.py`) and a job moves all B rows of its compiled batch.
+    inactive_rows ("only_valid" | "all", default "only_valid"): with fixed slots, how a job names its
+        idle rows, modelled on the runtime's KV layouts `ONLY_VALID` / `ALL` (000 §6.3,
+        `InactiveRows`).
     state_dir (path, default $CALSIM_STATE_DIR, else `calsim/` in the default runtime directory):
         where the per-board device locks live (`calculet.daemon.calsim.device_lock`).
 """
@@ -41,6 +47,7 @@ from calculet.daemon.calsim.faults import FaultPlan
 from calculet.daemon.calsim.kernel import Kernel, make_kernel
 from calculet.daemon.calsim.memory import GiB, MiB
 from calculet.daemon.device.errors import InvalidJob
+from calculet.daemon.device.types import InactiveRows
 from calculet.daemon.package.manifest import PackageManifest
 
 KernelFactory = Callable[[PackageManifest, Path, int, int], Kernel]
@@ -103,6 +110,8 @@ class CalsimOptions:
     driver_version: str = PROFILES[DEFAULT_PROFILE].driver_version
     firmware_version: str = PROFILES[DEFAULT_PROFILE].firmware_version
     release_leak_bytes: int = 0
+    lane_selection: bool = True
+    inactive_rows: InactiveRows = InactiveRows.ONLY_VALID
 
 
 _KNOWN = (
@@ -119,6 +128,8 @@ _KNOWN = (
     "driver_version",
     "firmware_version",
     "release_leak_bytes",
+    "lane_selection",
+    "inactive_rows",
 )
 
 
@@ -148,9 +159,11 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
     if name not in PROFILES:
         raise InvalidJob(f"calsim option profile: expected one of {', '.join(PROFILES)}, got {name!r}")
     profile = PROFILES[name]
-    checks = options.get("checks", True)
-    if not isinstance(checks, bool):
-        raise InvalidJob(f"calsim option checks: expected true or false, got {checks!r}")
+    checks = _bool(options, "checks")
+    lane_selection = _bool(options, "lane_selection")
+    inactive = options.get("inactive_rows", InactiveRows.ONLY_VALID.value)
+    if not isinstance(inactive, str) or inactive.lower() not in {r.value for r in InactiveRows}:
+        raise InvalidJob(f"calsim option inactive_rows: expected only_valid or all, got {inactive!r:.80}")
     state_dir = options.get("state_dir")
     if state_dir is not None and (not isinstance(state_dir, str | Path) or not str(state_dir)):
         raise InvalidJob(f"calsim option state_dir: expected a directory path, got {state_dir!r}")
@@ -174,7 +187,17 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
         driver_version=driver,
         firmware_version=firmware,
         release_leak_bytes=_positive_int(options, "release_leak_bytes", 0, 0),
+        lane_selection=lane_selection,
+        inactive_rows=InactiveRows(inactive.lower()),
     )
+
+
+def _bool(options: Mapping[str, Any], key: str) -> bool:
+    """Raises: InvalidJob unless the value (default True) is true or false."""
+    value = options.get(key, True)
+    if not isinstance(value, bool):
+        raise InvalidJob(f"calsim option {key}: expected true or false, got {value!r}")
+    return value
 
 
 def _scale(options: Mapping[str, Any], key: str, default: float) -> float:

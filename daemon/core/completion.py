@@ -191,7 +191,8 @@ def sample(job: DeviceJob) -> Sampled:
     seqs = job.plan.seqs
     if "topk_ids" in job.ctx.outputs:
         return _sample_topk(job, rt.sampler)
-    logits = job.ctx.logits[: len(seqs)]
+    # Each sequence's row (fixed slots: its slot; a gather copies only when idle rows lie between).
+    logits = job.ctx.logits[: len(seqs)] if job.rows_in_place else job.ctx.logits[list(job.out_rows)]
     chunks = [is_chunk(job, i) for i in range(len(seqs))]
     if any(chunks):  # a prefill job has one row: a chunk is checked, never sampled
         finite = [rt.sampler.finite(logits[i]) for i in range(len(seqs))]
@@ -300,11 +301,12 @@ def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
     seqs = job.plan.seqs
     n = len(seqs)
     out = job.ctx.outputs
+    rows_of: slice | list[int] = slice(0, n) if job.rows_in_place else list(job.out_rows)  # as `sample`
     top = TopkRows(
-        ids=out["topk_ids"].array[:n],
-        values=out["topk_values"].array[:n].astype(np.float32),
-        tail_max=out["tail_max"].array[:n].astype(np.float32),
-        finite=out["finite"].array[:n].astype(bool),
+        ids=out["topk_ids"].array[rows_of],
+        values=out["topk_values"].array[rows_of].astype(np.float32),
+        tail_max=out["tail_max"].array[rows_of].astype(np.float32),
+        finite=out["finite"].array[rows_of].astype(bool),
         vocab_size=sampler.vocab_size,
     )
     submission = job.submission
@@ -314,7 +316,7 @@ def _sample_topk(job: DeviceJob, sampler: Sampler) -> Sampled:
     def read_full(r: int) -> np.ndarray:
         if not row_buffer:
             row_buffer.append(np.empty(sampler.vocab_size, dtype=ml_dtypes.bfloat16))
-        submission.read_logits_row(r, row_buffer[0])
+        submission.read_logits_row(job.row_of(r), row_buffer[0])
         return row_buffer[0]
 
     rows, failed = _rows(job)

@@ -630,11 +630,30 @@ class Engine:
             for g, rt in runnable.items()
             if rt.state in (ModelState.READY, ModelState.DRAINING) and g not in self._resets.reconfiguring
         }
+        for g, rt in runnable.items():
+            if g in serving:
+                self._compact_locked(rt)
         plan = self._scheduler.plan(runnable, decoding, serving)
         while self._scheduler.orphans:
             orphan = self._scheduler.orphans.pop()
             self._book.finish(orphan, FinishReason.ERROR, ErrorKind.UNAVAILABLE, "model generation retired")
         return plan
+
+    def _compact_locked(self, rt: ModelRuntime) -> None:
+        """Fixed slots: move the sequences in the highest slots into the lowest free ones when the
+        saved padding pays for their re-prefills (`Scheduler.compaction`). Each one's lane is freed
+        (closed on the device before the next launch) and it re-prefills its prompt and generated
+        tokens into the new slot, as a recovery does, without a fault: KV is never copied
+        (docs/sources.md 000 §7)."""
+        for seq, move in self._scheduler.compaction(rt):  # highest slot first
+            self._book.vacate_lane(seq, rt)
+            seq.lifecycle.move(SeqState.RECOVER)
+            self._scheduler.mark_recover(seq)
+            rt.slots.compactions += 1
+            rt.slots.compacted_tokens += move.tokens
+            log.debug(
+                "compaction: %s from slot %d to %d (%d tokens)", seq.job_id, move.from_slot, move.to_slot, move.tokens
+            )
 
     def _claim_launch_locked(self) -> tuple[DeviceJob, list[LaneClose]] | None:
         """The completion thread's launch: prepare the next device job, if one may launch now, and

@@ -48,6 +48,7 @@ from calculet.daemon.core.row_masks import RowMasks
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import JobPlan
 from calculet.daemon.device.api import Submission, VirtualDevice
+from calculet.daemon.device.slots import slot_rows
 from calculet.daemon.device.types import EngineSlot, TaskType
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class DeviceJob:
         full_row_reads: rows of a top-k job whose full logits sampling read from the device.
         masks: its constrained rows' next-token masks, computed while the device runs it
             (`completion.prepare_masks`); None until then.
+        out_rows: per sequence of the plan, the job row it occupies: its position in the plan, or
+            with fixed slots its lane (row i is slot i, `device/slots.py`); set by `prepare`.
     """
 
     device_job_id: DeviceJobId
@@ -85,10 +88,20 @@ class DeviceJob:
     reset_hit: bool = False
     full_row_reads: int = 0
     masks: RowMasks | None = None
+    out_rows: tuple[int, ...] = ()
 
     @property
     def submitted(self) -> bool:
         return self.submission is not None
+
+    @property
+    def rows_in_place(self) -> bool:
+        """Row i of the job is the plan's sequence i (no idle row between them)."""
+        return not self.out_rows or self.out_rows == tuple(range(len(self.out_rows)))
+
+    def row_of(self, i: int) -> int:
+        """The job row of the plan's sequence i."""
+        return self.out_rows[i] if self.out_rows else i
 
 
 @dataclass(frozen=True)
@@ -277,6 +290,8 @@ class Executor:
             self._undo(rt, ctx, reservations)
             raise
         job = DeviceJob(job_id, plan, ctx, reservations, bank, rt.generation, f"gen{rt.generation}/job{job_id}")
+        bound = rt.slot_bound(plan.submodel)
+        job.out_rows = tuple(lane for lane, _ in plan.targets) if bound else tuple(range(len(plan.targets)))
         job.lanes_to_open = [lane for lane, _ in plan.targets if rt.kv.needs_open(lane)]
         self._jobs.append(job)
         return job
@@ -317,8 +332,12 @@ class Executor:
         rt = job.plan.runtime
         assert rt.model is not None
         # The spec checks every row fits the submodel (InvalidArgument) before anything is written.
-        spec = job.ctx.job_spec([r.row() for r in job.reservations], tag=job.tag)
-        _fill_inputs(job.ctx, job.plan, job.reservations)
+        rows = [r.row() for r in job.reservations]
+        bound = rt.fixed_slots is not None and rt.slot_bound(job.plan.submodel)
+        if rt.fixed_slots is not None and bound:  # row i is slot i, idle slots masked by the rule
+            rows = list(slot_rows({r.lane: r for r in rows}, job.plan.submodel, rt.fixed_slots))
+        spec = job.ctx.job_spec(rows, tag=job.tag, fixed_slots=bound)
+        _fill_inputs(job.ctx, job.plan, job.reservations, job.out_rows)
         return self._device.submit(rt.model, spec, job.engine_slot)
 
     def started(self, job: DeviceJob, submission: Submission) -> None:
@@ -326,6 +345,10 @@ class Executor:
         job.ctx.mark_submitted()
         job.submission = submission
         job.t_submit = time.monotonic()
+        if job.plan.task is TaskType.DECODE:  # the batch fill (`compaction.SlotStats`)
+            stats = job.plan.runtime.slots
+            stats.active_rows += len(job.plan.seqs)
+            stats.compiled_rows += job.plan.submodel.batch
 
     def abort(self, job: DeviceJob) -> None:
         """The device refused the job (engine lock held): roll back its reservations, return its
@@ -387,8 +410,10 @@ class Executor:
         return next((b for b in self.engine_slots if b not in busy), None)
 
 
-def _fill_inputs(ctx: JobContext, plan: JobPlan, reservations: list[Reservation]) -> None:
-    """Write each row's tokens and positions into the context's own input buffers."""
+def _fill_inputs(ctx: JobContext, plan: JobPlan, reservations: list[Reservation], out_rows: tuple[int, ...]) -> None:
+    """Write each row's tokens and positions into the context's own input buffers (a decode
+    sequence into its job row, `out_rows`). An idle row keeps the zeros its release left: nothing
+    is invented for it."""
     tokens, positions = ctx.tokens, ctx.positions
     if plan.task is TaskType.PREFILL:  # one chunk: the tokens after what the lane already holds
         seq, r = plan.seqs[0], reservations[0]
@@ -396,6 +421,6 @@ def _fill_inputs(ctx: JobContext, plan: JobPlan, reservations: list[Reservation]
         tokens[0, : len(ids)] = ids
         positions[0, : len(ids)] = np.arange(r.past_len, r.target_len, dtype=np.int32)
         return
-    for row, (seq, r) in enumerate(zip(plan.seqs, reservations, strict=True)):
+    for row, seq, r in zip(out_rows, plan.seqs, reservations, strict=True):
         tokens[row, 0] = seq.generated[-1]
         positions[row, 0] = r.past_len

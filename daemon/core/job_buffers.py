@@ -174,17 +174,18 @@ class JobContext:
         """Every buffer of the context, inputs first."""
         return (*self.inputs.values(), *self.outputs.values())
 
-    def job_spec(self, rows: Sequence[RowSpec], tag: str = "") -> JobSpec:
-        """The submission naming this context's buffers.
+    def job_spec(self, rows: Sequence[RowSpec], tag: str = "", *, fixed_slots: bool = False) -> JobSpec:
+        """The submission naming this context's buffers (`fixed_slots`: a slot-bound job of a device
+        without lane selection, whose idle slots are masked rows, `device/slots.py`).
 
         Raises:
-            InvalidArgument: no rows, more rows than the hardware batch, or a row feeding 0 or
-                more than `max_tokens` tokens.
+            InvalidArgument: no rows, more rows than the hardware batch, or a row feeding 0 (unless
+                a masked row of a fixed-slot job) or more than `max_tokens` tokens.
         """
         if not 1 <= len(rows) <= self.info.batch:
             raise InvalidArgument(f"{self.info.name}: {len(rows)} rows, batch holds 1..{self.info.batch}")
         for row in rows:
-            if not 1 <= row.cur_seq_len <= self.info.max_tokens:
+            if not (fixed_slots and row.is_masked) and not 1 <= row.cur_seq_len <= self.info.max_tokens:
                 raise InvalidArgument(
                     f"{self.info.name}: lane {row.lane} feeds {row.cur_seq_len} tokens, "
                     f"submodel takes 1..{self.info.max_tokens}"

@@ -223,12 +223,14 @@ class KVManager:
         lanes: number of KV lanes of the configured model (>= 1).
         lane_context: maximum KV tokens per lane (>= 1).
         generation: the model generation this manager belongs to.
+        fixed_slots: the device has no lane selection: a lane is a hardware slot, and a lane taken
+            without a continuation is the lowest FREE or PARKED one (`prefix_match.choose_lane`).
 
     Raises:
         InvalidArgument: lanes or lane_context < 1.
     """
 
-    def __init__(self, lanes: int, lane_context: int, generation: int) -> None:
+    def __init__(self, lanes: int, lane_context: int, generation: int, *, fixed_slots: bool = False) -> None:
         if lanes < 1:
             raise InvalidArgument(f"KV lanes must be >= 1, got {lanes}")
         if lane_context < 1:
@@ -236,6 +238,7 @@ class KVManager:
         self.lanes = lanes
         self.lane_context = lane_context
         self.generation = generation
+        self.fixed_slots = fixed_slots
         self._lanes = [_Lane(i, generation) for i in range(lanes)]
         self._free: set[int] = set(range(lanes))
         self._parked: dict[int, _Lane] = {}
@@ -317,7 +320,7 @@ class KVManager:
         if held is not None:
             raise OwnerHasLane(f"sequence {owner!r} already holds KV lane {held}")
         views = [rec.parked.view(i) for i, rec in self._parked.items() if rec.parked]
-        choice = choose_lane(tokens, views, self._free, min_tokens)
+        choice = choose_lane(tokens, views, self._free, min_tokens, lowest_slot=self.fixed_slots)
         if choice is None:
             return None
         rec = self._lanes[choice.lane]
@@ -341,7 +344,7 @@ class KVManager:
         prefix would be taken). Changes nothing: the scheduler classifies a request by what it would
         have to prefill."""
         views = [rec.parked.view(i) for i, rec in self._parked.items() if rec.parked]
-        choice = choose_lane(tokens, views, self._free, min_tokens)
+        choice = choose_lane(tokens, views, self._free, min_tokens, lowest_slot=self.fixed_slots)
         return choice.keep if choice is not None else 0
 
     def park(

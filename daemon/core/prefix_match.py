@@ -26,6 +26,11 @@ order, cheapest loss first:
    is never truncated for a stranger's sake, however much they share: that would trade its next
    turn, likely soon, for a saving now.
 
+With fixed slots (a device without lane selection, `device/slots.py`) rules 2 and 3 give way to
+**the lowest slot**, FREE or PARKED (a parked one evicted as in rule 3): there a slot's position is
+paid on every decode step (the batch covers the highest occupied slot), while a parked lane only
+saves a re-prefill if its conversation comes back. Continuations (rule 1) stay first.
+
 The matched length is capped at `len(tokens) - 1`, so at least one token is prefilled and yields
 the logits of the first new token.
 """
@@ -96,7 +101,12 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def choose_lane(
-    tokens: np.ndarray | None, parked: Sequence[ParkedView], free: AbstractSet[int], min_tokens: int
+    tokens: np.ndarray | None,
+    parked: Sequence[ParkedView],
+    free: AbstractSet[int],
+    min_tokens: int,
+    *,
+    lowest_slot: bool = False,
 ) -> LaneChoice | None:
     """The lane a new sequence takes (see the module docstring for the order).
 
@@ -106,6 +116,7 @@ def choose_lane(
         parked: the parked lanes of the sequence's generation.
         free: the FREE lanes.
         min_tokens: the shortest match worth a parked lane (>= 1).
+        lowest_slot: fixed slots: after a continuation, the lowest FREE or PARKED slot.
 
     Returns:
         The choice, or None when no lane is FREE or PARKED.
@@ -122,10 +133,13 @@ def choose_lane(
     if continuations:
         best = max(continuations, key=lambda h: (h.keep, -h.view.lane))
         return LaneChoice(best.view.lane, LaneSource.HIT, best.keep)
-    if free:
+    if lowest_slot and parked and (not free or min(p.lane for p in parked) < min(free)):
+        oldest = min(parked, key=lambda p: p.lane)  # not the oldest: the lowest slot
+    elif free:
         return LaneChoice(min(free), LaneSource.FREE)
-    if not parked:
+    elif not parked:
         return None
-    oldest = min(parked, key=lambda p: (p.last_used, p.lane))
+    else:
+        oldest = min(parked, key=lambda p: (p.last_used, p.lane))
     shared = next((h.keep for h in hits if h.view is oldest), 0)
     return LaneChoice(oldest.lane, LaneSource.EVICTED, shared)

@@ -4,7 +4,8 @@ A `ModelRuntime` is created by the ModelManager when a package is configured and
 that generation is unloaded. It bundles what the engine needs per generation: the device's
 `ConfiguredModel`, the `KVManager` for its lanes, the `JobPool` of its host buffers, the
 `Sampler`, the constraint compiler, the submodels chosen for prefill and decode, its prefill chunk
-size, its jump-forward threshold (`jump.py`) and its prefix reuse and jump figures. Nothing in it
+size, its jump-forward threshold (`jump.py`), its prefix reuse and jump figures, and, on a device
+without lane selection, its fixed-slot rule and figures (`compaction.py`). Nothing in it
 outlives the generation; a completion carrying another generation never touches it.
 """
 
@@ -16,13 +17,15 @@ from pathlib import Path
 from calculet.common.errors import FailedPrecondition
 from calculet.common.lifecycle import Lifecycle
 from calculet.daemon.core.chunking import CHUNK_AUTO, CHUNK_OFF, chunk_tokens
+from calculet.daemon.core.compaction import SlotStats
 from calculet.daemon.core.job_buffers import JobPool
 from calculet.daemon.core.jump import JumpStats, jump_thresholds
 from calculet.daemon.core.kv import KVManager
 from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState
 from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
-from calculet.daemon.device.types import EngineSlot, SubmodelInfo, TaskType
+from calculet.daemon.device.slots import slot_bound
+from calculet.daemon.device.types import EngineSlot, InactiveRows, SubmodelInfo, TaskType
 from calculet.daemon.grammar import GrammarCompiler
 from calculet.daemon.package.manifest import PackageManifest
 from calculet.daemon.sampling.sampler import Sampler, SamplingPolicy
@@ -94,6 +97,9 @@ class ModelRuntime:
         self.jump_min_runs: tuple[int, ...] = ()  # `jump.jump_thresholds` (empty: never jumps; set by `attach`)
         self.prefix = PrefixStats()
         self.jumps = JumpStats()
+        # The device's inactive-row rule when it has no lane selection (row i is slot i), else None.
+        self.fixed_slots: InactiveRows | None = None
+        self.slots = SlotStats()
 
     @property
     def state(self) -> ModelState:
@@ -128,7 +134,11 @@ class ModelRuntime:
             chunk_setting, self.manifest.timing, self.prefill.max_tokens, decodes[-1].batch
         )
         self.model = model
-        self.kv = KVManager(model.lanes, model.lane_context, self.generation)
+        caps = device.info().capabilities
+        self.fixed_slots = None if caps.lane_selection else caps.inactive_rows
+        # With fixed slots a lane past the largest decode batch could never be decoded: not used.
+        lanes = min(model.lanes, decodes[-1].batch) if self.fixed_slots else model.lanes
+        self.kv = KVManager(lanes, model.lane_context, self.generation, fixed_slots=self.fixed_slots is not None)
         self.jump_min_runs = jump_thresholds(
             self.manifest, self.prefill.name, lambda rows: self.decode_submodel_for(rows).batch, model.lanes
         )
@@ -164,6 +174,15 @@ class ModelRuntime:
     @property
     def max_decode_batch(self) -> int:
         return self.decodes[-1].batch
+
+    def slot_bound(self, sub: SubmodelInfo) -> bool:
+        """Whether a job on `sub` has row i on slot i (fixed slots, `device/slots.py`)."""
+        return self.fixed_slots is not None and slot_bound(sub)
+
+    def decode_submodel_for_lanes(self, lanes: list[int]) -> SubmodelInfo:
+        """The decode submodel for a job on these lanes: with fixed slots the smallest batch that
+        covers the highest slot, else the smallest that holds one row per lane."""
+        return self.decode_submodel_for(max(lanes) + 1 if self.fixed_slots else len(lanes))
 
     def decode_submodel_for(self, rows: int) -> SubmodelInfo:
         """The smallest decode submodel whose batch holds `rows` rows."""

@@ -36,6 +36,12 @@ sequence outside any job untrusted. The executor only reserves, commits or rolls
 gave it. How many lanes a generation uses is read from its `KVManager`, never counted on the side.
 A finished sequence's lane is parked instead of freed when `release_lane` is told to park it.
 
+Fixed slots (a device without lane selection, `device/slots.py`): a decode job's rows are in slot
+order and its batch is the smallest that covers the highest slot (`ModelRuntime.decode_submodel_for_lanes`);
+the executor masks the idle slots. A new sequence takes the lowest FREE slot (`prefix_match`), a
+parked lane is its slot, and `compaction` picks the decode-ready sequences in the highest slots to
+move into the lowest FREE or PARKED ones by re-prefill when `compaction.compaction_plan` says so.
+
 Admission bound: `queue_depth` counts only requests that wait for a lane. A request that arrives
 while its generation has more free (or parked) lanes than requests queued ahead of it will get one
 at the next plan, so it is queued whatever the depth; a burst of `lanes + queue_depth` is admitted
@@ -58,6 +64,7 @@ from calculet.common.errors import Overloaded
 from calculet.daemon.core.admission import AdmissionQueue
 from calculet.daemon.core.chunking import CHUNK_AUTO
 from calculet.daemon.core.client_job import ClientJob, SeqState
+from calculet.daemon.core.compaction import Occupant, SlotMove, compaction_plan
 from calculet.daemon.core.kv import LaneHandle, LaneState
 from calculet.daemon.core.prefix_match import LaneSource
 from calculet.daemon.core.runtime import ModelRuntime
@@ -301,6 +308,33 @@ class Scheduler:
             stats.miss_tokens += 0 if seq.internal else len(seq.prefill_tokens) - handle.kept
         return handle
 
+    def compaction(self, rt: ModelRuntime) -> list[tuple[ClientJob, SlotMove]]:
+        """With fixed slots: the moves of `compaction.compaction_plan` (the sequences in the highest
+        slots, highest first, into the lowest FREE or PARKED slots) and the sequence of each, when the
+        plan pays and every sequence it moves is a decode-ready client sequence; empty otherwise.
+        Changes nothing: the engine moves them all at once (each lane freed, a re-prefill into the
+        new one, as a recovery without a fault; each re-prefill takes the lowest free slot,
+        `prefix_match.choose_lane`, and recovering sequences re-prefill in the order they moved)."""
+        kv = rt.kv
+        if rt.fixed_slots is None or kv is None or rt.prefill is None:
+            return []
+        lanes = kv.snapshot()
+        free = [lane.lane for lane in lanes if lane.state in (LaneState.FREE, LaneState.PARKED)]
+        ready = {s.lane: s for s in self.ready.values() if s.generation == rt.generation and s.lane is not None}
+        occupants = []
+        for lane in lanes:
+            if lane.owner is None:
+                continue
+            seq = ready.get(lane.lane)
+            kv_len = len(seq.prompt) + len(seq.generated) if seq is not None else lane.length
+            occupants.append(Occupant(lane.lane, kv_len, seq.remaining if seq is not None else 0))
+        moves = compaction_plan(rt.manifest.timing, [d.batch for d in rt.decodes], occupants, free)
+        movers = [ready.get(m.from_slot) for m in moves]
+        chosen = [(s, m) for s, m in zip(movers, moves, strict=True) if s is not None]
+        if len(chosen) < len(moves) or any(s.internal or not self._eligible(s) for s, _ in chosen):
+            return []  # one is in a job, prefilling or recovering, or a warm-up probe: not now
+        return chosen
+
     def expire(self, now: float) -> list[ClientJob]:
         expired = [*self.short.expire(now), *self.long.expire(now)]
         for seq in expired:
@@ -387,7 +421,10 @@ class Scheduler:
             chosen = candidates[: rt.max_decode_batch]
             for seq in chosen:
                 del self.ready[seq.job_id]
-            return JobPlan(rt, TaskType.DECODE, rt.decode_submodel_for(len(chosen)), chosen)
+            if rt.fixed_slots:  # row i is slot i: rows in slot order, the batch covers the highest
+                chosen.sort(key=lambda s: s.lane if s.lane is not None else 0)
+            lanes = [s.lane if s.lane is not None else 0 for s in chosen]
+            return JobPlan(rt, TaskType.DECODE, rt.decode_submodel_for_lanes(lanes), chosen)
         return None
 
     def _may_start_decode(self, rt: ModelRuntime, in_flight: int, ready: int) -> bool:

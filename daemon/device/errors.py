@@ -60,6 +60,13 @@ class StaleKV(InvalidJob):
     computing on poison."""
 
 
+class RowOffSlot(InvalidJob):
+    """A job for a device without lane selection breaks its fixed slots: a row names a KV lane that
+    is not its row index, or its idle rows are not masked as the device's `inactive_rows` rule says
+    (`slots.py`). Nothing was submitted: on such a board the row would attend over another
+    sequence's KV."""
+
+
 class EngineBusy(DeviceError):
     """The requested engine bank (or, for AUTO, every bank) already has a job in flight."""
 

@@ -2,7 +2,8 @@
 
 What it guards: every `submit` passes the guard's checks before the wrapped device sees the job
 (the buffers it names are registered and free, its lanes are not advanced by another unfinished
-job, a bank and the in-flight limit are free, the model is not released), `unregister_buffer`
+job, a bank and the in-flight limit are free, the model is not released, and on a device without
+lane selection every row sits on its slot, `slots.py`), `unregister_buffer`
 and `release` refuse what an unfinished job still holds, and each call raises the same typed error
 (`errors.py`) whatever device is underneath.
 
@@ -40,7 +41,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from calculet.daemon.device.api import ConfiguredModel, HostBuffer, Submission, VirtualDevice
-from calculet.daemon.device.errors import BufferInUse, DeviceLost, EngineBusy, InvalidJob, LaneBusy, ModelReleased
+from calculet.daemon.device.errors import (
+    BufferInUse,
+    DeviceLost,
+    EngineBusy,
+    InvalidJob,
+    LaneBusy,
+    ModelReleased,
+    RowOffSlot,
+)
+from calculet.daemon.device.slots import check_slot_rows
 from calculet.daemon.device.types import (
     DeviceCapabilities,
     DeviceInfo,
@@ -156,7 +166,10 @@ class GuardedDevice(VirtualDevice):
       jobs than the device's declared `max_inflight` and its banks (two with ping/pong, else one),
       and an explicitly requested bank (PING/PONG) not occupied by an unfinished job, nor possibly
       by one whose bank the device has not named (EngineBusy); no named buffer held by an unwaited
-      job (BufferInUse); no lane advanced by an unfinished job of the same model (LaneBusy).
+      job (BufferInUse); no lane advanced by an unfinished job of the same model (LaneBusy). On a
+      device whose capabilities declare no lane selection, the fixed-slot rules of `slots.py`
+      (RowOffSlot, before any of the above but the JobSpec's shape): a row on a slot other than its
+      index would silently attend over another sequence's KV on such a board.
     - unregister_buffer: the buffer is not held by an unwaited job (BufferInUse).
     - release: the model has no unfinished job (BufferInUse, as `VirtualDevice.release` documents)
       and was not released already (ModelReleased).
@@ -235,8 +248,9 @@ class GuardedDevice(VirtualDevice):
         if not isinstance(engine_slot, EngineSlot):
             raise InvalidJob(f"engine_slot must be an EngineSlot, got {engine_slot!r}")
         buffer_ids = _named_buffers(job)
-        lanes = _named_lanes(job)
         caps = self._capabilities()
+        lanes = _named_lanes(job, fixed_slots=not caps.lane_selection)
+        _check_slots(model, job, caps)
         config_id = model.config_id
         with self._lock:
             if self._closed:
@@ -436,9 +450,25 @@ def _named_buffers(job: JobSpec) -> list[int]:
     return ids
 
 
-def _named_lanes(job: JobSpec) -> list[int]:
-    """Raises:
-    InvalidJob: rows are not a sequence of RowSpecs with integer lanes, or a lane appears twice."""
+def _check_slots(model: ConfiguredModel, job: JobSpec, caps: DeviceCapabilities) -> None:
+    """The fixed-slot rules (`slots.py`) for the job's submodel; a submodel the model does not have
+    is the device's to refuse, but never with a masked row.
+
+    Raises:
+        RowOffSlot: see `check_slot_rows`."""
+    sub = model.submodels.get(job.submodel) if isinstance(job.submodel, str) else None
+    if sub is not None:
+        check_slot_rows(job.rows, sub, caps.lane_selection, caps.inactive_rows)
+    elif any(row.is_masked for row in job.rows):
+        raise RowOffSlot(f"a masked row in a job of unknown submodel {job.submodel!r}")
+
+
+def _named_lanes(job: JobSpec, *, fixed_slots: bool) -> list[int]:
+    """The lanes the job's rows advance (with `fixed_slots`, a masked row's slot is not one: another
+    job may advance that lane meanwhile).
+
+    Raises:
+        InvalidJob: rows are not a sequence of RowSpecs with integer lanes, or a lane appears twice."""
     if not isinstance(job.rows, tuple | list):
         raise InvalidJob(f"job rows must be a tuple of RowSpec, got {type(job.rows).__name__}")
     lanes: list[int] = []
@@ -448,7 +478,7 @@ def _named_lanes(job: JobSpec) -> list[int]:
         if row.lane in lanes:
             raise InvalidJob(f"row {i}: lane {row.lane} appears twice in one job")
         lanes.append(row.lane)
-    return lanes
+    return [row.lane for row in job.rows if not (fixed_slots and row.is_masked)]
 
 
 __all__ = ["GuardView", "GuardedDevice", "GuardedSubmission", "JobHold"]

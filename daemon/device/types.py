@@ -32,6 +32,19 @@ class JobStatus(Enum):
         return self in (JobStatus.DONE, JobStatus.CCU_EXCEPTION)
 
 
+class InactiveRows(Enum):
+    """How a job of a device without lane selection names its idle rows (the runtime's KV layouts
+    `ONLY_VALID` / `ALL`, docs/sources.md 000 §6.2 step 4, §6.3; `slots.py` checks them).
+
+    ONLY_VALID: rows run from row 0 to the highest active row; an idle row among them is a masked
+        row (`RowSpec.masked`), rows past the last one are masked implicitly.
+    ALL: the job names every row of its compiled batch, each idle one masked.
+    """
+
+    ONLY_VALID = "only_valid"
+    ALL = "all"
+
+
 class TaskType(Enum):
     """A submodel's role. Prefill and decode never share one submission."""
 
@@ -56,7 +69,9 @@ class DeviceCapabilities:
         max_inflight: jobs that may be in flight at once (1, or 2 with ping/pong banks).
         ping_pong: the device has two engine banks whose copies overlap the other's compute.
         max_resident_configurations: configured models the device can hold at once.
-        lane_selection: a decode job may name which KV lanes it advances.
+        lane_selection: a job's row may name any KV lane. False: fixed slots, row i of a decode job
+            (or of a prefill job of compiled batch > 1) is KV slot i (`slots.py`).
+        inactive_rows: with fixed slots, how a job names its idle rows (`InactiveRows`).
         kernel_kinds: the package `kernel` values this driver can configure (the validator refuses
             any other); empty: the driver does not say, and the validator accepts any.
     """
@@ -66,6 +81,7 @@ class DeviceCapabilities:
     max_resident_configurations: int
     lane_selection: bool
     kernel_kinds: tuple[str, ...] = ()
+    inactive_rows: InactiveRows = InactiveRows.ONLY_VALID
 
 
 @dataclass(frozen=True)
@@ -124,12 +140,23 @@ class RowSpec:
     Attributes:
         lane: KV lane index this row reads and extends.
         past_kv_len: KV tokens already in the lane before this job (`past_kv_cur_seq_len`).
-        cur_seq_len: new tokens this job feeds for this row (`cur_seq_len`).
+        cur_seq_len: new tokens this job feeds for this row (`cur_seq_len`); 0 only for a masked
+            row of a device without lane selection (`masked`).
     """
 
     lane: int
     past_kv_len: int
     cur_seq_len: int
+
+    @classmethod
+    def masked(cls, slot: int) -> RowSpec:
+        """An idle row of a fixed-slot job: it names its slot, reads and writes no KV, and its
+        input rows hold zeros (never invented tokens, docs/sources.md 000 §6.2 step 4)."""
+        return cls(lane=slot, past_kv_len=0, cur_seq_len=0)
+
+    @property
+    def is_masked(self) -> bool:
+        return self.cur_seq_len == 0
 
 
 @dataclass(frozen=True)
@@ -141,8 +168,9 @@ class JobSpec:
     Attributes:
         submodel: exact submodel name.
         inputs / outputs: tensor name -> registered host buffer id.
-        rows: active rows in order; row i uses row i of every input/output tensor. Rows from
-            `len(rows)` to `batch - 1` are masked (never fed tokens).
+        rows: the job's rows in order; row i uses row i of every input/output tensor. Rows from
+            `len(rows)` to `batch - 1` are masked (never fed tokens); without lane selection a
+            masked row among them is `RowSpec.masked` (`slots.py`).
         tag: opaque caller value echoed in traces (the daemon puts its generation/job id here).
     """
 

@@ -21,7 +21,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from calculet.common.telemetry.registry import package_version
 from calculet.daemon.core.kv import LaneState
 from calculet.daemon.core.model_state import ModelState
-from calculet.daemon.core.observe.status import PrefixCacheView, StatusView
+from calculet.daemon.core.observe.status import PrefixCacheView, SlotView, StatusView
 
 Labels = dict[str, str]
 Points = Iterable[tuple[float, Labels]]
@@ -71,6 +71,21 @@ def _prefix(view: StatusView, read: Callable[[PrefixCacheView], int]) -> Points:
         for m in view.models
         if m.prefix_cache is not None
     ]
+
+
+def _slots(view: StatusView, read: Callable[[SlotView], float]) -> Points:
+    """One decode-row figure per configured generation (`SlotView`)."""
+    return [(read(m.slots), {"model": m.alias, "generation": str(m.generation)}) for m in view.models if m.slots]
+
+
+def _decode_rows(view: StatusView) -> Points:
+    points: list[tuple[float, Labels]] = []
+    for m in view.models:
+        if m.slots is not None:
+            labels = {"model": m.alias, "generation": str(m.generation)}
+            points.append((m.slots.active_rows, {**labels, "row": "active"}))
+            points.append((m.slots.compiled_rows - m.slots.active_rows, {**labels, "row": "masked"}))
+    return points
 
 
 def _prefix_tokens(view: StatusView) -> Points:
@@ -178,6 +193,13 @@ GAUGES: tuple[Gauge, ...] = (
           lambda v: _prefix(v, lambda p: p.evictions)),
     Gauge("calculet_prefix_cache_dropped_total", True, "", "Parked lanes dropped after a reset or fault",
           lambda v: _prefix(v, lambda p: p.dropped)),
+    Gauge("calculet_decode_rows_total", True, "", "Rows of decode jobs: active, or masked (compiled batch padding)",
+          _decode_rows),
+    Gauge("calculet_decode_batch_fill_ratio", False, "1", "Active rows / compiled rows of the decode jobs so far",
+          lambda v: _slots(v, lambda s: s.fill)),
+    Gauge("calculet_slot_compactions_total", True, "",
+          "Sequences moved to a lower fixed slot by re-prefill (no lane selection)",
+          lambda v: _slots(v, lambda s: s.compactions)),
     Gauge("calculet_queue_depth", False, "", "Scheduler queues", _queues),
     Gauge("calculet_inflight_jobs", False, "", "Device jobs in flight", lambda v: _one(v.inflight)),
     Gauge("calculet_inflight_limit", False, "", "Device jobs allowed in flight", lambda v: _one(v.max_inflight)),

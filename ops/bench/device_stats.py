@@ -83,6 +83,29 @@ class UtilizationSample:
     full_row_reads: int = 0  # top-k rows read in full
     d2d_s: float = 0.0  # compute seconds on the chip link (Status DeviceUtilization.d2d_seconds)
     d2d_bytes: int = 0  # bytes moved between chips
+    slots: SlotSample | None = None  # None: a daemon older than ModelStatus.slots
+
+
+@dataclass(frozen=True)
+class SlotSample:
+    """Decode rows and fixed-slot compactions of a board's models, summed (ModelStatus.slots;
+    docs/daemon.md, "Fixed slots"); `fixed`: some model runs on fixed slots."""
+
+    active_rows: int
+    compiled_rows: int
+    compactions: int
+    fixed: bool
+
+
+@dataclass(frozen=True)
+class SlotFigures:
+    """A board's decode rows over the run: the batch fill (active / compiled rows; None without a
+    decode job) and the compactions per 1,000 generated tokens (None without a token)."""
+
+    fill: float | None
+    compactions: int
+    compactions_per_1k_tokens: float | None
+    fixed: bool
 
 
 @dataclass(frozen=True)
@@ -116,6 +139,7 @@ class BoardUtilization:
     full_row_reads: int | None = None
     d2d_s: float | None = None
     d2d_bytes: int | None = None
+    slots: SlotFigures | None = None
 
 
 StatusOf = Callable[[str], Awaitable[UtilizationSample | None]]
@@ -168,6 +192,22 @@ def board_utilization(before: BoardSample, after: BoardSample) -> BoardUtilizati
         full_row_reads=a.full_row_reads - b.full_row_reads,
         d2d_s=a.d2d_s - b.d2d_s,
         d2d_bytes=a.d2d_bytes - b.d2d_bytes,
+        slots=_slot_figures(b.slots, a.slots, a.generated_tokens - b.generated_tokens),
+    )
+
+
+def _slot_figures(before: SlotSample | None, after: SlotSample | None, tokens: int) -> SlotFigures | None:
+    """The decode rows over the run; None when either sample lacks them. A model reloaded during
+    the run restarts its counters, which this cannot tell: the figures are then what they are."""
+    if before is None or after is None:
+        return None
+    compiled = after.compiled_rows - before.compiled_rows
+    compactions = after.compactions - before.compactions
+    return SlotFigures(
+        fill=_ratio(after.active_rows - before.active_rows, compiled),
+        compactions=compactions,
+        compactions_per_1k_tokens=1000.0 * compactions / tokens if tokens > 0 else None,
+        fixed=after.fixed,
     )
 
 

@@ -49,6 +49,22 @@ def board_json(board: BoardUtilization) -> dict[str, Any]:
         "generated_tokens": board.generated_tokens,
         "copies": copies_json(board),
         "d2d": None if board.error is not None else {"seconds": board.d2d_s, "bytes": board.d2d_bytes},
+        "slots": slots_json(board),
+    }
+
+
+def slots_json(board: BoardUtilization) -> dict[str, Any] | None:
+    """The decode rows over the run (docs/daemon.md, "Fixed slots"): the batch fill (active /
+    compiled rows), the compactions and their rate per 1,000 generated tokens, whether the board
+    runs fixed slots; null when unread."""
+    f = board.slots
+    if board.error is not None or f is None:
+        return None
+    return {
+        "fixed": f.fixed,
+        "batch_fill": f.fill,
+        "compactions": f.compactions,
+        "compactions_per_1k_tokens": f.compactions_per_1k_tokens,
     }
 
 

@@ -94,6 +94,19 @@ def device_table(report: dict[str, Any]) -> Table:
     return table
 
 
+def slots_table(report: dict[str, Any]) -> Table:
+    """The decode rows of each board that reports them (docs/daemon.md, "Fixed slots")."""
+    table = Table(title="decode rows over the run", title_justify="left")
+    for name in ("board", "slots", "batch fill", "compactions", "per 1k tokens"):
+        table.add_column(name, justify="left" if name in ("board", "slots") else "right")
+    for board in report["device"]["boards"]:
+        if (slots := board.get("slots")) is not None:
+            kind = "fixed" if slots["fixed"] else "any lane"
+            per_1k = _num(slots["compactions_per_1k_tokens"], ".2f")
+            table.add_row(board["target"], kind, _pct(slots["batch_fill"]), str(slots["compactions"]), per_1k)
+    return table
+
+
 def render_report(report: dict[str, Any]) -> RenderableType:
     """Every table of the report, and its errors, as one renderable."""
     parts: list[RenderableType] = [run_table(report), latency_table(report)]
@@ -103,6 +116,8 @@ def render_report(report: dict[str, Any]) -> RenderableType:
         parts.append(validity_table(report))
     if report["device"]["boards"]:
         parts.append(device_table(report))
+    if any(board.get("slots") for board in report["device"]["boards"]):
+        parts.append(slots_table(report))
     if "timing_model" in report:
         parts.append(timing_table(report))
     if report["counts"]["itl_by_chunk_requests"]:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from calculet.client import AsyncDaemonClient
 from calculet.common.errors import FailedPrecondition
-from calculet.ops.bench.device_stats import BoardVersions, ModelVersion, StatusOf, UtilizationSample
+from calculet.ops.bench.device_stats import BoardVersions, ModelVersion, SlotSample, StatusOf, UtilizationSample
 from calculet.ops.bench.limit import Policy, Serving
 from calculet.v1 import observe_pb2
 
@@ -39,6 +39,20 @@ def utilization_sample(status: observe_pb2.StatusResponse) -> UtilizationSample 
         full_row_reads=u.full_row_reads,
         d2d_s=u.d2d_seconds,
         d2d_bytes=u.d2d_bytes,
+        slots=slot_sample(status),
+    )
+
+
+def slot_sample(status: observe_pb2.StatusResponse) -> SlotSample | None:
+    """The models' decode rows and compactions summed (ModelStatus.slots), None when no model says."""
+    slots = [m.slots for m in status.models if m.HasField("slots")]
+    if not slots:
+        return None
+    return SlotSample(
+        active_rows=sum(s.active_rows for s in slots),
+        compiled_rows=sum(s.compiled_rows for s in slots),
+        compactions=sum(s.compactions for s in slots),
+        fixed=any(s.fixed for s in slots),
     )
 
 

@@ -68,8 +68,16 @@ def _board(s: observe_pb2.StatusResponse) -> Text:
         f"device {d.name} board {d.board_index}: runtime {d.runtime_version}, driver {d.driver_version}, "
         f"firmware {d.firmware_version}",
         f"capabilities: max in flight {caps.max_inflight}, ping/pong {_yes(caps.ping_pong)}, "
-        f"resident configurations {caps.max_resident_configurations}, lane selection {_yes(caps.lane_selection)}",
+        f"resident configurations {caps.max_resident_configurations}, lane selection {_yes(caps.lane_selection)}"
+        + ("" if caps.lane_selection else f" (fixed slots, idle rows {caps.inactive_rows or '?'})"),
     ]  # fmt: skip
+    for m in s.models:
+        if m.HasField("slots") and m.slots.compiled_rows:
+            fill = m.slots.active_rows / m.slots.compiled_rows
+            lines.append(
+                f"decode rows of {m.alias}: batch fill {fill:.1%} ({m.slots.active_rows:,} of "
+                f"{m.slots.compiled_rows:,}), {m.slots.compactions:,} compactions"
+            )
     lines += [f"WARNING: {w}" for w in s.warnings]
     return Text("\n".join(lines))
 

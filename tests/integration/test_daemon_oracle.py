@@ -42,6 +42,8 @@ def test_concurrent_tiny_requests_equal_sequential_runs(start_daemon, policy: st
 
 
 def test_concurrent_synthetic_qwen_requests_equal_sequential_runs(start_daemon) -> None:
+    """Also on a board without lane selection (fixed slots, docs/daemon.md): the same tokens as the
+    default board's sequential runs, on decode batches padded to the highest slot."""
     daemon = start_daemon("--model", "qwen=qwen", "--max-inflight", "2")
     reqs = make_requests(24, vocab=151_936, seed=11, max_prompt=120, max_out=32)
     reference = run_sequential(daemon.target, "qwen", reqs)
@@ -49,3 +51,13 @@ def test_concurrent_synthetic_qwen_requests_equal_sequential_runs(start_daemon) 
     assert concurrent == reference
     assert any(tok >= 100_000 for toks in reference for tok in toks), "full 151,936 vocab in use"
     _assert_idle(daemon.target)
+    fixed = start_daemon(
+        "--model", "qwen=qwen", "--device-option", "lane_selection=false", "--device-option", "inactive_rows=all"
+    )
+    assert run_concurrent(fixed.target, "qwen", reqs) == reference, "fixed slots changed a token"
+    with DaemonClient(fixed.target) as client:
+        status = client.status()
+    caps, slots = status.device.capabilities, status.models[0].slots
+    assert not caps.lane_selection and caps.inactive_rows == "all"
+    assert slots.fixed and 0 < slots.active_rows < slots.compiled_rows  # idle slots were masked
+    _assert_idle(fixed.target)

@@ -68,7 +68,8 @@ def test_sigkill_mid_stream_fails_over_with_identical_text(
     start_daemon: StartDaemon, start_gateway: StartGateway, tmp_path: Path
 ) -> None:
     # Board a serves at the modelled board speed (a 1,500-token answer takes > 25 s), so it is
-    # surely mid-stream when killed; board b, started once the stream runs, takes over.
+    # surely mid-stream when killed; board b, started once the stream runs, takes over. Board b has
+    # fixed slots (no lane selection, docs/daemon.md): the failover crosses both lane settings.
     a = start_daemon("--model", "qwen=qwen", "--time-scale", "1")
     late = f"unix:{tmp_path / 'late.sock'}"
     gateway = start_gateway("--daemon", a.target, "--daemon", late, "--failover-wait", "60")
@@ -86,7 +87,7 @@ def test_sigkill_mid_stream_fails_over_with_identical_text(
         )
     )
     chunks = [next(stream) for _ in range(6)]
-    b = start_daemon("--board", "1", "--model", "qwen=qwen", listen=late)
+    b = start_daemon("--board", "1", "--model", "qwen=qwen", "--device-option", "lane_selection=false", listen=late)
     gateway.wait_until(lambda body: sorted(body["boards"].values()) == ["up", "up"], "board b up")
     assert running_jobs(a) == 1 and accepted(b) == 0
     os.kill(a.proc.pid, signal.SIGKILL)

@@ -19,6 +19,7 @@ from calculet.daemon.core.observe.status import (
     PrefixCacheView,
     QueueView,
     ResetOutcome,
+    SlotView,
     UtilizationView,
 )
 from calculet.daemon.core.resets.budget import BoardHalt, BudgetView
@@ -58,6 +59,7 @@ class GenerationView:
         prefill_chunk_tokens: tokens one prefill job carries (0 before it is configured).
         queue_limit: requests of it that may wait for a lane beyond its free lanes (the admission
             bound, `SchedulingPolicy.queue_depth`).
+        slots: its decode batch fill and fixed-slot figures (None before it is configured).
     """
 
     alias: str
@@ -83,6 +85,7 @@ class GenerationView:
     short_prefill_tokens: int = 0
     prefill_chunk_tokens: int = 0
     queue_limit: int = 0
+    slots: SlotView | None = None
 
 
 @dataclass(frozen=True)

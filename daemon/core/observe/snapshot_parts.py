@@ -11,7 +11,7 @@ from calculet.daemon.core.client_job import ClientJob, SeqState
 from calculet.daemon.core.generations import GenerationTable
 from calculet.daemon.core.observe.prefix_views import lane_chains, pending_prefill_tokens, prefix_cache_view
 from calculet.daemon.core.observe.snapshot import GenerationView
-from calculet.daemon.core.observe.status import JobView, PoolView, QueueView
+from calculet.daemon.core.observe.status import JobView, PoolView, QueueView, SlotView
 from calculet.daemon.core.prefix_advert import advertise, tips
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.core.scheduler import Scheduler, SchedulingPolicy
@@ -58,6 +58,7 @@ def generation_view(
         short_prefill_tokens=short_bound,
         prefill_chunk_tokens=rt.prefill_chunk,
         queue_limit=policy.queue_depth,
+        slots=slot_view(rt),
     )
 
 
@@ -87,4 +88,20 @@ def job_view(s: ClientJob, now: float) -> JobView:
         s.request.priority,
         now - s.t_submit,
         s.request.client_request_id,
+    )
+
+
+def slot_view(rt: ModelRuntime) -> SlotView | None:
+    """The generation's decode rows and fixed-slot figures (`compaction.SlotStats`); None before it
+    is configured."""
+    if rt.kv is None:
+        return None
+    stats, rule = rt.slots, rt.fixed_slots
+    return SlotView(
+        fixed=rule is not None,
+        inactive_rows=rule.value if rule is not None else "",
+        active_rows=stats.active_rows,
+        compiled_rows=stats.compiled_rows,
+        compactions=stats.compactions,
+        compacted_tokens=stats.compacted_tokens,
     )

@@ -70,6 +70,31 @@ class ModelChipMemoryView:
 
 
 @dataclass(frozen=True)
+class SlotView:
+    """Decode rows and fixed slots of one generation (observe.proto `SlotStatus`; `compaction.SlotStats`).
+
+    Attributes:
+        fixed: the device has no lane selection: row i of a decode job is slot i (`device/slots.py`).
+        inactive_rows: the device's rule for idle rows when `fixed` ("only_valid" / "all"), else "".
+        active_rows / compiled_rows: active rows and compiled batch rows of its decode jobs.
+        compactions / compacted_tokens: sequences moved to a lower slot by re-prefill, and the
+            tokens those re-prefills fed.
+    """
+
+    fixed: bool
+    inactive_rows: str
+    active_rows: int
+    compiled_rows: int
+    compactions: int
+    compacted_tokens: int
+
+    @property
+    def fill(self) -> float:
+        """Active rows per compiled row (1.0 before any decode job)."""
+        return self.active_rows / self.compiled_rows if self.compiled_rows else 1.0
+
+
+@dataclass(frozen=True)
 class ModelView:
     alias: str
     generation: int
@@ -87,6 +112,7 @@ class ModelView:
     compiler: tuple[tuple[str, str], ...] = ()  # the manifest's compiler identities
     calbin_sha256: str = ""  # package/identity.py
     memory: tuple[ModelChipMemoryView, ...] = ()  # per chip, planned beside measured
+    slots: SlotView | None = None  # None before the generation is configured
 
 
 @dataclass(frozen=True)

@@ -227,19 +227,21 @@ class ChipInfo(_message.Message):
     def __init__(self, index: _Optional[int] = ..., dram_total_bytes: _Optional[int] = ..., dram_used_bytes: _Optional[int] = ..., sram_total_bytes: _Optional[int] = ..., sram_used_bytes: _Optional[int] = ...) -> None: ...
 
 class DeviceCapabilities(_message.Message):
-    __slots__ = ("max_inflight", "ping_pong", "max_resident_configurations", "lane_selection")
+    __slots__ = ("max_inflight", "ping_pong", "max_resident_configurations", "lane_selection", "inactive_rows")
     MAX_INFLIGHT_FIELD_NUMBER: _ClassVar[int]
     PING_PONG_FIELD_NUMBER: _ClassVar[int]
     MAX_RESIDENT_CONFIGURATIONS_FIELD_NUMBER: _ClassVar[int]
     LANE_SELECTION_FIELD_NUMBER: _ClassVar[int]
+    INACTIVE_ROWS_FIELD_NUMBER: _ClassVar[int]
     max_inflight: int
     ping_pong: bool
     max_resident_configurations: int
     lane_selection: bool
-    def __init__(self, max_inflight: _Optional[int] = ..., ping_pong: _Optional[bool] = ..., max_resident_configurations: _Optional[int] = ..., lane_selection: _Optional[bool] = ...) -> None: ...
+    inactive_rows: str
+    def __init__(self, max_inflight: _Optional[int] = ..., ping_pong: _Optional[bool] = ..., max_resident_configurations: _Optional[int] = ..., lane_selection: _Optional[bool] = ..., inactive_rows: _Optional[str] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens", "compiler", "calbin_sha256", "memory")
+    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens", "compiler", "calbin_sha256", "memory", "slots")
     class CompilerEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +264,7 @@ class ModelStatus(_message.Message):
     COMPILER_FIELD_NUMBER: _ClassVar[int]
     CALBIN_SHA256_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
     state: _common_pb2.ModelState
@@ -277,7 +280,8 @@ class ModelStatus(_message.Message):
     compiler: _containers.ScalarMap[str, str]
     calbin_sha256: str
     memory: _containers.RepeatedCompositeFieldContainer[ModelChipMemory]
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ..., compiler: _Optional[_Mapping[str, str]] = ..., calbin_sha256: _Optional[str] = ..., memory: _Optional[_Iterable[_Union[ModelChipMemory, _Mapping]]] = ...) -> None: ...
+    slots: SlotStatus
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ..., compiler: _Optional[_Mapping[str, str]] = ..., calbin_sha256: _Optional[str] = ..., memory: _Optional[_Iterable[_Union[ModelChipMemory, _Mapping]]] = ..., slots: _Optional[_Union[SlotStatus, _Mapping]] = ...) -> None: ...
 
 class ModelChipMemory(_message.Message):
     __slots__ = ("chip", "planned_dram_bytes", "planned_sram_bytes", "dram_bytes", "sram_bytes", "measured")
@@ -294,6 +298,22 @@ class ModelChipMemory(_message.Message):
     sram_bytes: int
     measured: bool
     def __init__(self, chip: _Optional[int] = ..., planned_dram_bytes: _Optional[int] = ..., planned_sram_bytes: _Optional[int] = ..., dram_bytes: _Optional[int] = ..., sram_bytes: _Optional[int] = ..., measured: _Optional[bool] = ...) -> None: ...
+
+class SlotStatus(_message.Message):
+    __slots__ = ("fixed", "inactive_rows", "active_rows", "compiled_rows", "compactions", "compacted_tokens")
+    FIXED_FIELD_NUMBER: _ClassVar[int]
+    INACTIVE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    COMPILED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    COMPACTIONS_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    fixed: bool
+    inactive_rows: str
+    active_rows: int
+    compiled_rows: int
+    compactions: int
+    compacted_tokens: int
+    def __init__(self, fixed: _Optional[bool] = ..., inactive_rows: _Optional[str] = ..., active_rows: _Optional[int] = ..., compiled_rows: _Optional[int] = ..., compactions: _Optional[int] = ..., compacted_tokens: _Optional[int] = ...) -> None: ...
 
 class PrefixCacheStatus(_message.Message):
     __slots__ = ("enabled", "min_tokens", "parked_lanes", "hit_tokens", "miss_tokens", "hits", "misses", "evictions", "dropped")

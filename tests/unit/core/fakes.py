@@ -36,6 +36,7 @@ from calculet.daemon.device.types import (
     DeviceCapabilities,
     DeviceInfo,
     EngineSlot,
+    InactiveRows,
     JobCounters,
     JobSpec,
     JobStatus,
@@ -110,9 +111,19 @@ class FakeDevice(VirtualDevice):
     """Args:
     fail_register_after: the registration after this many successful ones raises DeviceLost.
     ping_pong: declare two engine banks (max in-flight 2) instead of one.
+    lane_selection / inactive_rows: the declared slot capabilities (`device/slots.py`).
     """
 
-    def __init__(self, *, fail_register_after: int | None = None, ping_pong: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        fail_register_after: int | None = None,
+        ping_pong: bool = False,
+        lane_selection: bool = True,
+        inactive_rows: InactiveRows = InactiveRows.ONLY_VALID,
+    ) -> None:
+        self.lane_selection = lane_selection
+        self.inactive_rows = inactive_rows
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._jobs = itertools.count(1)
@@ -151,7 +162,8 @@ class FakeDevice(VirtualDevice):
                 max_inflight=2 if self.ping_pong else 1,
                 ping_pong=self.ping_pong,
                 max_resident_configurations=1,
-                lane_selection=True,
+                lane_selection=self.lane_selection,
+                inactive_rows=self.inactive_rows,
             ),
         )
 

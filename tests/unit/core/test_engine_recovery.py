@@ -53,19 +53,33 @@ def reference(models: Path) -> list[list[int]]:
         return generate_each(core, _reqs(8))
 
 
-def test_batched_run_equals_one_at_a_time(models: Path, reference: list[list[int]]) -> None:
-    with running_core(models) as core:
+FIXED_SLOTS = {"lane_selection": False, "inactive_rows": "all"}  # row i is slot i (`device/slots.py`)
+
+
+@pytest.mark.parametrize("options", [{}, FIXED_SLOTS], ids=["any-lane", "fixed-slots"])
+def test_batched_run_equals_one_at_a_time(models: Path, reference: list[list[int]], options: dict) -> None:
+    with running_core(models, device_options=options) as core:
         assert generate_all(core, _reqs(8)) == reference
         assert core.snapshot().counters.decode_rows > core.snapshot().counters.decode_jobs, "no batching happened"
         assert_clean(core)
 
 
-@pytest.mark.parametrize("kind", ["ccu_exception", "nan_logits", "submit_error"])
-@pytest.mark.parametrize("job", [3, 12, 25])
-def test_fault_is_recovered_without_changing_tokens(models: Path, reference, kind: str, job: int) -> None:
+@pytest.mark.parametrize(
+    ("kind", "job", "slots"),
+    [
+        *(
+            pytest.param(kind, job, {}, id=f"{kind}-{job}")
+            for job in (3, 12, 25)
+            for kind in ("ccu_exception", "nan_logits", "submit_error")
+        ),
+        pytest.param("ccu_exception", 12, FIXED_SLOTS, id="ccu_exception-12-fixed-slots"),
+        pytest.param("nan_logits", 25, FIXED_SLOTS, id="nan_logits-25-fixed-slots"),
+    ],
+)
+def test_fault_is_recovered_without_changing_tokens(models: Path, reference, kind: str, job: int, slots: dict) -> None:
     # Job indices count from the golden warm-up's jobs (9), so 12 and 25 land in the traffic.
     plan = {"faults": [{"kind": kind, "job": job}]}
-    with running_core(models, device_options={"fault_plan": plan}) as core:
+    with running_core(models, device_options={"fault_plan": plan, **slots}) as core:
         got = generate_all(core, _reqs(8))
         recoveries = core.snapshot().counters.recoveries
         anomalies = core.snapshot().anomalies

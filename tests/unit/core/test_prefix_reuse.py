@@ -60,11 +60,14 @@ def conversation(core: DeviceCore, turns: int = 5) -> list[tuple[list[int], list
     return out
 
 
-def test_a_conversation_reuses_its_lane_and_gets_exactly_the_cold_tokens(models: Path) -> None:
+# With fixed slots (`lane_selection=false`) a parked lane is its slot: reuse works the same.
+@pytest.mark.parametrize("fixed_slots", [False, True])
+def test_a_conversation_reuses_its_lane_and_gets_exactly_the_cold_tokens(models: Path, fixed_slots: bool) -> None:
     with running_core(models, prefix_reuse=False) as cold:
         want = conversation(cold)
         assert all(final.usage.cached_tokens == 0 for _, _, final in want)
-    with running_core(models) as warm:
+    options = {"lane_selection": False} if fixed_slots else {}
+    with running_core(models, device_options=options) as warm:
         got = conversation(warm)
         status = warm.status()
         assert_clean(warm)

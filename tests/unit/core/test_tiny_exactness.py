@@ -104,14 +104,21 @@ def solo(models: Path) -> list[list[Step]]:
     return out
 
 
-@pytest.mark.parametrize("order", [0, 1, 2])
+def slot_options(slots: str | None) -> dict[str, object]:
+    """Device options of a setting: None selects lanes freely, a rule name gives fixed slots
+    (`lane_selection=false` with that `inactive_rows` rule, `device/slots.py`)."""
+    return {} if slots is None else {"lane_selection": False, "inactive_rows": slots}
+
+
+# Both lane settings against the same solo runs (lanes selected freely): fixed slots change no token.
+@pytest.mark.parametrize(("order", "slots"), [(0, None), (1, None), (2, None), (0, "only_valid"), (1, "all")])
 def test_concurrent_sampled_requests_get_exactly_their_solo_tokens(
-    models: Path, solo: list[list[Step]], order: int
+    models: Path, solo: list[list[Step]], order: int, slots: str | None
 ) -> None:
     reqs = sampled_requests()
     perm = list(range(REQUESTS))
     random.Random(order).shuffle(perm)
-    with running_core(models) as core:
+    with running_core(models, device_options=slot_options(slots)) as core:
         got = run_together(core, [reqs[i] for i in perm])
         counters = core.snapshot().counters
         assert_clean(core)
@@ -128,15 +135,18 @@ PLANS = {
 }
 
 
-@pytest.mark.parametrize("plan", sorted(PLANS))
+@pytest.mark.parametrize(
+    ("plan", "slots"),
+    [*((plan, None) for plan in sorted(PLANS)), ("ccu-early-mid-late", "all"), ("nan-logits-twice", "only_valid")],
+)
 def test_recovered_sampled_requests_get_exactly_their_undisturbed_tokens(
-    models: Path, solo: list[list[Step]], plan: str
+    models: Path, solo: list[list[Step]], plan: str, slots: str | None
 ) -> None:
     faults = {"faults": [{"kind": kind, "job": job} for kind, job in PLANS[plan]]}
     # The first response (re-prefill) on one board: two NaN jobs would otherwise quarantine the model
     # and end its jobs UNAVAILABLE, to resume on another board (test_escalations.py). Three CCU
     # exceptions within the window do escalate to an automatic CCU reset, which keeps them exact.
-    options = {"fault_plan": faults}
+    options = {"fault_plan": faults, **slot_options(slots)}
     with running_core(models, device_options=options, max_recoveries=MAX_RECOVERIES, nan_escalation=0) as core:
         got = run_together(core, sampled_requests())
         counters = core.snapshot().counters

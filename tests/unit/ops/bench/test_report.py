@@ -13,7 +13,13 @@ from rich.console import Console
 
 from calculet.common.errors import FailedPrecondition
 from calculet.ops.bench import plot
-from calculet.ops.bench.device_stats import BoardSample, board_utilization, fleet_busy_ratio
+from calculet.ops.bench.device_stats import (
+    BoardSample,
+    SlotSample,
+    UtilizationSample,
+    board_utilization,
+    fleet_busy_ratio,
+)
 from calculet.ops.bench.report import SCHEMA, board_json, report_json
 from calculet.ops.bench.runner import BenchResult
 from calculet.ops.bench.slo import Slo
@@ -164,3 +170,22 @@ def test_a_board_reports_its_cross_chip_traffic_over_the_window() -> None:
     after = BoardSample("b0", dataclasses.replace(sample(3.0, 2.0), d2d_s=1.0, d2d_bytes=9_000))
     assert board_json(board_utilization(before, after))["d2d"] == {"seconds": 0.75, "bytes": 8_000}
     assert board_json(board_utilization(BoardSample("b1", None, "unavailable: down"), after))["d2d"] is None
+
+
+def test_a_board_reports_its_batch_fill_and_compactions_per_1k_tokens() -> None:
+    def at(tokens: int, active: int, compiled: int, compactions: int) -> UtilizationSample:
+        slots = SlotSample(active, compiled, compactions, fixed=True)
+        return dataclasses.replace(sample(1.0, 0.5), generated_tokens=tokens, slots=slots)
+
+    before, after = BoardSample("b0", at(100, 10, 40, 1)), BoardSample("b0", at(2100, 1510, 2040, 5))
+    assert board_json(board_utilization(before, after))["slots"] == {
+        "fixed": True,
+        "batch_fill": 0.75,
+        "compactions": 4,
+        "compactions_per_1k_tokens": 2.0,
+    }
+    older = BoardSample("b0", dataclasses.replace(sample(1.0, 0.5), slots=None))  # a daemon without the field
+    assert board_json(board_utilization(older, after))["slots"] is None
+    result = dataclasses.replace(_result(), boards=(board_utilization(before, after),))
+    text = _text(report_json(result, CONFIG))
+    assert "decode rows over the run" in text and "75.0 %" in text and "2.00" in text
