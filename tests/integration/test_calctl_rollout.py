@@ -34,6 +34,9 @@ NEW, BAD = "tiny-rollout-v2", "tiny-rollout-bad-golden"
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Keep going."}], "max_tokens": 6}
 CLIENTS = 2
 MIN_REQUESTS_AFTER = 10  # each client, after calctl has returned
+# Between a client's requests: a steady stream through every drain and load, without the CPU of a
+# closed loop at full speed.
+THINK_S = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +97,7 @@ class Traffic:
                     self._record(index, f"client {index}: {err!r}")
                     continue
                 self._record(index, None if reply.status_code == 200 else f"{reply.status_code}: {reply.text}")
+                self._stop.wait(THINK_S)
 
     def _record(self, index: int, failure: str | None) -> None:
         with self._lock:
