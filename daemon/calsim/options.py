@@ -24,6 +24,10 @@ Options:
     kernel_factory (callable like `make_kernel`, default `make_kernel`).
     checks (bool, default True): refuse a busy bank, a held buffer or a busy lane, which a real
         runtime does not (False lets tests show `GuardedDevice` alone catches such a daemon bug).
+    prefill_ignores_offset (bool, default False): a fault: every prefill runs as if its lane were
+        empty (`past_kv_len` ignored, `offset_blind.py`), as a calbin without the incremental
+        semantics would, silently; the load's offset check must catch it (docs/daemon.md, "Prefill
+        at an offset").
     state_dir (path, default $CALSIM_STATE_DIR, else `calsim/` in the default runtime directory):
         where the per-board device locks live (`calculet.daemon.calsim.device_lock`).
 """
@@ -103,6 +107,7 @@ class CalsimOptions:
     driver_version: str = PROFILES[DEFAULT_PROFILE].driver_version
     firmware_version: str = PROFILES[DEFAULT_PROFILE].firmware_version
     release_leak_bytes: int = 0
+    prefill_ignores_offset: bool = False
 
 
 _KNOWN = (
@@ -119,6 +124,7 @@ _KNOWN = (
     "driver_version",
     "firmware_version",
     "release_leak_bytes",
+    "prefill_ignores_offset",
 )
 
 
@@ -148,9 +154,8 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
     if name not in PROFILES:
         raise InvalidJob(f"calsim option profile: expected one of {', '.join(PROFILES)}, got {name!r}")
     profile = PROFILES[name]
-    checks = options.get("checks", True)
-    if not isinstance(checks, bool):
-        raise InvalidJob(f"calsim option checks: expected true or false, got {checks!r}")
+    checks = _switch(options, "checks", True)
+    ignores_offset = _switch(options, "prefill_ignores_offset", False)
     state_dir = options.get("state_dir")
     if state_dir is not None and (not isinstance(state_dir, str | Path) or not str(state_dir)):
         raise InvalidJob(f"calsim option state_dir: expected a directory path, got {state_dir!r}")
@@ -174,7 +179,16 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
         driver_version=driver,
         firmware_version=firmware,
         release_leak_bytes=_positive_int(options, "release_leak_bytes", 0, 0),
+        prefill_ignores_offset=ignores_offset,
     )
+
+
+def _switch(options: Mapping[str, Any], key: str, default: bool) -> bool:
+    """Raises: InvalidJob unless the value is true or false."""
+    value = options.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidJob(f"calsim option {key}: expected true or false, got {value!r}")
+    return value
 
 
 def _scale(options: Mapping[str, Any], key: str, default: float) -> float:
