@@ -58,6 +58,7 @@ def generation_view(
         short_prefill_tokens=short_bound,
         prefill_chunk_tokens=rt.prefill_chunk,
         queue_limit=policy.queue_depth,
+        prefill_offset=rt.offset,
     )
 
 

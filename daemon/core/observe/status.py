@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from calculet.daemon.core.audit import AuditEntry
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.prefill_offset import OffsetDecision
 from calculet.daemon.core.resets.budget import BudgetView
 from calculet.daemon.core.unload_check import ChipExcess
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, JobCounters, MemoryUsage
@@ -87,6 +88,7 @@ class ModelView:
     compiler: tuple[tuple[str, str], ...] = ()  # the manifest's compiler identities
     calbin_sha256: str = ""  # package/identity.py
     memory: tuple[ModelChipMemoryView, ...] = ()  # per chip, planned beside measured
+    prefill_offset: OffsetDecision | None = None  # None until its load decided it (`prefill_offset.py`)
 
 
 @dataclass(frozen=True)

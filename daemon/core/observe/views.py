@@ -103,6 +103,7 @@ def model_view(g: GenerationView, package: PackageIdentity, memory: tuple[ModelC
         package.compiler,
         package.calbin_sha256,
         memory,
+        g.prefill_offset,
     )
 
 
