@@ -288,6 +288,7 @@ def load_report_from_pb(pb: observe_pb2.LoadReport) -> LoadReport:
             pending_short_prefill_tokens=m.pending_short_prefill_tokens,
             short_prefill_tokens=m.short_prefill_tokens,
             queue_limit=m.queue_limit,
+            prefix_reuse=m.HasField("prefix"),
         )
         for m in pb.models
     )

@@ -358,6 +358,8 @@ class ModelLoad:
             (served first), and the daemon's short bound (0 = not reported).
         queue_limit: requests that may wait for a lane beyond the free ones (the daemon's admission
             bound; 0 = not reported).
+        prefix_reuse: the daemon reports its lanes' prefixes: prefix reuse is on for this generation
+            (off: by setting, or its prefill is not proven to run at an offset; docs/daemon.md).
     """
 
     alias: str
@@ -377,6 +379,7 @@ class ModelLoad:
     pending_short_prefill_tokens: int = 0
     short_prefill_tokens: int = 0
     queue_limit: int = 0
+    prefix_reuse: bool = True
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 from calculet.common.errors import InvalidArgument
 from calculet.common.telemetry.logs import LOG_FORMATS
-from calculet.daemon.core.chunking import parse_chunk_setting
+from calculet.daemon.core.chunking import chunk_forced, parse_chunk_setting
 from calculet.daemon.core.config import POLICIES, DaemonConfig
 from calculet.daemon.core.resets.escalations import EXIT_DEVICE_UNHEALTHY
 from calculet.daemon.core.scheduler import DECODE_JOBS_AUTO
@@ -189,9 +189,10 @@ FLAGS: tuple[Flag, ...] = (
     ),
     _flag(
         "--prefix-reuse",
-        choices=("on", "off"),
+        choices=("auto", "on", "off"),
         help="keep finished conversations' KV in their lanes (parked) and reuse the longest shared token "
-        "prefix for new requests (on)",
+        "prefix for new requests: auto (default: where the package's prefill is proven to run at an "
+        "offset), on (forced: a package without it fails to load), off",
     ),
     _flag(
         "--prefix-min-tokens",
@@ -201,7 +202,9 @@ FLAGS: tuple[Flag, ...] = (
     _flag(
         "--prefill-chunk-tokens",
         help="tokens per prefill job: longer prompts run as chunks with decode steps between them; auto "
-        "(default: about 4 decode steps of the package's timing, in 64-token blocks), off, or a number",
+        "(default: about 4 decode steps of the package's timing, in 64-token blocks, where the package's "
+        "prefill is proven to run at an offset), on or a number (forced: a package without it fails to "
+        "load), off",
     ),
     _flag(
         "--max-message-bytes",
@@ -351,6 +354,17 @@ def _on_off(settings: Mapping[str, Any], key: str, default: bool) -> bool:
     raise InvalidArgument(f"{key}: must be on or off (true or false in a config file), got {value!r}")
 
 
+def _auto_on_off(settings: Mapping[str, Any], key: str) -> str:
+    """A feature given as auto (the default: where the package allows it), on (forced) or off; a config
+    file's true/false mean on/off."""
+    value = settings.get(key, "auto")
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value in ("auto", "on", "off"):
+        return str(value)
+    raise InvalidArgument(f"{key}: must be auto, on or off (true or false in a config file), got {value!r}")
+
+
 def text_setting(settings: Mapping[str, Any], key: str, default: str) -> str:
     value = settings.get(key, default)
     if isinstance(value, Path):
@@ -393,6 +407,8 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         raise InvalidArgument(f"fault_injection: must be true or false, got {fault_injection!r}")
     options = _options_table(settings)
     _fold_shorthands(options, settings)  # settings not from `merged_settings` may still hold them
+    reuse = _auto_on_off(settings, "prefix_reuse")
+    chunk = str(settings.get("prefill_chunk_tokens", "auto"))
     return DaemonConfig(
         board=int_setting(settings, "board", 0, 0),
         device=device,
@@ -418,9 +434,11 @@ def config_from(settings: dict[str, Any]) -> DaemonConfig:
         escalation_window_s=_seconds(settings, "escalation_window", DaemonConfig.escalation_window_s, zero_ok=False),
         unhealthy_exit=_on_off(settings, "unhealthy_exit", DaemonConfig.unhealthy_exit),
         reset_window_s=_seconds(settings, "reset_window", DaemonConfig.reset_window_s, zero_ok=False),
-        prefix_reuse=_on_off(settings, "prefix_reuse", DaemonConfig.prefix_reuse),
+        prefix_reuse=reuse != "off",
+        prefix_reuse_forced=reuse == "on",
         prefix_min_tokens=int_setting(settings, "prefix_min_tokens", DaemonConfig.prefix_min_tokens, 1),
-        prefill_chunk=parse_chunk_setting(str(settings.get("prefill_chunk_tokens", "auto"))),
+        prefill_chunk=parse_chunk_setting(chunk),
+        prefill_chunk_forced=chunk_forced(chunk),
     )
 
 

@@ -29,6 +29,7 @@ from calculet.daemon.core.observe.status import (
     StatusView,
     UtilizationView,
 )
+from calculet.daemon.core.prefill_offset import OffsetDecision, OffsetVerdict
 from calculet.daemon.core.resets.budget import BudgetView, ResetReport
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, MemoryUsage
 from calculet.daemon.wire import error_status, kind_to_pb, model_state_to_pb
@@ -165,6 +166,20 @@ def _slots_to_pb(v: SlotView) -> observe_pb2.SlotStatus:
     )  # fmt: skip
 
 
+_OFFSET_VERDICT = {
+    OffsetVerdict.PROVEN: observe_pb2.PREFILL_OFFSET_VERDICT_PROVEN,
+    OffsetVerdict.REFUTED: observe_pb2.PREFILL_OFFSET_VERDICT_REFUTED,
+    OffsetVerdict.UNDECLARED: observe_pb2.PREFILL_OFFSET_VERDICT_UNDECLARED,
+}
+
+
+def _prefill_offset_to_pb(d: OffsetDecision) -> observe_pb2.PrefillOffsetStatus:
+    return observe_pb2.PrefillOffsetStatus(
+        verdict=_OFFSET_VERDICT[d.verdict], reason=d.reason, chunked_prefill=d.chunked,
+        prefix_reuse=d.prefix_reuse, jump_forward=d.jump,
+    )  # fmt: skip
+
+
 def _prefix_blocks_to_pb(m: ModelLoadView) -> observe_pb2.PrefixBlocks | None:
     if m.prefix_hashes is None:
         return None
@@ -237,6 +252,7 @@ def _model_to_pb(m: ModelView) -> observe_pb2.ModelStatus:
             for c in m.memory
         ],
         slots=_slots_to_pb(m.slots) if m.slots is not None else None,
+        prefill_offset=_prefill_offset_to_pb(m.prefill_offset) if m.prefill_offset is not None else None,
     )
 
 

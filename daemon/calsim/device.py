@@ -34,6 +34,7 @@ from calculet.daemon.calsim.job_check import resolve_job
 from calculet.daemon.calsim.kernel import Kernel
 from calculet.daemon.calsim.memory import MemoryMap, chip_needs
 from calculet.daemon.calsim.model_check import build_submodels, check_timing
+from calculet.daemon.calsim.offset_blind import OffsetBlindKernel
 from calculet.daemon.calsim.options import CalsimOptions, parse_options
 from calculet.daemon.calsim.switch_cost import configure_cost
 from calculet.daemon.calsim.timing import job_durations
@@ -164,6 +165,8 @@ class CalsimDevice(VirtualDevice):
             raise ConfigurationError(f"package {manifest.name!r}: calsim kernel: {exc}") from exc
         if not isinstance(kernel, Kernel):
             raise ConfigurationError(f"package {manifest.name!r}: kernel factory returned {type(kernel).__name__}")
+        if self._options.prefill_ignores_offset:
+            kernel = OffsetBlindKernel(kernel)
         if kernel.vocab_size != manifest.architecture.vocab_size:
             raise ConfigurationError(
                 f"package {manifest.name!r}: kernel vocab {kernel.vocab_size} != "

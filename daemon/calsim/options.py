@@ -30,6 +30,10 @@ Options:
     inactive_rows ("only_valid" | "all", default "only_valid"): with fixed slots, how a job names its
         idle rows, modelled on the runtime's KV layouts `ONLY_VALID` / `ALL` (000 §6.3,
         `InactiveRows`).
+    prefill_ignores_offset (bool, default False): a fault: every prefill runs as if its lane were
+        empty (`past_kv_len` ignored, `offset_blind.py`), as a calbin without the incremental
+        semantics would, silently; the load's offset check must catch it (docs/daemon.md, "Prefill
+        at an offset").
     state_dir (path, default $CALSIM_STATE_DIR, else `calsim/` in the default runtime directory):
         where the per-board device locks live (`calculet.daemon.calsim.device_lock`).
 """
@@ -112,6 +116,7 @@ class CalsimOptions:
     release_leak_bytes: int = 0
     lane_selection: bool = True
     inactive_rows: InactiveRows = InactiveRows.ONLY_VALID
+    prefill_ignores_offset: bool = False
 
 
 _KNOWN = (
@@ -130,6 +135,7 @@ _KNOWN = (
     "release_leak_bytes",
     "lane_selection",
     "inactive_rows",
+    "prefill_ignores_offset",
 )
 
 
@@ -159,8 +165,9 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
     if name not in PROFILES:
         raise InvalidJob(f"calsim option profile: expected one of {', '.join(PROFILES)}, got {name!r}")
     profile = PROFILES[name]
-    checks = _bool(options, "checks")
-    lane_selection = _bool(options, "lane_selection")
+    checks = _switch(options, "checks", True)
+    ignores_offset = _switch(options, "prefill_ignores_offset", False)
+    lane_selection = _switch(options, "lane_selection", True)
     inactive = options.get("inactive_rows", InactiveRows.ONLY_VALID.value)
     if not isinstance(inactive, str) or inactive.lower() not in {r.value for r in InactiveRows}:
         raise InvalidJob(f"calsim option inactive_rows: expected only_valid or all, got {inactive!r:.80}")
@@ -187,14 +194,15 @@ def parse_options(options: Mapping[str, Any]) -> CalsimOptions:
         driver_version=driver,
         firmware_version=firmware,
         release_leak_bytes=_positive_int(options, "release_leak_bytes", 0, 0),
+        prefill_ignores_offset=ignores_offset,
         lane_selection=lane_selection,
         inactive_rows=InactiveRows(inactive.lower()),
     )
 
 
-def _bool(options: Mapping[str, Any], key: str) -> bool:
-    """Raises: InvalidJob unless the value (default True) is true or false."""
-    value = options.get(key, True)
+def _switch(options: Mapping[str, Any], key: str, default: bool) -> bool:
+    """Raises: InvalidJob unless the value is true or false."""
+    value = options.get(key, default)
     if not isinstance(value, bool):
         raise InvalidJob(f"calsim option {key}: expected true or false, got {value!r}")
     return value

@@ -121,7 +121,7 @@ class Bookkeeper:
         """Prefill tokens of a new client request that a parked lane holds now (lock held; its array
         was built before the lock): what the scheduler classifies it by."""
         policy = self._config.policy
-        if not policy.prefix_reuse or seq.internal or rt.kv is None or not rt.kv.parked_count():
+        if not rt.prefix_reuse or seq.internal or rt.kv is None or not rt.kv.parked_count():
             return 0
         return rt.kv.expected_keep(seq.prefill_array(), policy.prefix_min_tokens)
 
@@ -234,16 +234,14 @@ class Bookkeeper:
 
     def _may_park(self, seq: ClientJob, rt: ModelRuntime | None, reason: FinishReason) -> bool:
         """Whether a finishing client sequence leaves its lane parked (its KV trusted, for a later
-        request to reuse): prefix reuse is on, its generation is Ready on a serving board, and it
-        ended normally (stop, length, its client's cancel, its deadline) rather than by a fault."""
-        return (
-            self._config.policy.prefix_reuse
-            and not seq.internal
-            and rt is not None
-            and rt.state is ModelState.READY
-            and not self._halted()
-            and reason in _PARKABLE
-        )
+        request to reuse): prefix reuse is on for its generation, which is Ready on a serving board,
+        and it ended normally (stop, length, its client's cancel, its deadline) rather than by a
+        fault. The offset check's first probe parks too (`ProbeShape.park`), while it warms up."""
+        if rt is None or self._halted() or reason not in _PARKABLE:
+            return False
+        if seq.internal:
+            return seq.probe is not None and seq.probe.park
+        return rt.prefix_reuse and rt.state is ModelState.READY
 
     def drop_parked(self, why: str) -> None:
         """Drop every parked lane of the board: after a reset or a fault whose KV effect is unknown,

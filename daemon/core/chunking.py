@@ -29,13 +29,14 @@ AUTO_DECODE_STEPS = 4
 
 
 def parse_chunk_setting(text: str) -> int:
-    """`auto`, `off` or a positive token count, as `--prefill-chunk-tokens` takes it.
+    """`auto`, `on` (auto, forced: `chunk_forced`), `off` or a positive token count, as
+    `--prefill-chunk-tokens` takes it.
 
     Raises:
         InvalidArgument: anything else.
     """
     value = text.strip().lower()
-    if value == "auto":
+    if value in ("auto", "on"):
         return CHUNK_AUTO
     if value == "off":
         return CHUNK_OFF
@@ -44,8 +45,15 @@ def parse_chunk_setting(text: str) -> int:
     except ValueError:
         tokens = 0
     if tokens < 1:
-        raise InvalidArgument(f"prefill_chunk_tokens: 'auto', 'off' or a positive number of tokens, got {text!r}")
+        raise InvalidArgument(f"prefill_chunk_tokens: 'auto', 'on', 'off' or a positive number of tokens, got {text!r}")
     return tokens
+
+
+def chunk_forced(text: str) -> bool:
+    """Whether a `--prefill-chunk-tokens` value forces chunking on (`on` or a number): a package whose
+    prefill is not proven to run at an offset then fails to load (`prefill_offset.py`)."""
+    value = text.strip().lower()
+    return value not in ("auto", "off")
 
 
 def auto_chunk_tokens(timing: TimingDecl, decode_batch: int) -> int:

@@ -21,6 +21,7 @@ device jobs; between them the sequence is PARTIAL and no token is sampled. A jum
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from enum import Enum, auto
 
 import numpy as np
@@ -57,6 +58,22 @@ SEQ_TRANSITIONS = table(
 )
 
 
+@dataclass(frozen=True)
+class ProbeShape:
+    """How a warm-up probe of the offset check runs (`offset_probe.py`); a client job has none.
+
+    Attributes:
+        chunk: tokens per prefill job of this probe (0: the model's chunk), so its prompt runs in pieces.
+        park: park its lane when it ends, as a client's would be, for the next probe to continue.
+        keep: take the parked lane whose history it continues, truncated to at most this many KV
+            tokens (0: take a lane cold, as every other probe).
+    """
+
+    chunk: int = 0
+    park: bool = False
+    keep: int = 0
+
+
 class ClientJob:
     """A request being served. Mutated only by the engine under its lock."""
 
@@ -86,6 +103,7 @@ class ClientJob:
         self.thinking: ThinkingTracker | None = None
         self.capture_logits = False  # warm-up probes keep the first step's logits
         self.internal = False  # a warm-up probe, not a client request (not counted in Status)
+        self.probe: ProbeShape | None = None  # the offset check's shape of an internal probe
         self.first_logits: np.ndarray | None = None
         self.stop_ids = frozenset(request.stopping.stop_token_ids) | (
             frozenset() if request.stopping.ignore_eos else eos_ids

@@ -54,9 +54,12 @@ class DaemonConfig:
             only an operator reset does).
         max_recoveries: re-prefills one job may need after lost KV before it fails.
         prefix_reuse / prefix_min_tokens: park finished jobs' lanes and match new jobs against them
-            (the shortest shared prefix worth a parked lane).
+            (the shortest shared prefix worth a parked lane), where the package's prefill is proven
+            to run at an offset (`prefill_offset.py`).
         prefill_chunk: `chunking.CHUNK_AUTO`, `CHUNK_OFF` or tokens per prefill job (the serial
-            policy, today's path, never chunks).
+            policy, today's path, never chunks), where the prefill is proven to run at an offset.
+        prefix_reuse_forced / prefill_chunk_forced: the operator set them on explicitly: a package
+            whose prefill is not proven to run at an offset fails to load instead of serving without.
     """
 
     board: int = 0
@@ -89,6 +92,8 @@ class DaemonConfig:
     prefix_reuse: bool = True
     prefix_min_tokens: int = 16
     prefill_chunk: int = CHUNK_AUTO
+    prefix_reuse_forced: bool = False
+    prefill_chunk_forced: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -130,6 +135,8 @@ class DaemonConfig:
             prefix_reuse=self.prefix_reuse,
             prefix_min_tokens=self.prefix_min_tokens,
             prefill_chunk=CHUNK_OFF if serial else self.prefill_chunk,
+            prefix_reuse_forced=self.prefix_reuse and self.prefix_reuse_forced,
+            prefill_chunk_forced=not serial and self.prefill_chunk != CHUNK_OFF and self.prefill_chunk_forced,
         )
         return EngineConfig(
             policy=policy,

@@ -66,7 +66,7 @@ from calculet.common.errors import CalculetError, Cancelled, ErrorKind, NotFound
 from calculet.daemon.core import completion, expiry
 from calculet.daemon.core.audit import BoardAudit
 from calculet.daemon.core.bookkeeping import Bookkeeper, EngineCounters
-from calculet.daemon.core.client_job import ClientJob, SeqState
+from calculet.daemon.core.client_job import ClientJob, ProbeShape, SeqState
 from calculet.daemon.core.completion import BoardFacts
 from calculet.daemon.core.engine_types import EngineConfig, ProbeOutcome, SubmitReceipt
 from calculet.daemon.core.events import (
@@ -381,6 +381,7 @@ class Engine:
         *,
         capture_logits: bool,
         seed_given: bool,
+        probe: ProbeShape | None = None,
     ) -> tuple[ClientJob, bool]:
         """`submit`, returning the sequence itself (a probe waits on it even if it leaves retention at
         once). `runtime`: serve on this generation instead of the alias's (warm-up probes)."""
@@ -405,6 +406,7 @@ class Engine:
         seq = ClientJob(new_sequence_id(), req, rt.generation, rt.eos_ids)
         seq.capture_logits = capture_logits
         seq.internal = runtime is not None
+        seq.probe = probe if seq.internal else None
         if req.sampling.has_penalties:
             seq.history = TokenHistory(limits.vocab_size, req.prompt_tokens, seq.generated)
         answer_from = 0  # the first resumed token a constraint sees (after a think block)
@@ -417,7 +419,7 @@ class Engine:
             # request's matcher replays the answer tokens it already has (InvalidArgument if it cannot).
             seq.grammar = rt.grammar.matcher(req.sampling.constraint)
             seq.grammar.replay(req.resume_tokens[answer_from:], answer_from)
-        if self._config.policy.prefix_reuse and runtime is None:
+        if rt.prefix_reuse and runtime is None:
             seq.prefill_array()  # O(prompt), outside the lock: matched against parked lanes under it
         with self._cond:
             if req.client_request_id and (first := self._jobs.deduplicate(req.client_request_id, digest)):
@@ -471,9 +473,12 @@ class Engine:
             seq = self._jobs.get(job_id)
             return (seq.generation, seq.recoveries) if seq is not None else None
 
-    def probe(self, req: GenerationRequest, rt: ModelRuntime, timeout: float) -> ProbeOutcome | None:
+    def probe(
+        self, req: GenerationRequest, rt: ModelRuntime, timeout: float, shape: ProbeShape | None = None
+    ) -> ProbeOutcome | None:
         """Run a warm-up probe on a generation that is not published yet and wait for it (the
-        golden check). Blocks the caller, never the engine threads.
+        golden check; `shape`: how the offset check runs it, `offset_probe.py`). Blocks the caller,
+        never the engine threads.
 
         Returns:
             Its Final, tokens and first logits; None when it did not finish within `timeout` seconds
@@ -482,7 +487,7 @@ class Engine:
         Raises:
             As `submit`.
         """
-        seq, _ = self._queue(req, rt, capture_logits=True, seed_given=True)
+        seq, _ = self._queue(req, rt, capture_logits=True, seed_given=True, probe=shape)
         if not wait_finished(seq.log, timeout):
             with self._cond:
                 if self._jobs.is_live(seq.job_id):
@@ -491,7 +496,9 @@ class Engine:
         with self._cond:
             final = seq.log.read(0)[-1]
             assert isinstance(final, FinalEvent)
-            return ProbeOutcome(final, tuple(seq.generated), seq.first_logits, seq.recoveries, seq.nonfinite)
+            return ProbeOutcome(
+                final, tuple(seq.generated), seq.first_logits, seq.recoveries, seq.nonfinite, seq.cached_tokens
+            )
 
     # ---- observation --------------------------------------------------------------------------
 

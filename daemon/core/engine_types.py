@@ -76,11 +76,12 @@ class SubmitReceipt:
 @dataclass(frozen=True)
 class ProbeOutcome:
     """A finished warm-up probe: its Final, its tokens, its first step's logits, how many times it
-    re-prefilled after lost KV (a device fault during the check) and how many of those were for
-    non-finite logits."""
+    re-prefilled after lost KV (a device fault during the check), how many of those were for
+    non-finite logits, and the KV tokens of a parked lane it took (the offset check's continued run)."""
 
     final: FinalEvent
     tokens: tuple[int, ...]
     first_logits: np.ndarray | None
     recoveries: int = 0
     nonfinite: int = 0
+    cached_tokens: int = 0

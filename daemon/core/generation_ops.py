@@ -19,6 +19,7 @@ from calculet.daemon.core.executor import Executor
 from calculet.daemon.core.generations import GenerationTable
 from calculet.daemon.core.job_table import JobTable
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.prefill_offset import OffsetDecision
 from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.api import ConfiguredModel
@@ -154,6 +155,16 @@ class GenerationOps:
         with self._cond:
             rt.model = model
             rt.lifecycle.move(ModelState.WARMING)
+            self._cond.notify_all()
+
+    def settle_offset(self, rt: ModelRuntime, decision: OffsetDecision) -> None:
+        """A warming generation serves with the features its load decided (`ModelRuntime.settle_offset`);
+        without prefix reuse, a lane the offset check's probe left parked is dropped (its device
+        lane queued for KV Free), so nothing is advertised or matched."""
+        with self._cond:
+            rt.settle_offset(decision)
+            if not rt.prefix_reuse and rt.kv is not None:
+                rt.kv.drop_parked()
             self._cond.notify_all()
 
     def move_generation(self, rt: ModelRuntime, state: ModelState) -> None:

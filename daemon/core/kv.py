@@ -300,7 +300,9 @@ class KVManager:
         """
         return self.take(owner, None, 0)
 
-    def take(self, owner: SequenceId, tokens: np.ndarray | None, min_tokens: int) -> LaneHandle | None:
+    def take(
+        self, owner: SequenceId, tokens: np.ndarray | None, min_tokens: int, max_keep: int | None = None
+    ) -> LaneHandle | None:
         """Give `owner` a lane chosen by `prefix_match.choose_lane`: a parked lane it continues
         (PARKED -> ACTIVE, length = the tokens kept: a tail deletion), a FREE lane, or the least
         recently used parked lane, truncated to the prefix they share or emptied (its device lane
@@ -309,6 +311,7 @@ class KVManager:
         Args:
             tokens: the owner's prefill tokens (int32), or None to take a lane without matching.
             min_tokens: the shortest prefix worth a parked lane.
+            max_keep: keep at most this many tokens of a matched lane (None: all it shares).
 
         Returns:
             The handle, or None when no lane is FREE or PARKED (nothing changes).
@@ -320,7 +323,7 @@ class KVManager:
         if held is not None:
             raise OwnerHasLane(f"sequence {owner!r} already holds KV lane {held}")
         views = [rec.parked.view(i) for i, rec in self._parked.items() if rec.parked]
-        choice = choose_lane(tokens, views, self._free, min_tokens, lowest_slot=self.fixed_slots)
+        choice = choose_lane(tokens, views, self._free, min_tokens, max_keep, lowest_slot=self.fixed_slots)
         if choice is None:
             return None
         rec = self._lanes[choice.lane]

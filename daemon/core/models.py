@@ -40,13 +40,26 @@ from calculet.common.errors import (
 )
 from calculet.common.phase_clock import PhaseClock
 from calculet.daemon.core.audit import BoardAudit
+from calculet.daemon.core.chunking import CHUNK_OFF
+from calculet.daemon.core.client_job import ProbeShape
 from calculet.daemon.core.engine import Engine
+from calculet.daemon.core.engine_types import ProbeOutcome
 from calculet.daemon.core.errors import BoardHalted
 from calculet.daemon.core.golden import AttemptResult, GoldenVerdict, golden_request, judge
 from calculet.daemon.core.golden import recheck as golden_recheck
 from calculet.daemon.core.memory_ledger import MemoryLedger
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.offset_probe import offset_request, prove_offset
+from calculet.daemon.core.prefill_offset import (
+    OffsetDecision,
+    OffsetVerdict,
+    OffsetWants,
+    PrefillOffsetRefused,
+    decide,
+    undeclared_reason,
+)
 from calculet.daemon.core.runtime import ModelRuntime
+from calculet.daemon.core.scheduler import SchedulingPolicy
 from calculet.daemon.core.switch import SwitchSpec, phases_text, switch_entry
 from calculet.daemon.core.unload_check import ChipExcess, Footprint, excess_text, footprint, unload_problem
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
@@ -276,6 +289,13 @@ class ModelManager:
         rt = ModelRuntime(alias, generation, manifest, package_dir)
         step = _Stepper(rt, progress)
         step.move(ModelState.VALIDATING, f"validated {package_dir.name} ({warnings} warnings)", bytes_total=hashed)
+        wants = _offset_wants(self.engine.config.policy)
+        try:  # an undeclared offset the settings force on is refused before anything changes
+            undeclared = undeclared_reason(manifest)
+            gate = decide(OffsetVerdict.UNDECLARED, undeclared, wants) if undeclared is not None else None
+        except PrefillOffsetRefused as exc:
+            step.fail(exc)
+            raise PrefillOffsetRefused(f"load of {alias!r} failed: {exc}") from exc
         if make_way is not None:
             try:
                 make_way()
@@ -289,10 +309,16 @@ class ModelManager:
             self._make_room(alias, manifest, drain_s)
             model = self._configure(alias, package_dir, manifest, drain_s)
             config = self.engine.config
-            rt.attach(self.device, model, self.engine.engine_slots, config.synchronous, config.policy.prefill_chunk)
+            chunk = CHUNK_OFF if gate is not None else config.policy.prefill_chunk
+            reuse = gate is None and config.policy.prefix_reuse
+            rt.attach(self.device, model, self.engine.engine_slots, config.synchronous, chunk, reuse)
             step.move(ModelState.WARMING, f"{_cost_text(model)}; running the golden prefill/decode check")
             self.engine.generations.start_jobs(rt)
-            self._golden_check(rt)
+            # The golden prompt whole (one prefill job, whatever the chunk), its lane parked for the
+            # offset check's continued run where the package declares the offset.
+            whole_run = ProbeShape(chunk=len(manifest.golden.prompt_tokens), park=gate is None)
+            whole = self._golden_check(rt, whole_run)
+            self._settle_offset(rt, gate, wants, whole)
         except CalculetError as exc:
             step.fail(exc)
             self.engine.generations.cancel_generation(generation, f"load of {alias} failed")
@@ -300,9 +326,12 @@ class ModelManager:
             self._discard(rt)
             if isinstance(exc, BoardHalted):  # refused, not failed: the caller retries elsewhere
                 raise BoardHalted(f"load of {alias!r} stopped: {exc}") from exc
-            raise FailedPrecondition(f"load of {alias!r} failed: {exc}") from exc
+            failed = PrefillOffsetRefused if isinstance(exc, PrefillOffsetRefused) else FailedPrecondition
+            raise failed(f"load of {alias!r} failed: {exc}") from exc
         held = excess_text(self._ledger.excess)
-        step.move(ModelState.READY, f"generation {generation} serving" + (f"; {held}" if held else ""), done=False)
+        offset = rt.offset
+        off = f"; {offset.summary()}" if offset is not None and not offset.allowed else ""
+        step.move(ModelState.READY, f"generation {generation} serving{off}" + (f"; {held}" if held else ""), done=False)
         rt.ready_at = time.time()
         old = self.engine.generations.publish(rt)
         if old is not None:
@@ -456,17 +485,49 @@ class ModelManager:
                 return reason
         return None
 
-    def _golden_check(self, rt: ModelRuntime) -> None:
+    def _golden_check(self, rt: ModelRuntime, shape: ProbeShape | None = None) -> ProbeOutcome:
         """Run the package's golden prefill/decode on `rt` and compare (`golden.judge`; a fault the
-        probe re-prefilled past does not fail it).
+        probe re-prefilled past does not fail it). `shape`: the offset check's (its lane parked).
+
+        Returns:
+            The matching run.
 
         Raises:
             FailedPrecondition: it did not finish, or did not match.
         """
-        probe = self.engine.probe(golden_request(rt.alias, rt.manifest.golden), rt, self.warm_timeout_s)
+        probe = self.engine.probe(golden_request(rt.alias, rt.manifest.golden), rt, self.warm_timeout_s, shape)
         attempt = judge(probe, rt.manifest.golden, self.warm_timeout_s)
-        if attempt.result is not AttemptResult.MATCH:
+        if probe is None or attempt.result is not AttemptResult.MATCH:
             raise FailedPrecondition(attempt.message)
+        return probe
+
+    def _settle_offset(
+        self, rt: ModelRuntime, gate: OffsetDecision | None, wants: OffsetWants, whole: ProbeOutcome
+    ) -> None:
+        """Decide whether the warming generation prefills at an offset (`prefill_offset.py`): `gate`
+        when its package does not declare it, else what the offset check (`offset_probe.py`) proves
+        after the golden check's `whole` run. Logs it; Status and the metrics show `rt.offset`.
+
+        Raises:
+            PrefillOffsetRefused: not proven, and the settings force chunking or reuse on.
+            CalculetError: the board refused a probe.
+        """
+        decision = gate
+        if decision is None:
+            golden = rt.manifest.golden
+            timeout = self.warm_timeout_s
+
+            def run(shape: ProbeShape, tokens: int) -> ProbeOutcome | None:
+                return self.engine.probe(offset_request(rt.alias, golden, tokens), rt, timeout, shape)
+
+            verdict, reason = prove_offset(run, whole, len(golden.prompt_tokens))
+            decision = decide(verdict, reason, wants)
+        self.engine.generations.settle_offset(rt, decision)
+        what = f"model {rt.alias} generation {rt.generation}"
+        if decision.allowed:
+            log.info("%s: %s", what, decision.summary())
+        else:
+            log.warning("%s: %s", what, decision.summary())
 
     # ---- switches ------------------------------------------------------------------------------
 
@@ -759,6 +820,16 @@ class _Stepper:
         self.rt.message = str(exc)
         self.progress(LoadProgress(self.rt.alias, self.rt.generation, ModelState.FAILED, str(exc), True, exc.kind))
         self.rt.lifecycle.move(ModelState.UNLOADED)
+
+
+def _offset_wants(policy: SchedulingPolicy) -> OffsetWants:
+    """What the daemon's settings ask of the features that prefill at an offset (`prefill_offset.py`)."""
+    return OffsetWants(
+        chunk=policy.prefill_chunk != CHUNK_OFF,
+        reuse=policy.prefix_reuse,
+        chunk_forced=policy.prefill_chunk_forced,
+        reuse_forced=policy.prefix_reuse_forced,
+    )
 
 
 def _cost_text(model: ConfiguredModel) -> str:

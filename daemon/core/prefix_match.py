@@ -105,6 +105,7 @@ def choose_lane(
     parked: Sequence[ParkedView],
     free: AbstractSet[int],
     min_tokens: int,
+    max_keep: int | None = None,
     *,
     lowest_slot: bool = False,
 ) -> LaneChoice | None:
@@ -116,6 +117,8 @@ def choose_lane(
         parked: the parked lanes of the sequence's generation.
         free: the FREE lanes.
         min_tokens: the shortest match worth a parked lane (>= 1).
+        max_keep: keep at most this many KV tokens of a matched lane (None: the whole match): the
+            load's offset check truncates deeper than a next turn would (`offset_probe.py`).
         lowest_slot: fixed slots: after a continuation, the lowest FREE or PARKED slot.
 
     Returns:
@@ -125,9 +128,10 @@ def choose_lane(
     if tokens is not None and len(tokens) > 1:
         for p in parked:
             shared = common_prefix(tokens, p.tokens)
-            keep = min(shared, len(tokens) - 1)
+            match = min(shared, len(tokens) - 1)
+            keep = match if max_keep is None else min(match, max_keep)
             if keep >= max(1, min_tokens):
-                lost = len(p.tokens) - keep
+                lost = len(p.tokens) - match  # the cap does not make a continuation a stranger
                 hits.append(_Hit(p, keep, shared >= p.prompt_len and lost < CONTINUATION_LOSS_TOKENS))
     continuations = [h for h in hits if h.continues]
     if continuations:

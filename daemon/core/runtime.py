@@ -4,8 +4,10 @@ A `ModelRuntime` is created by the ModelManager when a package is configured and
 that generation is unloaded. It bundles what the engine needs per generation: the device's
 `ConfiguredModel`, the `KVManager` for its lanes, the `JobPool` of its host buffers, the
 `Sampler`, the constraint compiler, the submodels chosen for prefill and decode, its prefill chunk
-size, its jump-forward threshold (`jump.py`), its prefix reuse and jump figures, and, on a device
-without lane selection, its fixed-slot rule and figures (`compaction.py`). Nothing in it
+size, its jump-forward threshold (`jump.py`), whether it may prefill at an offset (chunks, prefix
+reuse and jumps: `prefill_offset.py`, settled by the load's probe), its prefix reuse and jump
+figures, and, on a device without lane selection, its fixed-slot rule and figures
+(`compaction.py`). Nothing in it
 outlives the generation; a completion carrying another generation never touches it.
 """
 
@@ -22,6 +24,7 @@ from calculet.daemon.core.job_buffers import JobPool
 from calculet.daemon.core.jump import JumpStats, jump_thresholds
 from calculet.daemon.core.kv import KVManager
 from calculet.daemon.core.model_state import MODEL_TRANSITIONS, ModelState
+from calculet.daemon.core.prefill_offset import OffsetDecision
 from calculet.daemon.core.request import ModelLimits
 from calculet.daemon.device.api import ConfiguredModel, VirtualDevice
 from calculet.daemon.device.slots import slot_bound
@@ -95,6 +98,8 @@ class ModelRuntime:
         self.prefill_chunk = 0  # tokens one prefill job carries (set by `attach`)
         self.chunked = False  # prefills longer than `prefill_chunk` run as several jobs
         self.jump_min_runs: tuple[int, ...] = ()  # `jump.jump_thresholds` (empty: never jumps; set by `attach`)
+        self.prefix_reuse = False  # its finished client jobs park lanes and new ones match them (`attach`)
+        self.offset: OffsetDecision | None = None  # how it prefills at an offset (`settle_offset`)
         self.prefix = PrefixStats()
         self.jumps = JumpStats()
         # The device's inactive-row rule when it has no lane selection (row i is slot i), else None.
@@ -112,12 +117,13 @@ class ModelRuntime:
         engine_slots: tuple[EngineSlot, ...],
         serial_sampling: bool = False,
         chunk_setting: int = CHUNK_AUTO,
+        prefix_reuse: bool = True,
     ) -> None:
         """Build the per-generation state around a freshly configured model.
 
         The job pool's `epoch` counts buffer rebuilds within this model generation: it starts at 0
         and moves on each time quarantined buffers force a rebuild. `chunk_setting` (`chunking.py`)
-        decides the prefill chunk.
+        decides the prefill chunk and `prefix_reuse` whether lanes park, until `settle_offset`.
 
         Raises:
             FailedPrecondition: the model lacks a prefill or decode submodel.
@@ -133,6 +139,7 @@ class ModelRuntime:
         self.prefill_chunk = chunk_tokens(
             chunk_setting, self.manifest.timing, self.prefill.max_tokens, decodes[-1].batch
         )
+        self.prefix_reuse = prefix_reuse
         self.model = model
         caps = device.info().capabilities
         self.fixed_slots = None if caps.lane_selection else caps.inactive_rows
@@ -149,6 +156,18 @@ class ModelRuntime:
             if serial_sampling
             else Sampler(model.vocab_size, rows)
         )
+
+    def settle_offset(self, decision: OffsetDecision) -> None:
+        """Serve as the load decided (`prefill_offset.decide`): without prefill at an offset, each
+        prompt is one prefill job (up to the prefill bucket), no lane parks and nothing jumps. Called
+        under the engine lock, before the generation is published."""
+        assert self.prefill is not None
+        self.offset = decision
+        if not decision.chunked:
+            self.chunked, self.prefill_chunk = False, self.prefill.max_tokens
+        self.prefix_reuse = self.prefix_reuse and decision.prefix_reuse
+        if not decision.jump:
+            self.jump_min_runs = ()
 
     @property
     def limits(self) -> ModelLimits:

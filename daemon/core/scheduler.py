@@ -98,10 +98,15 @@ class SchedulingPolicy:
         retry_after_s: the retry hint of every OVERLOADED answer of this scheduler: a refused Submit
             (trailing metadata) and an in-band Final (admission deadline, no KV space).
         priority_aging_s: waiting time that raises a request's priority by one.
-        prefix_reuse: finished sequences park their lanes and new ones match against them.
+        prefix_reuse: finished sequences park their lanes and new ones match against them, in each
+            generation whose prefill is proven to run at an offset (`prefill_offset.py`; resolved per
+            model when it is loaded: `ModelRuntime.prefix_reuse`).
         prefix_min_tokens: the shortest shared prefix a sequence takes a parked lane for.
         prefill_chunk: `chunking.CHUNK_AUTO`, `CHUNK_OFF` or tokens per prefill job (resolved per
-            model when it is configured: `ModelRuntime.prefill_chunk`).
+            model when it is configured: `ModelRuntime.prefill_chunk`; no chunks where its prefill is
+            not proven to run at an offset).
+        prefix_reuse_forced / prefill_chunk_forced: the operator asked for them explicitly: a
+            package whose prefill is not proven to run at an offset fails to load instead.
     """
 
     max_active: int = 1 << 30
@@ -116,6 +121,8 @@ class SchedulingPolicy:
     prefix_reuse: bool = True
     prefix_min_tokens: int = 16
     prefill_chunk: int = CHUNK_AUTO
+    prefix_reuse_forced: bool = False
+    prefill_chunk_forced: bool = False
 
 
 @dataclass
@@ -275,7 +282,8 @@ class Scheduler:
                     self._take_lane(seq, rt)
                 assert seq.lane is not None
                 past = kv.lane(seq.lane).length
-                plan.targets.append((seq.lane, min(len(seq.prefill_tokens), past + rt.prefill_chunk)))
+                chunk = seq.probe.chunk if seq.probe is not None and seq.probe.chunk else rt.prefill_chunk
+                plan.targets.append((seq.lane, min(len(seq.prefill_tokens), past + chunk)))
                 seq.lifecycle.move(SeqState.PREFILL)
             else:
                 assert seq.lane is not None
@@ -285,12 +293,15 @@ class Scheduler:
 
     def _take_lane(self, seq: ClientJob, rt: ModelRuntime) -> LaneHandle:
         """A lane for a sequence that holds none: matched against the parked lanes on its first
-        admission (client jobs, prefix reuse on), else any FREE or evicted one."""
+        admission (client jobs of a generation with prefix reuse on, and the offset check's
+        continued probe, which keeps at most `probe.keep` tokens), else any FREE or evicted one."""
         assert rt.kv is not None
         first = seq.state is SeqState.WAITING
-        matching = first and self.policy.prefix_reuse and not seq.internal
+        keep = seq.probe.keep if seq.probe is not None and seq.probe.keep else None
+        matching = first and ((rt.prefix_reuse and not seq.internal) or keep is not None)
         tokens = seq.prefill_array() if matching else None
-        handle = rt.kv.take(seq.job_id, tokens, self.policy.prefix_min_tokens)
+        min_tokens = 1 if keep is not None else self.policy.prefix_min_tokens
+        handle = rt.kv.take(seq.job_id, tokens, min_tokens, keep)
         assert handle is not None, "a prefill was planned without a free or parked lane"
         seq.lane = handle.lane
         if handle.source is LaneSource.EVICTED:
@@ -299,13 +310,12 @@ class Scheduler:
             seq.t_admit = time.monotonic()
             seq.cached_tokens = handle.kept
             seq.seed_block_hashes(handle.kept_hashes)
-            stats = rt.prefix
-            if handle.kept:
-                stats.hits += 1
-            elif not seq.internal:
-                stats.misses += 1
-            stats.hit_tokens += handle.kept
-            stats.miss_tokens += 0 if seq.internal else len(seq.prefill_tokens) - handle.kept
+            if not seq.internal:  # a probe's reuse is no client's saving
+                stats = rt.prefix
+                stats.hits += 1 if handle.kept else 0
+                stats.misses += 0 if handle.kept else 1
+                stats.hit_tokens += handle.kept
+                stats.miss_tokens += len(seq.prefill_tokens) - handle.kept
         return handle
 
     def compaction(self, rt: ModelRuntime) -> list[tuple[ClientJob, SlotMove]]:

@@ -98,6 +98,16 @@ def _prefix_tokens(view: StatusView) -> Points:
     return points
 
 
+def _prefill_offset(view: StatusView) -> Points:
+    """Per decided generation: 1 when it prefills at an offset (chunks, prefix reuse), 0 when not;
+    the verdict (proven, refuted, undeclared) says why."""
+    return [
+        (1.0 if d.allowed else 0.0, {"model": m.alias, "generation": str(m.generation), "verdict": d.verdict.value})
+        for m in view.models
+        if (d := m.prefill_offset) is not None
+    ]
+
+
 def _queues(view: StatusView) -> Points:
     points = []
     for m in view.models:
@@ -200,6 +210,9 @@ GAUGES: tuple[Gauge, ...] = (
     Gauge("calculet_slot_compactions_total", True, "",
           "Sequences moved to a lower fixed slot by re-prefill (no lane selection)",
           lambda v: _slots(v, lambda s: s.compactions)),
+    Gauge("calculet_model_prefill_offset", False, "",
+          "1 where the generation prefills at an offset (chunked prefill, prefix reuse), 0 where not",
+          _prefill_offset),
     Gauge("calculet_queue_depth", False, "", "Scheduler queues", _queues),
     Gauge("calculet_inflight_jobs", False, "", "Device jobs in flight", lambda v: _one(v.inflight)),
     Gauge("calculet_inflight_limit", False, "", "Device jobs allowed in flight", lambda v: _one(v.max_inflight)),

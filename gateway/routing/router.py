@@ -152,7 +152,7 @@ class Router:
             turnover_ms=self.turnover.ms(alias),
         )
         sent = self.sent_prefixes(board, alias)
-        if sent is None or self.mode is not RoutingMode.PREFIX:
+        if sent is None or self.mode is not RoutingMode.PREFIX or not _reuses_prefixes(board, alias):
             return view
         hashes, tips = sent.held(view.prefix_hashes | view.prefix_tips, self._clock(), board.epoch)
         if not tips:
@@ -163,8 +163,17 @@ class Router:
         now = self._clock()
         if completed:
             self.turnover.observe(placement.alias, now - placement.placed_at)
-            if placement.blocks:  # its lane parks with this prompt: the board reports it soon
+            if placement.blocks and _reuses_prefixes(placement.board, placement.alias):
+                # its lane parks with this prompt: the board reports it soon
                 views = self._sent.setdefault(placement.board, {})
                 sent = views.setdefault(placement.alias, SentPrefixes(self._confirm_within_s))
                 sent.parked(placement.blocks, now, placement.board.epoch)
         self._fleet.released(placement.board)
+
+
+def _reuses_prefixes(board: Board, alias: str) -> bool:
+    """The board's last report of `alias` carries prefix blocks: its prefix reuse is on. A board that
+    reports none (reuse off, or its package's prefill not proven to run at an offset) parks no lane,
+    so the pick-time view must not draw a conversation's next turn there."""
+    model = board.model(alias)
+    return model is not None and model.prefix_reuse

@@ -112,7 +112,16 @@ def _models(models: Sequence[observe_pb2.ModelStatus]) -> Table:
         )  # fmt: skip
         if m.HasField("error"):
             table.add_row("", Text(f"error: {m.error.message}"), *[""] * (len(columns) - 2))
+        if m.HasField("prefill_offset") and m.prefill_offset.verdict != observe_pb2.PREFILL_OFFSET_VERDICT_PROVEN:
+            table.add_row("", Text(_offset_line(m.prefill_offset)), *[""] * (len(columns) - 2))
     return table
+
+
+def _offset_line(o: observe_pb2.PrefillOffsetStatus) -> str:
+    """`prefill at an offset undeclared: chunked prefill and prefix reuse off (why)` (docs/daemon.md,
+    "Prefill at an offset"); shown only where it is not proven."""
+    verdict = observe_pb2.PrefillOffsetVerdict.Name(o.verdict).removeprefix("PREFILL_OFFSET_VERDICT_").lower()
+    return f"prefill at an offset {verdict}: chunked prefill and prefix reuse off ({o.reason})"
 
 
 _LANE_ORDER = (

@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from calculet.client import DaemonClient
 from calculet.common.errors import CalculetError, FailedPrecondition, Unavailable
+from calculet.daemon.core.offset_probe import PROBE_JOBS
 from calculet.v1.common_pb2 import MODEL_STATE_READY, RESET_KIND_QUARANTINE, SERVING_STATUS_SERVING
 
 from .helpers import assert_idle_soon, poll
@@ -67,7 +68,8 @@ def test_inject_fault_rpc_is_off_by_default_and_recovered_when_on(start_daemon) 
 
 def test_grpc_health_turns_not_serving_by_itself_when_the_device_is_lost(start_daemon, tmp_path: Path) -> None:
     plan = tmp_path / "lost.json"
-    plan.write_text(json.dumps({"faults": [{"kind": "device_lost", "job": 12}]}))
+    # After the load's golden check (9 jobs) and offset check: in the traffic.
+    plan.write_text(json.dumps({"faults": [{"kind": "device_lost", "job": 9 + PROBE_JOBS + 3}]}))
     # Stays up to be asked (by default it exits 75 for a restart: test_fleet_escalations.py).
     daemon = start_daemon("--model", "tiny=tiny", "--fault-plan", str(plan), "--unhealthy-exit", "off")
     with DaemonClient(daemon.target) as client, pytest.raises(Unavailable):

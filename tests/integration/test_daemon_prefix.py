@@ -1,6 +1,7 @@
 """Issue 19 against real daemons: conversations that do not pay twice, parked lanes that cost admission
 nothing, a queue bound that counts only requests waiting for a lane, faults between turns that leave
-the next turn cold and correct, and chunked prefill that equals one job.
+the next turn cold and correct, chunked prefill that equals one job, and a calbin that ignores the
+prefill offset caught at load.
 
 Every comparison is with a cold run of the same request and seed on a daemon with prefix reuse off
 (bit for bit on the tiny package's numeric kernel, logprobs included).
@@ -16,8 +17,10 @@ import pytest
 
 from calculet.client import DaemonClient
 from calculet.common.errors import CalculetError, ErrorKind
+from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.sim_packages.build import build_sim_package
-from calculet.v1.observe_pb2 import LANE_STATE_FREE, LANE_STATE_PARKED
+from calculet.ops.sim_packages.golden import compute_golden
+from calculet.v1.observe_pb2 import LANE_STATE_FREE, LANE_STATE_PARKED, PREFILL_OFFSET_VERDICT_REFUTED
 
 from .conftest import DaemonProcess
 from .helpers import assert_idle_soon
@@ -190,3 +193,29 @@ def test_a_chunked_prefill_equals_one_job(start_daemon: StartDaemon) -> None:
         jobs = b.status().device_counters.submitted - submitted
         assert jobs == -(-180 // 24) + 19, "8 prefill chunks, then 19 decode steps"
         assert_idle_soon(b)
+
+
+def test_a_calbin_ignoring_the_offset_serves_unchunked_without_reuse_and_answers_as_a_cold_run(
+    start_daemon: StartDaemon, models_root: Path
+) -> None:
+    # calsim's fault: every prefill runs as if its lane were empty. The load's offset check must see
+    # it and turn chunking and reuse off; the answers are then the kernel's own greedy run, computed
+    # here at offset 0 (a cold run), for a prompt auto chunking would split and for its next turn.
+    daemon = start_daemon("--model", "tiny=tiny", "--device-option", "prefill_ignores_offset=true")
+    manifest = load_manifest(models_root / "tiny")
+    first = [(7 * i + 3) % 500 for i in range(150)]
+    with DaemonClient(daemon.target) as client:
+        m = client.status().models[0]
+        offset = m.prefill_offset
+        assert offset.verdict == PREFILL_OFFSET_VERDICT_REFUTED, offset
+        assert "the continued run's first logits differ" in offset.reason
+        assert not (offset.chunked_prefill or offset.prefix_reuse or offset.jump_forward)
+        assert not m.prefix_cache.enabled and m.prefill_chunk_tokens == 256  # one job: the prefill bucket
+        prompt = first
+        for _ in range(2):
+            cold = compute_golden(manifest, models_root / "tiny", prompt).decode_tokens
+            gen = client.generate("tiny", prompt, max_tokens=len(cold), temperature=0.0, ignore_eos=True)
+            assert list(gen) == list(cold)
+            assert gen.final.usage.cached_tokens == 0  # type: ignore[attr-defined]
+            prompt = [*prompt, *cold, 9, 8, 7]  # the next turn: its KV would have been reused
+        assert_idle_soon(client)

@@ -30,7 +30,7 @@ def prefix_cache_view(rt: ModelRuntime, policy: SchedulingPolicy) -> PrefixCache
         return None
     stats = rt.prefix
     return PrefixCacheView(
-        policy.prefix_reuse, policy.prefix_min_tokens, rt.kv.parked_count(), stats.hit_tokens,
+        rt.prefix_reuse, policy.prefix_min_tokens, rt.kv.parked_count(), stats.hit_tokens,
         stats.miss_tokens, stats.hits, stats.misses, stats.evictions, stats.dropped,
     )  # fmt: skip
 

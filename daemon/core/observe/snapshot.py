@@ -22,6 +22,7 @@ from calculet.daemon.core.observe.status import (
     SlotView,
     UtilizationView,
 )
+from calculet.daemon.core.prefill_offset import OffsetDecision
 from calculet.daemon.core.resets.budget import BoardHalt, BudgetView
 
 
@@ -57,6 +58,7 @@ class GenerationView:
         pending_prefill_tokens / pending_short_prefill_tokens: prompt tokens its client jobs still
             have to prefill; of those, short prefills' (at most `short_prefill_tokens` when queued).
         prefill_chunk_tokens: tokens one prefill job carries (0 before it is configured).
+        prefill_offset: whether it prefills at an offset, and why (None until its load decided it).
         queue_limit: requests of it that may wait for a lane beyond its free lanes (the admission
             bound, `SchedulingPolicy.queue_depth`).
         slots: its decode batch fill and fixed-slot figures (None before it is configured).
@@ -86,6 +88,7 @@ class GenerationView:
     prefill_chunk_tokens: int = 0
     queue_limit: int = 0
     slots: SlotView | None = None
+    prefill_offset: OffsetDecision | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ def generation_view(
         prefill_chunk_tokens=rt.prefill_chunk,
         queue_limit=policy.queue_depth,
         slots=slot_view(rt),
+        prefill_offset=rt.offset,
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from calculet.daemon.core.audit import AuditEntry
 from calculet.daemon.core.kv import LaneSnapshot
 from calculet.daemon.core.model_state import ModelState
+from calculet.daemon.core.prefill_offset import OffsetDecision
 from calculet.daemon.core.resets.budget import BudgetView
 from calculet.daemon.core.unload_check import ChipExcess
 from calculet.daemon.device.types import DeviceInfo, EngineSlot, JobCounters, MemoryUsage
@@ -113,6 +114,7 @@ class ModelView:
     calbin_sha256: str = ""  # package/identity.py
     memory: tuple[ModelChipMemoryView, ...] = ()  # per chip, planned beside measured
     slots: SlotView | None = None  # None before the generation is configured
+    prefill_offset: OffsetDecision | None = None  # None until its load decided it (`prefill_offset.py`)
 
 
 @dataclass(frozen=True)

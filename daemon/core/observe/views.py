@@ -104,6 +104,7 @@ def model_view(g: GenerationView, package: PackageIdentity, memory: tuple[ModelC
         package.calbin_sha256,
         memory,
         g.slots,
+        g.prefill_offset,
     )
 
 

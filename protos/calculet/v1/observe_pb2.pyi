@@ -11,6 +11,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class PrefillOffsetVerdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PREFILL_OFFSET_VERDICT_UNSPECIFIED: _ClassVar[PrefillOffsetVerdict]
+    PREFILL_OFFSET_VERDICT_PROVEN: _ClassVar[PrefillOffsetVerdict]
+    PREFILL_OFFSET_VERDICT_REFUTED: _ClassVar[PrefillOffsetVerdict]
+    PREFILL_OFFSET_VERDICT_UNDECLARED: _ClassVar[PrefillOffsetVerdict]
+
 class LaneState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LANE_STATE_UNSPECIFIED: _ClassVar[LaneState]
@@ -34,6 +41,10 @@ class Policy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     POLICY_UNSPECIFIED: _ClassVar[Policy]
     POLICY_CONTINUOUS: _ClassVar[Policy]
     POLICY_SERIAL: _ClassVar[Policy]
+PREFILL_OFFSET_VERDICT_UNSPECIFIED: PrefillOffsetVerdict
+PREFILL_OFFSET_VERDICT_PROVEN: PrefillOffsetVerdict
+PREFILL_OFFSET_VERDICT_REFUTED: PrefillOffsetVerdict
+PREFILL_OFFSET_VERDICT_UNDECLARED: PrefillOffsetVerdict
 LANE_STATE_UNSPECIFIED: LaneState
 LANE_STATE_FREE: LaneState
 LANE_STATE_RESERVED: LaneState
@@ -241,7 +252,7 @@ class DeviceCapabilities(_message.Message):
     def __init__(self, max_inflight: _Optional[int] = ..., ping_pong: _Optional[bool] = ..., max_resident_configurations: _Optional[int] = ..., lane_selection: _Optional[bool] = ..., inactive_rows: _Optional[str] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens", "compiler", "calbin_sha256", "memory", "slots")
+    __slots__ = ("alias", "generation", "state", "package_name", "package_hash", "package_path", "lanes", "queues", "ready_at", "error", "prefix_cache", "prefill_chunk_tokens", "compiler", "calbin_sha256", "memory", "slots", "prefill_offset")
     class CompilerEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +276,7 @@ class ModelStatus(_message.Message):
     CALBIN_SHA256_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_OFFSET_FIELD_NUMBER: _ClassVar[int]
     alias: str
     generation: int
     state: _common_pb2.ModelState
@@ -281,7 +293,8 @@ class ModelStatus(_message.Message):
     calbin_sha256: str
     memory: _containers.RepeatedCompositeFieldContainer[ModelChipMemory]
     slots: SlotStatus
-    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ..., compiler: _Optional[_Mapping[str, str]] = ..., calbin_sha256: _Optional[str] = ..., memory: _Optional[_Iterable[_Union[ModelChipMemory, _Mapping]]] = ..., slots: _Optional[_Union[SlotStatus, _Mapping]] = ...) -> None: ...
+    prefill_offset: PrefillOffsetStatus
+    def __init__(self, alias: _Optional[str] = ..., generation: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.ModelState, str]] = ..., package_name: _Optional[str] = ..., package_hash: _Optional[str] = ..., package_path: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[LaneStatus, _Mapping]]] = ..., queues: _Optional[_Union[QueueDepths, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., prefix_cache: _Optional[_Union[PrefixCacheStatus, _Mapping]] = ..., prefill_chunk_tokens: _Optional[int] = ..., compiler: _Optional[_Mapping[str, str]] = ..., calbin_sha256: _Optional[str] = ..., memory: _Optional[_Iterable[_Union[ModelChipMemory, _Mapping]]] = ..., slots: _Optional[_Union[SlotStatus, _Mapping]] = ..., prefill_offset: _Optional[_Union[PrefillOffsetStatus, _Mapping]] = ...) -> None: ...
 
 class ModelChipMemory(_message.Message):
     __slots__ = ("chip", "planned_dram_bytes", "planned_sram_bytes", "dram_bytes", "sram_bytes", "measured")
@@ -314,6 +327,20 @@ class SlotStatus(_message.Message):
     compactions: int
     compacted_tokens: int
     def __init__(self, fixed: _Optional[bool] = ..., inactive_rows: _Optional[str] = ..., active_rows: _Optional[int] = ..., compiled_rows: _Optional[int] = ..., compactions: _Optional[int] = ..., compacted_tokens: _Optional[int] = ...) -> None: ...
+
+class PrefillOffsetStatus(_message.Message):
+    __slots__ = ("verdict", "reason", "chunked_prefill", "prefix_reuse", "jump_forward")
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CHUNKED_PREFILL_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_REUSE_FIELD_NUMBER: _ClassVar[int]
+    JUMP_FORWARD_FIELD_NUMBER: _ClassVar[int]
+    verdict: PrefillOffsetVerdict
+    reason: str
+    chunked_prefill: bool
+    prefix_reuse: bool
+    jump_forward: bool
+    def __init__(self, verdict: _Optional[_Union[PrefillOffsetVerdict, str]] = ..., reason: _Optional[str] = ..., chunked_prefill: _Optional[bool] = ..., prefix_reuse: _Optional[bool] = ..., jump_forward: _Optional[bool] = ...) -> None: ...
 
 class PrefixCacheStatus(_message.Message):
     __slots__ = ("enabled", "min_tokens", "parked_lanes", "hit_tokens", "miss_tokens", "hits", "misses", "evictions", "dropped")

@@ -213,7 +213,7 @@ def test_load_report_keeps_every_field() -> None:
         models=[
             observe_pb2.ModelLoad(
                 alias="a", generation=2, state=common_pb2.MODEL_STATE_READY, ready=True, queue_depth=5, running=3,
-                free_lanes=1, lanes_total=4,
+                free_lanes=1, lanes_total=4, prefix=observe_pb2.PrefixBlocks(block_tokens=64),
             ),
             observe_pb2.ModelLoad(alias="b", generation=1, state=common_pb2.MODEL_STATE_DRAINING, lanes_total=2),
         ],
@@ -225,7 +225,17 @@ def test_load_report_keeps_every_field() -> None:
         sequence=12,
         models=(
             ModelLoad("a", 2, ModelState.READY, True, queue_depth=5, running=3, free_lanes=1, lanes_total=4),
-            ModelLoad("b", 1, ModelState.DRAINING, False, queue_depth=0, running=0, free_lanes=0, lanes_total=2),
+            ModelLoad(
+                "b",
+                1,
+                ModelState.DRAINING,
+                False,
+                queue_depth=0,
+                running=0,
+                free_lanes=0,
+                lanes_total=2,
+                prefix_reuse=False,
+            ),  # no prefix blocks reported: its prefix reuse is off
         ),
     )
 

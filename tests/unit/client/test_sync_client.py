@@ -284,7 +284,9 @@ def test_watch_load_streams_reports_until_closed(client: DaemonClient, fake: Fak
     reports = client.watch_load(100)
     first = [next(reports) for _ in range(3)]
     assert [r.sequence for r in first] == [0, 1, 2]
-    tiny = ModelLoad("tiny", 3, ModelState.READY, True, queue_depth=1, running=1, free_lanes=3, lanes_total=4)
+    tiny = ModelLoad(
+        "tiny", 3, ModelState.READY, True, queue_depth=1, running=1, free_lanes=3, lanes_total=4, prefix_reuse=False
+    )  # the fake's reports carry no prefix blocks
     assert first[1] == LoadReport(board="fake-0", status=ServingStatus.SERVING, sequence=1, models=(tiny,))
     reports.close()  # type: ignore[attr-defined]
     fake.draining = True

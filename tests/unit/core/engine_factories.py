@@ -13,9 +13,14 @@ from calculet.daemon.core.config import DaemonConfig
 from calculet.daemon.core.device_core import DeviceCore
 from calculet.daemon.core.events import FinalEvent, wait_finished
 from calculet.daemon.core.kv import LaneState
+from calculet.daemon.core.offset_probe import PROBE_JOBS
 from calculet.daemon.core.request import GenerationRequest, StoppingParams
 from calculet.daemon.sampling.params import SamplingParams
 from calculet.ops.sim_packages.build import build_sim_package
+
+WARM_UP_JOBS = 9 + PROBE_JOBS
+"""Device jobs a tiny load runs before any traffic: the golden check's (one prefill, 8 decode steps)
+and the offset check's (`offset_probe.PROBE_JOBS`); a fault plan's job index counts them."""
 
 
 def build_models(root: Path) -> Path:

@@ -26,7 +26,16 @@ from calculet.daemon.core.runtime import ModelRuntime
 from calculet.daemon.device.types import JobStatus
 from calculet.daemon.package.manifest import load_manifest
 
-from .engine_factories import assert_clean, build_models, finish, generate_each, request, running_core, until
+from .engine_factories import (
+    WARM_UP_JOBS,
+    assert_clean,
+    build_models,
+    finish,
+    generate_each,
+    request,
+    running_core,
+    until,
+)
 from .fakes import FakeDevice
 
 TIMEOUT = 20.0
@@ -128,8 +137,8 @@ def test_lost_kv_of_a_sequence_longer_than_the_prefill_bucket_fails_that_job_not
     """Chunked prefill off: a CCU exception once prompt + generated exceeds the prefill bucket: the
     re-prefill cannot be built. That one job must end with a typed error; the board and the other
     jobs keep serving."""
-    # Warm-up = 9 jobs (0..8); the traffic's prefill is job 9, so job 9 + n is decode step n.
-    plan = {"faults": [{"kind": "ccu_exception", "job": 9 + 20}]}
+    # The warm-up's jobs come first; the traffic's prefill is the next, so WARM_UP_JOBS + n is decode step n.
+    plan = {"faults": [{"kind": "ccu_exception", "job": WARM_UP_JOBS + 20}]}
     long_req = request(tuple(range(1, 21)), 40, seed=1, model="short")  # 20 + 20 > 32 at the fault
     options = {"fault_plan": plan}
     with running_core(models, model="short", device_options=options, prefill_chunk=CHUNK_OFF) as core:
@@ -145,7 +154,7 @@ def test_lost_kv_of_a_sequence_longer_than_the_prefill_bucket_fails_that_job_not
 def test_with_chunked_prefill_a_sequence_longer_than_the_prefill_bucket_recovers_exactly(models: Path) -> None:
     """The same fault with chunked prefill on (the default): the re-prefill of prompt + generated runs
     as chunks of at most the bucket, and the job continues with the undisturbed run's tokens."""
-    plan = {"faults": [{"kind": "ccu_exception", "job": 9 + 20}]}
+    plan = {"faults": [{"kind": "ccu_exception", "job": WARM_UP_JOBS + 20}]}
     long_req = request(tuple(range(1, 21)), 40, seed=1, model="short")
     with running_core(models, model="short") as core:
         reference, _ = finish(core, core.submit(long_req).job_id)

@@ -18,6 +18,7 @@ from calculet.daemon.core.resets.submit_streak import SubmitErrorStreak
 from calculet.daemon.device.errors import ModelReleased
 
 from .engine_factories import (
+    WARM_UP_JOBS,
     assert_clean,
     build_models,
     finish,
@@ -69,22 +70,22 @@ def test_batched_run_equals_one_at_a_time(models: Path, reference: list[list[int
     [
         *(
             pytest.param(kind, job, {}, id=f"{kind}-{job}")
-            for job in (3, 12, 25)
+            for job in (3, WARM_UP_JOBS + 3, WARM_UP_JOBS + 16)
             for kind in ("ccu_exception", "nan_logits", "submit_error")
         ),
-        pytest.param("ccu_exception", 12, FIXED_SLOTS, id="ccu_exception-12-fixed-slots"),
-        pytest.param("nan_logits", 25, FIXED_SLOTS, id="nan_logits-25-fixed-slots"),
+        pytest.param("ccu_exception", WARM_UP_JOBS + 3, FIXED_SLOTS, id="ccu_exception-traffic-fixed-slots"),
+        pytest.param("nan_logits", WARM_UP_JOBS + 16, FIXED_SLOTS, id="nan_logits-late-fixed-slots"),
     ],
 )
 def test_fault_is_recovered_without_changing_tokens(models: Path, reference, kind: str, job: int, slots: dict) -> None:
-    # Job indices count from the golden warm-up's jobs (9), so 12 and 25 land in the traffic.
+    # Job indices count the warm-up's jobs (golden and offset checks), so the last two land in the traffic.
     plan = {"faults": [{"kind": kind, "job": job}]}
     with running_core(models, device_options={"fault_plan": plan, **slots}) as core:
         got = generate_all(core, _reqs(8))
         recoveries = core.snapshot().counters.recoveries
         anomalies = core.snapshot().anomalies
         assert_clean(core)
-    if job < 9:  # the fault hit the warm-up, which recovered before the model was published
+    if job < WARM_UP_JOBS:  # the fault hit the warm-up, which recovered before the model was published
         assert got == reference
         return
     assert got == reference, f"{kind} at job {job} changed the output"
@@ -94,7 +95,7 @@ def test_fault_is_recovered_without_changing_tokens(models: Path, reference, kin
 
 
 def test_hung_job_is_reset_and_recovered(models: Path, reference) -> None:
-    plan = {"faults": [{"kind": "hang", "job": 15}]}
+    plan = {"faults": [{"kind": "hang", "job": WARM_UP_JOBS + 6}]}
     # The timeout is wall time: 3 s, so no healthy job of a CPU-starved machine (load 16 once made one
     # outlive 0.5 s) is taken for the hang; only the hung job waits it out.
     with running_core(models, device_options={"fault_plan": plan}, job_timeout_s=3.0) as core:
@@ -117,7 +118,7 @@ def test_recovery_budget_exhausted_fails_with_aborted(models: Path) -> None:
 
 
 def test_device_lost_fails_jobs_unavailable_and_health_not_serving(models: Path) -> None:
-    plan = {"faults": [{"kind": "device_lost", "job": 12}]}
+    plan = {"faults": [{"kind": "device_lost", "job": WARM_UP_JOBS + 3}]}
     with running_core(models, device_options={"fault_plan": plan}) as core:
         ids = [core.submit(r).job_id for r in _reqs(4)]
         finals = [finish(core, j)[1] for j in ids]
@@ -156,7 +157,7 @@ def test_a_bug_in_the_completion_path_fails_jobs_instead_of_hanging_them(models:
 
 def test_completion_of_a_retired_generation_is_dropped_not_applied(models: Path) -> None:
     # A slow first traffic job (modelled 4 s, scaled to 0.2 s) leaves time to retire its generation.
-    plan = {"faults": [{"kind": "slow_job", "job": 9, "delay_ms": 4000}]}
+    plan = {"faults": [{"kind": "slow_job", "job": WARM_UP_JOBS, "delay_ms": 4000}]}
     with running_core(models, device_options={"fault_plan": plan, "time_scale": 0.05}) as core:
         rt = core.models.published("tiny")
         assert rt is not None and rt.kv is not None
@@ -171,7 +172,7 @@ def test_completion_of_a_retired_generation_is_dropped_not_applied(models: Path)
 
 
 def test_hangs_past_the_reset_budget_stop_the_board_instead_of_resetting_again(models: Path) -> None:
-    plan = {"faults": [{"kind": "hang", "job": 12}, {"kind": "hang", "job": 20}]}
+    plan = {"faults": [{"kind": "hang", "job": WARM_UP_JOBS + 3}, {"kind": "hang", "job": WARM_UP_JOBS + 11}]}
     with running_core(models, device_options={"fault_plan": plan}, job_timeout_s=0.3, reset_limit=1) as core:
         ids = [core.submit(r).job_id for r in _reqs(6)]
         finals = [finish(core, j)[1] for j in ids]

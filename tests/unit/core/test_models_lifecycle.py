@@ -37,10 +37,10 @@ def test_second_load_of_a_loading_alias_is_refused(models: Path) -> None:
         entered, release = threading.Event(), threading.Event()
         original = core.models._golden_check
 
-        def slow_golden(rt):  # hold the first load in Warming
+        def slow_golden(rt, *shape):  # hold the first load in Warming
             entered.set()
             release.wait(10)
-            original(rt)
+            return original(rt, *shape)
 
         core.models._golden_check = slow_golden  # type: ignore[method-assign]
         first = threading.Thread(target=core.load, args=("other", "tiny"))

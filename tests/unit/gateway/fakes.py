@@ -113,6 +113,7 @@ class FakeDaemon(DaemonConnection):
         package_hash: which package (tokenizer) this board serves.
         pending_prefill_tokens / prefix_hashes: what its load reports say (other gateways'
             prefill work; the block hashes its lanes hold).
+        prefix_reuse: its reports carry prefix blocks (False: a board whose prefix reuse is off).
         prefill_fixed_ms / prefill_ms_per_token: the package's declared prefill cost (0 = none).
         context: the package's context (tokens a sequence may hold).
         chat_template: the package's chat template (ChatML by default).
@@ -135,6 +136,7 @@ class FakeDaemon(DaemonConnection):
     package_hash: str = "pkg-a"
     pending_prefill_tokens: int = 0
     prefix_hashes: frozenset[int] = frozenset()
+    prefix_reuse: bool = True
     prefill_fixed_ms: float = 0.0
     prefill_ms_per_token: float = 0.0
     context: int = CONTEXT
@@ -216,6 +218,7 @@ class FakeDaemon(DaemonConnection):
             model = ModelLoad(
                 ALIAS, 1, state, self.ready, self.queue_depth, self.running, free, self.lanes,
                 pending_prefill_tokens=self.pending_prefill_tokens, prefix_hashes=self.prefix_hashes,
+                prefix_reuse=self.prefix_reuse,
                 package_hash=self.package_hash if self.reports_package else "", queue_limit=self.queue_limit,
             )  # fmt: skip
             yield LoadReport(self.target, ServingStatus.SERVING, seq, (model,))

@@ -88,6 +88,26 @@ def test_a_confirmed_prefix_counts_while_advertised_and_not_after_its_lane_is_ev
     asyncio.run(scenario())
 
 
+def test_a_board_without_prefix_reuse_draws_no_next_turn() -> None:
+    # Its reports carry no prefix blocks (reuse off, or its package's prefill not proven to run at
+    # an offset: docs/daemon.md, "Prefill at an offset"): it parks nothing, so the view records nothing.
+    async def scenario() -> None:
+        a = FakeDaemon("a", prefill_ms_per_token=1.0, prefix_reuse=False)
+        b = FakeDaemon("b", prefill_ms_per_token=1.0)
+        fleet, _ = await start_service(a, b)
+        router = Router(fleet, RoutingMode.PREFIX, random.Random(10), clock=lambda: 10.0)
+        turn1, turn2 = await routed(fleet, TURN1), await routed(fleet, TURN2)
+        first = router.place(turn1, exclude=["b"])
+        assert first is not None
+        first.release(completed=True)
+        assert router.sent_prefixes(fleet.boards["a"], ALIAS) is None
+        assert set(picks(router, turn2, 60)) == {"a", "b"}  # within the bound, yet no pull to a
+        assert no_placements(fleet)
+        await fleet.close()
+
+    asyncio.run(scenario())
+
+
 def test_load_routing_ignores_the_view() -> None:
     async def scenario() -> None:
         a, b = FakeDaemon("a", prefill_ms_per_token=1.0), FakeDaemon("b", prefill_ms_per_token=1.0)

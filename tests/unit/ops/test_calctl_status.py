@@ -207,6 +207,21 @@ def test_the_detailed_view_shows_the_utilisation_when_the_daemon_reports_it(
     assert "utilisation: device busy 75% over the last 10 s (50% since start), 42.5 tokens/s" in out
 
 
+def test_a_model_without_prefill_at_an_offset_says_so_and_why(boards: tuple[list[str], list[FakeDaemon]]) -> None:
+    status = status_response(boards[1][0])
+    reason = "prefill submodel prefill does not declare prefill_at_offset"
+    status.models[0].prefill_offset.CopyFrom(
+        observe_pb2.PrefillOffsetStatus(verdict=observe_pb2.PREFILL_OFFSET_VERDICT_UNDECLARED, reason=reason)
+    )
+    console = Console(width=300, record=True)
+    console.print(render_status(status))
+    assert f"prefill at an offset undeclared: chunked prefill and prefix reuse off ({reason})" in console.export_text()
+    status.models[0].prefill_offset.verdict = observe_pb2.PREFILL_OFFSET_VERDICT_PROVEN
+    console = Console(width=300, record=True)
+    console.print(render_status(status))
+    assert "prefill at an offset" not in console.export_text()
+
+
 def test_one_board_shows_its_warnings(boards: tuple[list[str], list[FakeDaemon]]) -> None:
     status = status_response(boards[1][0])
     status.warnings.append("device memory above its baseline: chip 0 holds 4,096 B DRAM and 0 B SRAM above it")
