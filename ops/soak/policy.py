@@ -8,6 +8,7 @@ allowed (`classify`, `verdict`).
 | rule | matches | expected when |
 | --- | --- | --- |
 | `overloaded` | HTTP 429, or in-band code `overloaded` | every board is full while a fault takes one out |
+| `model-switch` | HTTP 503, or in-band `unavailable`, saying `got no board` | outwaited placement in a `model_switch` |
 | `unavailable` | HTTP 503, or in-band code `unavailable` | no board can serve for a moment |
 | `recovery-budget` | a message saying `recovery budget exhausted` | a job hit more faults than it may recover from |
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 MAX_ALLOWED_RATE = 0.02  # allowed failures over all requests, above which the run fails
 RECOVERY_BUDGET_TEXT = "recovery budget exhausted"
+PLACEMENT_WAIT_TEXT = "got no board within"  # the gateway's ModelWaitExpired
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,14 @@ class FailureRule:
 
 ALLOWED_FAILURES: tuple[FailureRule, ...] = (
     FailureRule("overloaded", frozenset({429}), frozenset({"overloaded"}), None, "every board full while one is out"),
+    # Before `unavailable`, which would match it too: the report counts it under its own name.
+    FailureRule(
+        "model-switch",
+        frozenset({503}),
+        frozenset({"unavailable"}),
+        PLACEMENT_WAIT_TEXT,
+        "a catalog model's request waited past the placement wait while boards switched",
+    ),
     FailureRule("unavailable", frozenset({503}), frozenset({"unavailable"}), None, "no board can serve for a moment"),
     FailureRule(
         "recovery-budget", frozenset(), frozenset(), RECOVERY_BUDGET_TEXT, "a job hit more faults than it may recover"
