@@ -154,11 +154,17 @@ def run(args: argparse.Namespace) -> int:
     report, verdict = outcome.report, outcome.verdict
     soak = report["requests"]["soak"]
     _say(f"soak: requests {soak['total']}: " + ", ".join(f"{k} {v}" for k, v in soak["by_class"].items()))
+    labels = (("level", "level (judged)"), ("trend", "trend (judged)"), ("requests", "raw per-span p99"))
     for figure in report["drift"]:
-        _say(
-            f"soak: p99 {figure['metric']} "
-            + ", ".join(_comparison(k, figure[k]) for k in ("level", "trend", "requests"))
-        )
+        _say(f"soak: p99 {figure['metric']} " + ", ".join(_comparison(label, figure[k]) for k, label in labels))
+    for process in report["processes"]:
+        rss = process["metrics"].get("rss_bytes", {})
+        if rss.get("late_slope_per_hour") is not None:
+            judged = "judged" if rss["late_judged"] else "not judged"
+            _say(
+                f"soak: {process['name']} (pid {process['pid']}) RSS after the first board-hour "
+                f"{rss['late_slope_per_hour'] / 1e6:+.2f} MB per board-hour ({judged}, bound +1 MB)"
+            )
     _say(f"soak: faults {report['fault_counts']}; restarts {len(report['restarts'])}")
     for note in verdict.notes:
         _say(f"soak: note: {note}")

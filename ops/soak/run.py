@@ -27,7 +27,7 @@ import json
 import signal
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from calculet.ops.soak.mix import LONG_CONTEXT_KIND, RequestSpec, build_pool, bu
 from calculet.ops.soak.plot import plot_available, write_plot
 from calculet.ops.soak.references import ReferenceBook
 from calculet.ops.soak.sampler import UsageSampler
-from calculet.ops.soak.settings import SoakSettings, job_timeout_for, lost_timeout_for
+from calculet.ops.soak.settings import SoakSettings, cycle_floor_for, job_timeout_for, lost_timeout_for
 from calculet.ops.soak.supervisor import Supervisor
 from calculet.ops.soak.tally import Tally
 from calculet.ops.soak.timeline import Timeline
@@ -173,8 +173,9 @@ class SoakRun:
             if s.switch_model is not None:
                 switch_book = await self._references(burst, s.switch_model, f"reference-{s.switch_model}")
             self.timings["preparation_s"] = self.timeline.now() - started
-            limit, window = reset_budget(s.cycle_s)
             job_timeout = job_timeout_for(model, pool, s.time_scale)
+            self.s = s = replace(s, cycle_floor_s=cycle_floor_for(job_timeout))
+            limit, window = reset_budget(s.cycle_s)
             long_specs = [spec for spec in pool if spec.kind == LONG_CONTEXT_KIND]
             long_rate = long_context_rate(model, long_specs, s.boards, s.wall_per_board)
             lost_timeout = lost_timeout_for(model, pool, s.time_scale, s.lost_timeout_s)

@@ -33,6 +33,9 @@ JOB_TIMEOUT_FACTOR = 2.0  # the longest modelled job, twice, plus a second
 # psutil reads of a handful of processes cost about a millisecond; below this wall period a fast
 # time scale would spend the host's CPU on sampling rather than on the fleet.
 MIN_SAMPLE_WALL_S = 0.5
+# A hang holds one board for the job timeout; at most a quarter of a cycle, so the other faults of
+# the cycle still meet a whole fleet most of the time.
+HANG_CYCLE_FACTOR = 4.0
 POLICIES = ("continuous", "serial")
 
 
@@ -58,6 +61,7 @@ class SoakSettings:
         lost_timeout_s: a request without a complete answer by then is lost.
         models_root: where the packages are (default `<out>/models`).
         warmup_s: excluded from drift and growth (default `warmup_for(duration_s)`).
+        cycle_floor_s: the shortest fault cycle, wall seconds (`cycle_floor_for` the job timeout).
         calibration_s: the closed loop at time scale 0 (default `capacity.calibration_seconds`).
     """
 
@@ -77,6 +81,7 @@ class SoakSettings:
     models_root: Path | None = None
     warmup_s: float | None = None
     calibration_s: float | None = None
+    cycle_floor_s: float = MIN_CYCLE_S
 
     @property
     def models(self) -> Path:
@@ -103,9 +108,9 @@ class SoakSettings:
 
     @property
     def cycle_s(self) -> float:
-        """The fault cycle in wall seconds: a tenth of the run, at least `MIN_CYCLE_S` of wall time
-        (its six board outages take host seconds each, whatever the scale)."""
-        return max(self.wall(self.duration_s / 10.0), MIN_CYCLE_S)
+        """The fault cycle in wall seconds: a tenth of the run, at least `cycle_floor_s` of wall time
+        (its board outages take host seconds each whatever the scale, and a hang the job timeout)."""
+        return max(self.wall(self.duration_s / 10.0), self.cycle_floor_s)
 
     @property
     def sample_wall_s(self) -> float:
@@ -153,6 +158,13 @@ class SoakSettings:
 def warmup_for(duration_s: float) -> float:
     """5 % of the run, within 10 s .. 300 s (board seconds)."""
     return min(MAX_WARMUP_S, max(MIN_WARMUP_S, WARMUP_SHARE * duration_s))
+
+
+def cycle_floor_for(job_timeout_s: float) -> float:
+    """The shortest fault cycle for this job timeout: `MIN_CYCLE_S`, or `HANG_CYCLE_FACTOR` job
+    timeouts, since a hang holds its board that long (a serial board's 30,000-token prefill is one
+    job of 1,032 board-seconds, so the timeout is 230 s at time scale 0.1)."""
+    return max(MIN_CYCLE_S, HANG_CYCLE_FACTOR * job_timeout_s)
 
 
 def lost_timeout_for(model: DeviceModel, pool: Sequence[RequestSpec], time_scale: float, flag_s: float) -> float:

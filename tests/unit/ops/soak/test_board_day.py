@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
+from calculet.ops.bench.limit import RequestShape, request_floor
 from calculet.ops.commands import soak as soak_command
 from calculet.ops.soak import chaos as chaos_module
 from calculet.ops.soak.capacity import LONG_CONTEXT_TIME_SHARE, long_context_rate
@@ -34,7 +35,13 @@ from calculet.ops.soak.mix import (
     mix_shape,
 )
 from calculet.ops.soak.policy import allowed_rule
-from calculet.ops.soak.settings import MIN_SAMPLE_WALL_S, SoakSettings, lost_timeout_for
+from calculet.ops.soak.settings import (
+    HANG_CYCLE_FACTOR,
+    MIN_SAMPLE_WALL_S,
+    SoakSettings,
+    cycle_floor_for,
+    lost_timeout_for,
+)
 from calculet.ops.soak.timeline import Timeline
 from calculet.ops.soak.verdict import VerdictInputs, judge
 from tests.unit.ops.bench.timing_factories import device_model
@@ -139,8 +146,6 @@ def test_the_long_context_stream_takes_its_share_of_board_time_at_any_scale() ->
     assert long_context_rate(model, [long], 2, 0.1) == pytest.approx(10 * at_one)
     assert long_context_rate(model, [], 2, 1.0) == 0.0
     # the timing model's seconds of one such request, times the rate, is the share of 2 boards
-    from calculet.ops.bench.limit import RequestShape, request_floor
-
     e2e = request_floor(model, RequestShape(400 + 5, 16), 1).e2e
     assert at_one * e2e == pytest.approx(LONG_CONTEXT_TIME_SHARE * 2, rel=0.05)
 
@@ -266,3 +271,10 @@ def test_the_command_takes_two_models_or_a_preset_and_a_policy() -> None:
     for bad in (("--models", "tiny"), ("--models", "tiny,tiny"), ("--policy", "fifo")):
         with pytest.raises(SystemExit):
             parse(*bad)
+
+
+def test_a_long_job_timeout_stretches_the_fault_cycle() -> None:
+    s = SoakSettings(duration_s=3 * BOARD_HOUR, out=Path("x"), preset="tiny", time_scale=0.1)
+    assert cycle_floor_for(3.0) == 120.0 and s.cycle_s == 120.0
+    slow = replace(s, cycle_floor_s=cycle_floor_for(230.0))  # a serial 30,000-token prefill at 0.1
+    assert slow.cycle_s == HANG_CYCLE_FACTOR * 230.0
