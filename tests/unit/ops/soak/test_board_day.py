@@ -174,6 +174,8 @@ def test_a_request_that_outwaits_placement_is_allowed_under_its_own_rule() -> No
     message = "model 'qwen3-4b' got no board within 120 s"
     assert allowed_rule(503, None, message) == "model-switch"
     assert allowed_rule(None, "unavailable", message) == "model-switch"
+    cut = "no board could serve model 'qwen3-30b-a3b' after 3 tokens: model qwen3-30b-a3b unloaded"
+    assert allowed_rule(None, "unavailable", cut) == "model-switch"  # the proving run's words
     assert allowed_rule(503, None, "board draining") == "unavailable"
     assert allowed_rule(500, None, message) is None
 
