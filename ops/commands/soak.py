@@ -1,11 +1,13 @@
 """`calctl soak --duration 30m --out DIR`: stability measured in hours (docs/reliability.md).
 
 Owns the command's flags and its output around `calculet.ops.soak.run.SoakRun`: a local fleet of
-`--boards` calsim boards with fault injection behind the gateway, plus a clean one-board reference
-fleet for the oracle; open-loop traffic at `--load` of capacity through the `openai` client; a
-fault cycle (device faults, a submit-error streak, a hang, a lost device, SIGKILL, a rollout) with
-the harness restarting and resuming boards; every request checked against the reference; windows,
-drift and process growth; `DIR/soak.json` and `DIR/soak.png`.
+`--boards` calsim boards serving `--preset` (or the first of `--models A,B`) under `--policy`, with
+fault injection, behind the gateway, plus a clean one-board reference fleet for the oracle;
+open-loop traffic at `--load` of capacity through the `openai` client; a fault cycle (device
+faults, a submit-error streak, a hang, a lost device, SIGKILL, a rollout, and with `--models` a
+model switch) with the harness restarting and resuming boards; every request checked against the
+reference; windows, drift and process growth; `DIR/soak.json` and `DIR/soak.png`. `--duration` is
+board time: at `--time-scale 0.1` a board-day takes 2.4 hours (docs/reliability.md, "Board time").
 
 Exit status: 0 PASS, 1 FAIL (the reasons on stderr; also when a fleet could not start or the
 references could not be computed), 2 usage.
@@ -22,17 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from calculet.common.errors import CalculetError
-from calculet.ops.commands.up import board_count, time_scale
+from calculet.ops.commands.up import board_count, preset_list, time_scale
 from calculet.ops.fleet import FleetError
 from calculet.ops.sim_packages import PRESETS
 from calculet.ops.soak.durations import parse_duration
 from calculet.ops.soak.run import SoakRun
-from calculet.ops.soak.settings import SoakSettings
+from calculet.ops.soak.settings import POLICIES, SoakSettings
 
 COMMAND = ("soak",)
 HELP = "Soak a local calsim fleet for hours under faults, checking every answer against a clean reference."
 EXIT_PASS, EXIT_FAIL = 0, 1
 MIN_POOL = 10
+DEFAULT_PRESET = "qwen3-30b-a3b"
 
 
 def duration(text: str) -> float:
@@ -70,9 +73,19 @@ def positive_int(minimum: int) -> Callable[[str], int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=duration, required=True, metavar="D", help="soak phase: 90s, 2m, 30m, 2h")
+    parser.add_argument(
+        "--duration", type=duration, required=True, metavar="D", help="soak phase in board time: 90s, 2m, 30m, 2h, 24h"
+    )
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="soak.json, soak.png, fleets, logs")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="qwen3-30b-a3b", help="package (qwen3-30b-a3b)")
+    models = parser.add_mutually_exclusive_group()
+    models.add_argument("--preset", choices=sorted(PRESETS), help="package the boards serve (qwen3-30b-a3b)")
+    models.add_argument(
+        "--models",
+        type=soak_models,
+        metavar="A,B",
+        help="two presets: the boards serve A, the gateway's catalog holds B, the faults switch a board to B",
+    )
+    parser.add_argument("--policy", choices=POLICIES, default="continuous", help="the daemons' scheduling (continuous)")
     parser.add_argument(
         "--time-scale", type=time_scale, default=1.0, metavar="S", help="the soak boards' calsim time scale (1)"
     )
@@ -94,11 +107,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def soak_models(text: str) -> tuple[str, str]:
+    """argparse type: two distinct presets, `A,B`. Raises argparse.ArgumentTypeError otherwise."""
+    names = preset_list(text)
+    if len(names) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected two presets, A,B")
+    return names[0], names[1]
+
+
 def settings_from(args: argparse.Namespace) -> SoakSettings:
+    preset, switch = args.models if args.models else (args.preset or DEFAULT_PRESET, None)
     return SoakSettings(
         duration_s=args.duration,
         out=args.out,
-        preset=args.preset,
+        preset=preset,
+        switch_model=switch,
+        policy=args.policy,
         time_scale=args.time_scale,
         boards=args.boards,
         load=args.load,
@@ -130,11 +154,17 @@ def run(args: argparse.Namespace) -> int:
     report, verdict = outcome.report, outcome.verdict
     soak = report["requests"]["soak"]
     _say(f"soak: requests {soak['total']}: " + ", ".join(f"{k} {v}" for k, v in soak["by_class"].items()))
+    labels = (("level", "level (judged)"), ("trend", "trend (judged)"), ("requests", "raw per-span p99"))
     for figure in report["drift"]:
-        _say(
-            f"soak: p99 {figure['metric']} "
-            + ", ".join(_comparison(k, figure[k]) for k in ("level", "trend", "requests"))
-        )
+        _say(f"soak: p99 {figure['metric']} " + ", ".join(_comparison(label, figure[k]) for k, label in labels))
+    for process in report["processes"]:
+        rss = process["metrics"].get("rss_bytes", {})
+        if rss.get("late_slope_per_hour") is not None:
+            judged = "judged" if rss["late_judged"] else "not judged"
+            _say(
+                f"soak: {process['name']} (pid {process['pid']}) RSS after the first board-hour "
+                f"{rss['late_slope_per_hour'] / 1e6:+.2f} MB per board-hour ({judged}, bound +1 MB)"
+            )
     _say(f"soak: faults {report['fault_counts']}; restarts {len(report['restarts'])}")
     for note in verdict.notes:
         _say(f"soak: note: {note}")

@@ -13,6 +13,12 @@ The soak runs at `calibrated` capacity, measured; `modelled` is reported beside 
   the fleet) measures arrivals per second, and the typical end-to-end time is the median of its
   completed non-streamed single requests.
 
+The `long_context` kind (`mix`) is not in the calibrated mix: one such request holds a batch-1
+board for many board-minutes (a 30,000-token prompt's modelled TTFT is about 17 minutes on the
+qwen calbin), so a share of arrivals would either be lost in rounding or swamp the fleet. It comes
+as a stream of its own (`long_context_rate`): Poisson arrivals that by the timing model take
+`LONG_CONTEXT_TIME_SHARE` of the fleet's board time, whatever the time scale.
+
 Pure except `calibrated`, which only packages the measurement.
 """
 
@@ -27,6 +33,7 @@ from calculet.ops.bench.device_model import DeviceModel
 from calculet.ops.bench.limit import Policy, Serving, request_floor, workload_limit
 from calculet.ops.soak.mix import RequestSpec, request_shapes
 
+LONG_CONTEXT_TIME_SHARE = 0.10  # of the fleet's board time, by the timing model
 CALIBRATION_SHARE = 0.05
 MIN_CALIBRATION_S = 15.0
 MAX_CALIBRATION_S = 120.0
@@ -68,6 +75,22 @@ class SoakCapacity:
 def calibration_seconds(duration_s: float) -> float:
     """5 % of the run, within 15 s .. 120 s."""
     return min(MAX_CALIBRATION_S, max(MIN_CALIBRATION_S, CALIBRATION_SHARE * duration_s))
+
+
+def long_context_rate(model: DeviceModel, specs: Sequence[RequestSpec], boards: int, wall_per_board: float) -> float:
+    """Arrivals per wall second of the `long_context` stream (module docstring): the mean modelled
+    end-to-end floor of `specs` (one board, alone) in board seconds, so that the stream takes
+    `LONG_CONTEXT_TIME_SHARE` of `boards` boards' time; 0 without specs.
+
+    Raises:
+        ValueError: `wall_per_board` not > 0.
+    """
+    if not wall_per_board > 0:
+        raise ValueError(f"long-context rate: wall seconds per board second must be > 0, got {wall_per_board}")
+    if not specs:
+        return 0.0
+    board_s = statistics.fmean(sum(request_floor(model, s, 1).e2e for s in request_shapes(spec)) for spec in specs)
+    return LONG_CONTEXT_TIME_SHARE * boards / (board_s * wall_per_board)
 
 
 def modelled(

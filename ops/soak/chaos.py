@@ -10,7 +10,12 @@ skipped (recorded). A per-board fault whose board is not running goes to a servi
 
 - device faults: `injector.plan_on_board` (bursts on consecutive or near indices);
 - `sigkill`: `Supervisor.sigkill` (the supervisor restarts the board);
-- `rollout`: `rollout_action.run_rollout` in a task of its own, to the other package directory.
+- `rollout`: `rollout_action.run_rollout` in a task of its own, to the other package directory;
+- `model_switch` (a `--models A,B` fleet): in a task of its own, `switch_action.switch_board` to
+  B, then a burst of B's requests (`SwitchFault.burst`, judged like the others), then a wait of
+  at most `RETURN_S` for the gateway's placement by demand to switch the board back to A (A has
+  requests waiting on its one board, B has gone quiet for the soak gateway's `--idle-ttl`); if it
+  did not, the harness switches it back as an operator would, and the record says which.
 
 Every fault becomes a `FaultRecord` (planned and acted time, board, pid, job indices, what
 happened). What the daemons did about them is read from their audit trails (`audit`).
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,10 +43,14 @@ from calculet.ops.soak.fault_plan import (
 from calculet.ops.soak.injector import plan_on_board
 from calculet.ops.soak.rollout_action import RolloutResult, run_rollout
 from calculet.ops.soak.supervisor import Supervisor
+from calculet.ops.soak.switch_action import serving_alias, switch_board
 from calculet.ops.soak.timeline import Timeline
 
 GATE_S = 90.0
 EFFECT_S = 30.0
+# The wait for placement by demand to switch a board back: the soak gateway's `--idle-ttl` and
+# `--min-residency` (`fleets`) plus the switch itself, with room.
+RETURN_S = 60.0
 DELAYED_EFFECT = frozenset({SoakFault.DEVICE_LOST, SoakFault.SUBMIT_STREAK})
 # kind -> (calsim fault, count, spacing between job indices)
 DEVICE_FAULTS: dict[SoakFault, tuple[str, int, int]] = {
@@ -56,6 +65,19 @@ DEVICE_FAULTS: dict[SoakFault, tuple[str, int, int]] = {
 }
 
 
+@dataclass(frozen=True)
+class SwitchFault:
+    """What a `model_switch` fault needs (module docstring).
+
+    Attributes:
+        alias: the model switched to (B; its package directory has the same name).
+        burst: sends B's requests through the gateway and waits for them; returns how many.
+    """
+
+    alias: str
+    burst: Callable[[], Awaitable[int]]
+
+
 @dataclass
 class FaultRecord:
     """One planned fault and what became of it."""
@@ -67,7 +89,7 @@ class FaultRecord:
     acted_s: float | None = None
     pid: int | None = None
     job_indices: list[int] = field(default_factory=list)
-    outcome: str = "pending"  # injected, killed, rolled out, rollout failed, skipped, failed
+    outcome: str = "pending"  # injected, killed, rolled out, rollout failed, switched, skipped, failed
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +112,7 @@ class Chaos:
         gateway_url: the soak gateway (rollouts find the boards through it).
         log_dir: where rollout logs go.
         say: one-line progress output.
+        switch: the `model_switch` fault's model and burst (None: the plan has none).
     """
 
     def __init__(
@@ -103,6 +126,7 @@ class Chaos:
         gateway_url: str,
         log_dir: Path,
         say: Callable[[str], None],
+        switch: SwitchFault | None = None,
     ) -> None:
         self.plan = list(plan)
         self.supervisor = supervisor
@@ -112,14 +136,16 @@ class Chaos:
         self.gateway_url = gateway_url
         self.log_dir = log_dir
         self.say = say
+        self.switch = switch
         self.records: list[FaultRecord] = []
         self._rollouts = 0
-        self._rollout_task: asyncio.Task[None] | None = None
+        self._rollout_task: asyncio.Task[None] | None = None  # a rollout or a model switch
         self._effect: tuple[int, float] | None = None  # (board, acted at) of a fault yet to take effect
         supervisor.busy = lambda: self.rollout_running
 
     @property
     def rollout_running(self) -> bool:
+        """A rollout or a model switch is under way (the fleet is not whole by design)."""
         return self._rollout_task is not None and not self._rollout_task.done()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -157,6 +183,9 @@ class Chaos:
             self._start_rollout(record)
             return
         assert fault.board is not None
+        if fault.kind is SoakFault.MODEL_SWITCH:
+            self._start_switch(fault.board, record)
+            return
         board = self._target_board(fault.board, record)
         if board is None:
             record.outcome, record.note = "skipped", "no board was running"
@@ -227,3 +256,45 @@ class Chaos:
 
         record.outcome = "rolling out"
         self._rollout_task = asyncio.create_task(roll())
+
+    def _start_switch(self, board: int, record: FaultRecord) -> None:
+        """The `model_switch` fault, in a task of its own (module docstring)."""
+        switch = self.switch
+        if switch is None or not self.supervisor.child(board).alive():
+            record.outcome, record.note = "skipped", "no second model" if switch is None else "board not running"
+            return
+        b = self.supervisor.boards[board]
+        record.acted_s = self.timeline.now()
+        record.pid = self.supervisor.child(board).pid
+        record.outcome = "switching"
+        self.say(f"soak: model switch of {b.name} to {switch.alias}")
+
+        async def play() -> None:
+            went = await asyncio.to_thread(switch_board, b.target, switch.alias, switch.alias, "soak: model_switch")
+            if not went.startswith("switched"):
+                record.outcome, record.note = "failed", went
+                self.say(f"soak: model switch of {b.name}: {went}")
+                return
+            sent = await switch.burst()
+            back = await self._switched_back(b.target, stop_at=self.timeline.now() + RETURN_S)
+            if back:
+                how = "placement switched it back"
+            else:
+                home = self.packages[self._rollouts % 2]
+                how = "the harness switched it back: " + await asyncio.to_thread(
+                    switch_board, b.target, self.alias, home, "soak: model_switch return"
+                )
+            record.outcome = "switched"
+            record.note = f"{went}; {sent} request(s) of {switch.alias}; {how}"
+            self.say(f"soak: model switch of {b.name}: {record.note}")
+
+        self._rollout_task = asyncio.create_task(play())
+
+    async def _switched_back(self, target: str, stop_at: float) -> bool:
+        """Wait until the board serves the soak's model again (placement by demand), or `stop_at`."""
+        while self.timeline.now() < stop_at:
+            now = await asyncio.to_thread(serving_alias, target)
+            if now is not None and now[0] == self.alias:
+                return True
+            await asyncio.sleep(1.0)
+        return False

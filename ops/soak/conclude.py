@@ -2,7 +2,9 @@
 
 `conclude(facts)`: the windows and drift of the soak phase's requests, each process's growth, the
 notes (skipped faults, failed rollouts), the verdict (`verdict.judge`) and the report
-(`report.build_report`). Pure.
+(`report.build_report`). Times are wall seconds since the soak phase started; what is measured in
+board time (settings' module docstring) is converted here: a window per board minute, the 10-minute
+judging floor and the slopes' hour are board time. Pure.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from calculet.ops.soak.audit import AuditBook
 from calculet.ops.soak.capacity import SoakCapacity
 from calculet.ops.soak.chaos import FaultRecord
-from calculet.ops.soak.drift import drift
+from calculet.ops.soak.drift import JUDGE_MIN_S, drift
 from calculet.ops.soak.growth import GrowthBounds, ProcessSeries, series_growth
 from calculet.ops.soak.report import ReportParts, build_report
 from calculet.ops.soak.settings import SoakSettings
@@ -50,12 +52,15 @@ class RunFacts:
 def conclude(facts: RunFacts, bounds: GrowthBounds | None = None) -> tuple[dict[str, Any], SoakVerdict]:
     """The report document and the verdict (module docstring)."""
     bounds = bounds or GrowthBounds()
-    warmup, duration = facts.settings.warmup, facts.duration_s
+    s = facts.settings
+    warmup, duration = s.warmup, facts.duration_s
+    board_duration = duration / s.wall_per_board
+    judge_min, hour = s.wall(JUDGE_MIN_S), s.wall(3600.0)
     points = facts.tallies["soak"].points if "soak" in facts.tallies else []
-    windows = window_stats(points, duration, window_count(duration)) if duration > 0 else []
-    cycle = facts.settings.cycle_s
-    drifts = drift(points, windows, warmup, duration, cycle) if duration > 0 else []
-    growth = {x.pid: series_growth(x, warmup, duration, bounds, cycle) for x in facts.series}
+    windows = window_stats(points, duration, window_count(board_duration)) if duration > 0 else []
+    cycle = s.cycle_s
+    drifts = drift(points, windows, warmup, duration, cycle, judge_min) if duration > 0 else []
+    growth = {x.pid: series_growth(x, warmup, duration, bounds, cycle, hour, judge_min) for x in facts.series}
     notes = [f"{r.kind} at {r.planned_s:.0f} s skipped: {r.note}" for r in facts.faults if r.outcome == "skipped"]
     notes += [f"{r.kind} at {r.planned_s:.0f} s failed: {_first_line(r.note)}" for r in facts.faults if _failed(r)]
     verdict = judge(

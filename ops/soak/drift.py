@@ -15,7 +15,7 @@ after the warm-up that hold at least `MIN_WINDOW_VALUES` values, at each window'
   series had no upward trend (docs/reliability.md).
 
 `change` = later / earlier - 1. The metric has drifted when the level or the trend change is
-above `DRIFT_BOUND` (20 %). Judged only for runs of at least `JUDGE_MIN_S` (10 minutes) with at
+above `DRIFT_BOUND` (20 %). Judged only for runs of at least `JUDGE_MIN_S` (10 board minutes) with at
 least `MIN_SPAN_WINDOWS` usable windows in each span; otherwise reported as not judged, with the
 reason.
 
@@ -126,15 +126,17 @@ def drift(
     warmup_s: float,
     duration_s: float,
     min_width_s: float = 0.0,
+    judge_min_s: float = JUDGE_MIN_S,
 ) -> list[DriftFigure]:
-    """TTFT and TPOT drift (module docstring); `min_width_s` is the fault cycle."""
+    """TTFT and TPOT drift (module docstring); `min_width_s` is the fault cycle; runs shorter than
+    `judge_min_s` (`JUDGE_MIN_S` of board time, in wall seconds) are not judged."""
     first, last = spans(warmup_s, duration_s, min_width_s)
     out = []
     for name, of_point, of_window in _METRICS:
         early = [v for p in points if first[0] <= p.end_s < first[1] and (v := of_point(p)) is not None]
         late = [v for p in points if p.end_s >= last[0] and (v := of_point(p)) is not None]
         series = _series(windows, of_window, warmup_s)
-        out.append(_figure(name, series, early, late, (first, last), (warmup_s, duration_s)))
+        out.append(_figure(name, series, early, late, (first, last), (warmup_s, duration_s), judge_min_s))
     return out
 
 
@@ -156,6 +158,7 @@ def _figure(
     late: list[float],
     span_pair: tuple[Span, Span],
     run: tuple[float, float],
+    judge_min_s: float,
 ) -> DriftFigure:
     first, last = span_pair
     in_first = [v for t, v in series if first[0] <= t < first[1]]
@@ -166,7 +169,7 @@ def _figure(
         line = theil_sen([t for t, _ in series], [v for _, v in series])
         trend = Comparison(line.at(run[0]), line.at(run[1]))
     requests = Comparison(LatencyStats.of(early).p99, LatencyStats.of(late).p99)
-    if run[1] < JUDGE_MIN_S:
+    if run[1] < judge_min_s:
         judged, note = False, f"not judged: the run is shorter than {JUDGE_MIN_S / 60:g} minutes"
     elif min(len(in_first), len(in_last)) < MIN_SPAN_WINDOWS:
         judged, note = (

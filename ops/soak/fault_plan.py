@@ -21,6 +21,10 @@ so a daemon's growth over hours is judged too.
 | `device_lost` | one `device_lost` | the board halts (or exits 75); the harness restarts it |
 | `sigkill` | SIGKILL of the board's process | the harness restarts it (systemd's Restart=) |
 | `rollout` | `calctl rollout` to the other copy of the package | board by board: drain, load, resume |
+| `model_switch` | switch the board to model B, send a burst of B | drain, unload, load B; placement switches it back |
+
+`model_switch` is in the cycle only on a `--models A,B` fleet of 2 or more boards (`cycle_kinds`):
+the gateway keeps A on at least one board.
 
 Pure: `plan_faults` returns the whole schedule; `chaos` plays it.
 """
@@ -44,6 +48,7 @@ class SoakFault(Enum):
     DEVICE_LOST = "device_lost"
     SIGKILL = "sigkill"
     ROLLOUT = "rollout"
+    MODEL_SWITCH = "model_switch"
 
 
 CCU_BURST = 3
@@ -61,6 +66,7 @@ DISRUPTIVE = frozenset(
         SoakFault.ROLLOUT,
         SoakFault.CCU_BURST,  # may escalate to a CCU reset
         SoakFault.NAN_BURST,  # may escalate to a quarantine and a golden re-check
+        SoakFault.MODEL_SWITCH,  # the board serves the other model until placement switches it back
     }
 )
 FLEET_WIDE = frozenset({SoakFault.ROLLOUT})
@@ -80,9 +86,18 @@ CYCLE: tuple[SoakFault, ...] = (
     SoakFault.DEVICE_LOST,
     SoakFault.NAN_BURST,
 )
+# On a `--models A,B` fleet: last, after the NaN burst, so a cycle still starts with a fault that
+# takes no board out.
+SWITCH_CYCLE: tuple[SoakFault, ...] = (*CYCLE, SoakFault.MODEL_SWITCH)
 # Automatic resets a cycle may cause on one board: a hang, a CCU burst's escalation, a lost
 # device's reset attempt, a NaN burst's quarantine; the daemons' budget is sized from it.
 RESETS_PER_CYCLE = 4
+
+
+def cycle_kinds(switching: bool, boards: int) -> tuple[SoakFault, ...]:
+    """One cycle's kinds: `SWITCH_CYCLE` when the fleet has a second model to switch to and a
+    second board to keep the first on, else `CYCLE`."""
+    return SWITCH_CYCLE if switching and boards >= 2 else CYCLE
 
 
 def cycle_length(duration_s: float) -> float:

@@ -4,11 +4,16 @@
   (`ensure_package`), and a copy of it in `<preset>-copy` (validated too): the rollouts go back and
   forth between the two directories, so every board serves byte-identical packages and the answers
   do not change.
-- The soak fleet (`<out>/fleet`): `--boards` calsim daemons with `--fault-injection`, a short
-  `--job-timeout`, a reset budget sized for the fault cycle (`fault_plan.reset_budget`) and
-  `--submit-error-streak 5`, behind the real gateway (`--failover-wait 60`) on a free loopback port.
-- The reference fleet (`<out>/reference`): one board, no faults, time scale 0, its own gateway;
-  used only to compute the oracle's answers.
+- The soak fleet (`<out>/fleet`): `--boards` calsim daemons under `--policy` with
+  `--fault-injection`, a short `--job-timeout`, a reset budget sized for the fault cycle
+  (`fault_plan.reset_budget`) and `--submit-error-streak 5`, behind the real gateway
+  (`--failover-wait 60`) on a free loopback port. With a second model (`calctl soak --models A,B`)
+  the gateway reads `calctl up --models`' catalog (`<out>/fleet/gateway.toml`: both models,
+  placement by demand, A on at least one board) with a short `--min-residency` and `--idle-ttl`
+  (`SWITCH_MIN_RESIDENCY_S`, `SWITCH_IDLE_TTL_S`), so a board the `model_switch` fault took to B
+  comes back to A within seconds of B going quiet.
+- The reference fleet (`<out>/reference`; `<out>/reference-<B>` for the second model): one board,
+  no faults, time scale 0, its own gateway; used only to compute the oracle's answers.
 
 Each fleet is its own emulated host (`LocalFleet`: board locks and calsim state in its directory).
 """
@@ -21,13 +26,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from calculet.daemon.package.validate import validate_package
-from calculet.ops.commands.up import ensure_package
+from calculet.ops.commands.up import catalog_toml, ensure_package
 from calculet.ops.fleet import FleetConfig, FleetError
 
 COPY_SUFFIX = "-copy"
 SUBMIT_ERROR_STREAK = 5
 FAILOVER_WAIT_S = 60
 MIN_JOB_TIMEOUT_S = 3.0
+# Gateway placement on a `--models A,B` soak fleet (wall seconds): B keeps a board long enough for
+# its burst to start there, and leaves it once quiet, so the next fault finds the fleet whole.
+SWITCH_MIN_RESIDENCY_S = 20.0
+SWITCH_IDLE_TTL_S = 10.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -73,30 +82,49 @@ def soak_daemon_args(job_timeout_s: float, reset_limit: int, reset_window_s: flo
 def soak_fleet_config(
     out: Path,
     models_root: Path,
-    preset: str,
+    presets: tuple[str, ...],
     boards: int,
     time_scale: float,
     daemon_args: tuple[str, ...],
     port: int,
+    policy: str = "continuous",
 ) -> FleetConfig:
-    """The fleet under test (module docstring)."""
+    """The fleet under test (module docstring): the boards serve `presets[0]`; with more, the
+    gateway's catalog holds them all (written to `<out>/fleet/gateway.toml` here).
+
+    Raises:
+        OSError: the catalog could not be written.
+    """
+    workdir = out / "fleet"
+    catalog: tuple[str, ...] = ()
+    if len(presets) > 1:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "gateway.toml").write_text(catalog_toml(presets), encoding="utf-8")
+        catalog = (
+            "--config", str(workdir / "gateway.toml"),
+            "--min-residency", f"{SWITCH_MIN_RESIDENCY_S:g}",
+            "--idle-ttl", f"{SWITCH_IDLE_TTL_S:g}",
+        )  # fmt: skip
     return FleetConfig(
-        workdir=out / "fleet",
+        workdir=workdir,
         boards=boards,
-        model=preset,
-        package=preset,
+        model=presets[0],
+        package=presets[0],
         models_root=models_root,
         port=port,
         time_scale=time_scale,
+        policy=policy,
         daemon_args=daemon_args,
-        gateway_args=("--failover-wait", str(FAILOVER_WAIT_S)),
+        gateway_args=(*catalog, "--failover-wait", str(FAILOVER_WAIT_S)),
     )
 
 
-def reference_fleet_config(out: Path, models_root: Path, preset: str, port: int) -> FleetConfig:
-    """The oracle's fleet: one clean board at time scale 0 (module docstring)."""
+def reference_fleet_config(
+    out: Path, models_root: Path, preset: str, port: int, name: str = "reference"
+) -> FleetConfig:
+    """The oracle's fleet: one clean board at time scale 0 (module docstring), in `<out>/<name>`."""
     return FleetConfig(
-        workdir=out / "reference",
+        workdir=out / name,
         boards=1,
         model=preset,
         package=preset,

@@ -10,8 +10,10 @@ Kinds, in fixed shares of the pool (`KIND_SHARES`): `short` and `long` prompts (
 `n` (2 or 3 choices), `disconnect` (a stream closed after 1..4 chunks), `timeout` (not streamed,
 a client timeout of a fraction of the typical end-to-end time, `TrafficRunner` sets it) and
 `conversation` (`CONVERSATION_TURNS` user messages, turn k+1 carrying turn k's answer, as
-`ops/bench/multiturn` builds them). Texts are words of `ops/bench/multiturn/text.WORDS` sized with
-the model's own tokenizer. Same seed, size and tokenizer: the same pool.
+`ops/bench/multiturn` builds them); and where a lane holds it (`LONG_CONTEXT_MIN_LANE`, e.g. the
+batch-1 calbin's 40,960 tokens), `long_context`: one prompt of 30,000 tokens or more at a small
+share (`LONG_CONTEXT_SHARE`), its reference computed like the others'. Texts are words of
+`ops/bench/multiturn/text.WORDS` sized with the model's own tokenizer. Same seed, size and tokenizer: the same pool.
 
 Data flow: `build_pool(size, seed, shape, count)` -> `references.ReferenceBook` and
 `traffic.TrafficRunner`; `request_shapes` gives the timing model's view (`capacity`).
@@ -41,6 +43,15 @@ KIND_SHARES: tuple[tuple[str, int], ...] = (
     ("conversation", 22),
 )
 SMALL_CONTEXT = 1024  # a lane context up to this gets the small mix (the tiny preset: 256)
+SWITCH_BURST = 4  # requests a `model_switch` fault sends to the model it switched a board to
+LONG_CONTEXT_KIND = "long_context"
+LONG_CONTEXT_PROMPT = (30_000, 32_000)
+LONG_CONTEXT_OUTPUT = (16, 64)
+# The longest prompt, its output and the chat template's few tokens, with room to spare.
+LONG_CONTEXT_MIN_LANE = 33_000
+# Percent, beside KIND_SHARES' 100: on a batch-1 board one such request holds the board for minutes
+# of board time (a 30,000-token prefill), so 1 % of the arrivals is already a large share of its time.
+LONG_CONTEXT_SHARE = 1
 
 
 class ClientMove(Enum):
@@ -59,6 +70,7 @@ class MixShape:
         short_prompt / long_prompt: user message tokens of single requests.
         output: `max_tokens` of single requests.
         turn_prompt / turn_output: user message and `max_tokens` of each conversation turn.
+        long_context: the `long_context` kind's prompt tokens (None: the lanes cannot hold it).
     """
 
     short_prompt: tuple[int, int]
@@ -66,17 +78,25 @@ class MixShape:
     output: tuple[int, int]
     turn_prompt: tuple[int, int]
     turn_output: tuple[int, int]
+    long_context: tuple[int, int] | None = None
 
-    def describe(self) -> dict[str, list[int]]:
-        return {k: list(v) for k, v in self.__dict__.items()}
+    def describe(self) -> dict[str, list[int] | None]:
+        return {k: None if v is None else list(v) for k, v in self.__dict__.items()}
+
+    @property
+    def shares(self) -> tuple[tuple[str, int], ...]:
+        """The kinds and their shares: `KIND_SHARES`, and `long_context` where it fits."""
+        return KIND_SHARES if self.long_context is None else (*KIND_SHARES, (LONG_CONTEXT_KIND, LONG_CONTEXT_SHARE))
 
 
 def mix_shape(lane_context: int) -> MixShape:
     """The sizes for a package whose lanes hold `lane_context` tokens: a small mix that fits the
-    tiny preset's 256 (longest conversation about 200 tokens), else the qwen-sized one."""
+    tiny preset's 256 (longest conversation about 200 tokens), else the qwen-sized one, with the
+    `long_context` kind when a lane holds `LONG_CONTEXT_MIN_LANE` tokens."""
     if lane_context <= SMALL_CONTEXT:
         return MixShape((4, 24), (64, 112), (4, 40), (6, 16), (8, 24))
-    return MixShape((16, 64), (512, 1024), (16, 128), (24, 96), (32, 96))
+    long_context = LONG_CONTEXT_PROMPT if lane_context >= LONG_CONTEXT_MIN_LANE else None
+    return MixShape((16, 64), (512, 1024), (16, 128), (24, 96), (32, 96), long_context)
 
 
 @dataclass(frozen=True)
@@ -147,29 +167,30 @@ class RequestSpec:
 
 
 def build_pool(size: int, seed: int, shape: MixShape, count: TokenCounter) -> list[RequestSpec]:
-    """`size` specs in `KIND_SHARES` proportions, in a seeded order (module docstring).
+    """`size` specs in `shape.shares` proportions, in a seeded order (module docstring).
 
     Raises:
         InvalidArgument: `size` smaller than the number of kinds.
     """
-    if size < len(KIND_SHARES):
-        raise InvalidArgument(f"pool: needs at least {len(KIND_SHARES)} requests (one per kind), got {size}")
+    shares = shape.shares
+    if size < len(shares):
+        raise InvalidArgument(f"pool: needs at least {len(shares)} requests (one per kind), got {size}")
     rng = random.Random(f"calctl-soak:{seed}:pool")
-    kinds = _kinds(size, rng)
+    kinds = _kinds(size, rng, shares)
     return [_spec(i, kind, seed, shape, count, rng) for i, kind in enumerate(kinds)]
 
 
-def _kinds(size: int, rng: random.Random) -> list[str]:
+def _kinds(size: int, rng: random.Random, shares: tuple[tuple[str, int], ...] = KIND_SHARES) -> list[str]:
     """Each kind's share of `size` (largest remainders), every kind at least once, shuffled."""
-    total = sum(share for _, share in KIND_SHARES)
-    exact = {kind: size * share / total for kind, share in KIND_SHARES}
+    total = sum(share for _, share in shares)
+    exact = {kind: size * share / total for kind, share in shares}
     counts = {kind: int(value) for kind, value in exact.items()}
     for kind in sorted(exact, key=lambda k: exact[k] - counts[k], reverse=True)[: size - sum(counts.values())]:
         counts[kind] += 1
     for kind in [k for k, n in counts.items() if n == 0]:
         counts[max(counts, key=lambda k: counts[k])] -= 1
         counts[kind] = 1
-    kinds = [kind for kind, _ in KIND_SHARES for _ in range(counts[kind])]
+    kinds = [kind for kind, _ in shares for _ in range(counts[kind])]
     rng.shuffle(kinds)
     return kinds
 
@@ -179,6 +200,8 @@ def _spec(index: int, kind: str, seed: int, shape: MixShape, count: TokenCounter
     turns = CONVERSATION_TURNS if kind == "conversation" else 1
     prompt = {"long": shape.long_prompt, "conversation": shape.turn_prompt}.get(kind, shape.short_prompt)
     output = shape.turn_output if kind == "conversation" else shape.output
+    if kind == LONG_CONTEXT_KIND and shape.long_context is not None:
+        prompt, output = shape.long_context, LONG_CONTEXT_OUTPUT
     texts = [sized_text(rng.randint(*prompt), count, words) for _ in range(turns)]
     stream = {"disconnect": True, "timeout": False}.get(kind, rng.random() < 0.5)
     move = {"disconnect": ClientMove.DISCONNECT, "timeout": ClientMove.TIMEOUT}.get(kind, ClientMove.COMPLETE)
@@ -196,6 +219,12 @@ def _spec(index: int, kind: str, seed: int, shape: MixShape, count: TokenCounter
         disconnect_after=rng.randint(1, 4) if move is ClientMove.DISCONNECT else 0,
         timeout_fraction=round(rng.uniform(0.3, 1.5), 3) if move is ClientMove.TIMEOUT else 0.0,
     )
+
+
+def burst_specs(pool: list[RequestSpec], count: int = SWITCH_BURST) -> list[RequestSpec]:
+    """The `model_switch` fault's burst: the pool's first `count` `short` specs, sent to the other
+    model (their references are that model's)."""
+    return [spec for spec in pool if spec.kind == "short"][:count]
 
 
 def request_shapes(spec: RequestSpec) -> list[RequestShape]:

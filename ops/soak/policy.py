@@ -8,6 +8,7 @@ allowed (`classify`, `verdict`).
 | rule | matches | expected when |
 | --- | --- | --- |
 | `overloaded` | HTTP 429, or in-band code `overloaded` | every board is full while a fault takes one out |
+| `model-switch` | 503 or in-band `unavailable` saying `got no board` or `unloaded` | a `model_switch` |
 | `unavailable` | HTTP 503, or in-band code `unavailable` | no board can serve for a moment |
 | `recovery-budget` | a message saying `recovery budget exhausted` | a job hit more faults than it may recover from |
 
@@ -20,6 +21,9 @@ from dataclasses import dataclass
 
 MAX_ALLOWED_RATE = 0.02  # allowed failures over all requests, above which the run fails
 RECOVERY_BUDGET_TEXT = "recovery budget exhausted"
+# The gateway's ModelWaitExpired, and a request the switch's unload cut that no other board took
+# within the gateway's --failover-wait.
+SWITCH_TEXTS = ("got no board within", "unloaded")
 
 
 @dataclass(frozen=True)
@@ -30,19 +34,20 @@ class FailureRule:
         name: its name in the report.
         statuses: HTTP statuses it matches.
         codes: OpenAI error codes (in-band stream errors carry no status) it matches.
-        message: a text the error message must contain (None: any message); with `statuses` and
-            `codes` both empty it matches on the message alone.
+        message: a text the error message must contain (None: any message), or several of which it
+            must contain one; with `statuses` and `codes` both empty it matches on the message alone.
         why: when it is expected.
     """
 
     name: str
     statuses: frozenset[int]
     codes: frozenset[str]
-    message: str | None
+    message: str | tuple[str, ...] | None
     why: str
 
     def matches(self, status: int | None, code: str | None, message: str) -> bool:
-        if self.message is not None and self.message not in message:
+        texts = (self.message,) if isinstance(self.message, str) else self.message
+        if texts is not None and not any(text in message for text in texts):
             return False
         if not self.statuses and not self.codes:
             return True
@@ -51,6 +56,14 @@ class FailureRule:
 
 ALLOWED_FAILURES: tuple[FailureRule, ...] = (
     FailureRule("overloaded", frozenset({429}), frozenset({"overloaded"}), None, "every board full while one is out"),
+    # Before `unavailable`, which would match it too: the report counts it under its own name.
+    FailureRule(
+        "model-switch",
+        frozenset({503}),
+        frozenset({"unavailable"}),
+        SWITCH_TEXTS,
+        "a model switch unloaded the request's model, or its model waited past the placement wait",
+    ),
     FailureRule("unavailable", frozenset({503}), frozenset({"unavailable"}), None, "no board can serve for a moment"),
     FailureRule(
         "recovery-budget", frozenset(), frozenset(), RECOVERY_BUDGET_TEXT, "a job hit more faults than it may recover"

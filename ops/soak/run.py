@@ -1,15 +1,16 @@
 """One soak run from start to verdict: `SoakRun(settings).run()` (the command is a thin front).
 
-1. Packages (`fleets.prepare_packages`: the preset and its copy), the pool (`mix.build_pool`, texts
-   sized with the package's tokenizer), the references (`references.ReferenceBook`: the reference
-   fleet starts only if the cache lacks answers, and stops before the soak).
+1. Packages (`fleets.prepare_packages`: the preset and its copy; the second model's with
+   `--models A,B`), the pool (`mix.build_pool`, texts sized with the package's tokenizer), the
+   references (`references.ReferenceBook`: the reference fleet starts only if the cache lacks
+   answers, and stops before the soak; the second model's burst has a book and a fleet of its own).
 2. The soak fleet (`LocalFleet`), then its capacity (`capacity`: a calibration closed loop, with
    the timing-model limit beside it at time scale > 0) and the arrival rate.
-3. The soak phase, `duration` long on the `Timeline`: `TrafficRunner.run_open`, with the
-   `Supervisor`, the `UsageSampler`, `Chaos` and a progress line as tasks beside it. When the
-   arrivals end: no more faults, the requests under way finish (bounded by the lost timeout), a
-   rollout under way ends, every board gets `END_GRACE_S` to be SERVING again, a last audit read
-   and sample.
+3. The soak phase, `duration` of board time long (`SoakSettings.phase_s` wall seconds on the
+   `Timeline`): `TrafficRunner.run_open`, with the `Supervisor`, the `UsageSampler`, `Chaos` and
+   a progress line as tasks beside it. When the arrivals end: no more faults, the requests under
+   way finish (bounded by the lost timeout), a rollout under way ends, every board gets
+   `END_GRACE_S` to be SERVING again, a last audit read and sample.
 4. `conclude` (figures, verdict, report) -> `<out>/soak.json`, `plot` -> `<out>/soak.png`. The
    fleet is stopped in every case.
 
@@ -26,7 +27,7 @@ import json
 import signal
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,13 @@ import openai
 from calculet.daemon.package.manifest import load_manifest
 from calculet.ops.bench.device_model import DeviceModel
 from calculet.ops.bench.multiturn.tokenizer import counter_from_file
+from calculet.ops.commands.up import ensure_package
 from calculet.ops.fleet import LocalFleet
 from calculet.ops.soak.audit import AuditBook
-from calculet.ops.soak.capacity import SoakCapacity, calibrated, calibration_seconds, modelled
-from calculet.ops.soak.chaos import Chaos, FaultRecord
+from calculet.ops.soak.capacity import SoakCapacity, calibrated, long_context_rate, modelled
+from calculet.ops.soak.chaos import Chaos, FaultRecord, SwitchFault
 from calculet.ops.soak.conclude import RunFacts, conclude
-from calculet.ops.soak.fault_plan import plan_faults, reset_budget
+from calculet.ops.soak.fault_plan import cycle_kinds, plan_faults, reset_budget
 from calculet.ops.soak.fleets import (
     free_port,
     prepare_packages,
@@ -49,11 +51,11 @@ from calculet.ops.soak.fleets import (
     soak_fleet_config,
 )
 from calculet.ops.soak.growth import ProcessSeries
-from calculet.ops.soak.mix import RequestSpec, build_pool, mix_shape
+from calculet.ops.soak.mix import LONG_CONTEXT_KIND, RequestSpec, build_pool, burst_specs, mix_shape
 from calculet.ops.soak.plot import plot_available, write_plot
 from calculet.ops.soak.references import ReferenceBook
 from calculet.ops.soak.sampler import UsageSampler
-from calculet.ops.soak.settings import SoakSettings, job_timeout_for
+from calculet.ops.soak.settings import SoakSettings, cycle_floor_for, job_timeout_for, lost_timeout_for
 from calculet.ops.soak.supervisor import Supervisor
 from calculet.ops.soak.tally import Tally
 from calculet.ops.soak.timeline import Timeline
@@ -75,6 +77,21 @@ class SoakOutcome:
     verdict: SoakVerdict
     json_path: Path
     plot_path: Path | None
+
+
+@dataclass(frozen=True)
+class _Traffic:
+    """What the soak sends: the main pool (the calibrated mix), the `long_context` specs and their
+    own rate (`capacity.long_context_rate`), and the lost timeout that covers the longest."""
+
+    pool: list[RequestSpec]
+    long: list[RequestSpec]
+    long_rate: float
+    lost_timeout_s: float
+
+    @property
+    def main(self) -> list[RequestSpec]:
+        return [spec for spec in self.pool if spec.kind != LONG_CONTEXT_KIND]
 
 
 @dataclass
@@ -142,20 +159,35 @@ class SoakRun:
         with self._signals():
             started = self.timeline.now()
             package, copy = prepare_packages(s.models, s.preset, self.say)
+            if s.switch_model is not None:
+                ensure_package(s.models, s.switch_model, self.say)
             model = DeviceModel.from_package(package)
             counter = counter_from_file(package / load_manifest(package).tokenizer.path)
             shape = mix_shape(model.context)
             pool = build_pool(s.pool_size, s.seed, shape, counter)
             kinds = _kind_counts(pool)
             self.say(f"soak: a pool of {len(pool)} requests ({_join(kinds)}), lane context {model.context}")
-            book = await self._references(pool)
+            book = await self._references(pool, s.preset, "reference")
+            burst = burst_specs(pool)
+            switch_book = None
+            if s.switch_model is not None:
+                switch_book = await self._references(burst, s.switch_model, f"reference-{s.switch_model}")
             self.timings["preparation_s"] = self.timeline.now() - started
-            limit, window = reset_budget(s.cycle_s)
             job_timeout = job_timeout_for(model, pool, s.time_scale)
+            self.s = s = replace(s, cycle_floor_s=cycle_floor_for(job_timeout))
+            limit, window = reset_budget(s.cycle_s)
+            long_specs = [spec for spec in pool if spec.kind == LONG_CONTEXT_KIND]
+            long_rate = long_context_rate(model, long_specs, s.boards, s.wall_per_board)
+            lost_timeout = lost_timeout_for(model, pool, s.time_scale, s.lost_timeout_s)
             daemon_args = soak_daemon_args(job_timeout, limit, window)
-            config = soak_fleet_config(s.out, s.models, s.preset, s.boards, s.time_scale, daemon_args, free_port())
+            config = soak_fleet_config(
+                s.out, s.models, s.presets, s.boards, s.time_scale, daemon_args, free_port(), s.policy
+            )
             fleet = LocalFleet(config)
-            self.say(f"soak: starting {s.boards} board(s) at time scale {s.time_scale:g}: {' '.join(daemon_args)}")
+            self.say(
+                f"soak: starting {s.boards} board(s) at time scale {s.time_scale:g} ({s.policy}; "
+                f"{s.duration_s:g} board-s = {s.phase_s:g} wall-s): {' '.join(daemon_args)}"
+            )
             fleet.start(STARTUP_TIMEOUT_S, cancelled=self._cancelled)
             try:
                 fleet.wait_ready(STARTUP_TIMEOUT_S, cancelled=self._cancelled)
@@ -166,27 +198,35 @@ class SoakRun:
                     "daemon_flags": list(daemon_args),
                     "gateway_flags": list(config.gateway_args),
                     "job_timeout_s": job_timeout,
+                    "lost_timeout_wall_s": lost_timeout,
+                    "long_context": {"specs": len(long_specs), "arrivals_per_wall_s": round(long_rate, 6)},
                     "reset_limit": limit,
                     "reset_window_s": window,
                     "packages": [package.name, copy.name],
                 }
-                facts = await self._soak(fleet, pool, book, model, (package.name, copy.name), run_config)
+                switch = (burst, switch_book) if switch_book is not None else None
+                traffic = _Traffic(pool, long_specs, long_rate, lost_timeout)
+                facts = await self._soak(fleet, traffic, book, model, (package.name, copy.name), run_config, switch)
             finally:
                 fleet.stop(hurry=lambda: self.signals > 1)
         report, verdict = conclude(facts)
         return self._write(report, verdict)
 
-    async def _references(self, pool: list[RequestSpec]) -> ReferenceBook:
+    async def _references(self, pool: list[RequestSpec], preset: str, name: str) -> ReferenceBook:
+        """`preset`'s answers to `pool`, cached in `<out>/references[-B].json`, from a reference
+        fleet in `<out>/<name>` when the cache lacks some."""
         s = self.s
-        book = ReferenceBook(s.out / "references.json")
-        missing = book.missing(pool, s.preset)
+        label = name.replace("reference", "references", 1)
+        cache = s.out / f"{label}.json"
+        book = ReferenceBook(cache)
+        missing = book.missing(pool, preset)
         started = self.timeline.now()
         if not missing:
-            await book.fill(pool, None, s.preset)
-            self.say(f"soak: every reference answer came from {s.out / 'references.json'}")
+            await book.fill(pool, None, preset)
+            self.say(f"soak: every reference answer came from {cache}")
             return book
-        fleet = LocalFleet(reference_fleet_config(s.out, s.models, s.preset, free_port()))
-        self.say(f"soak: starting the reference fleet (1 clean board, time scale 0) for {missing} request(s)")
+        fleet = LocalFleet(reference_fleet_config(s.out, s.models, preset, free_port(), name))
+        self.say(f"soak: starting the reference fleet of {preset} (1 clean board, time scale 0): {missing} request(s)")
         fleet.start(STARTUP_TIMEOUT_S, cancelled=self._cancelled)
         try:
             fleet.wait_ready(STARTUP_TIMEOUT_S, cancelled=self._cancelled)
@@ -197,31 +237,32 @@ class SoakRun:
                     self.say(f"soak: references {done}/{total}")
 
             async with _client(fleet.base_url, 600.0) as client:
-                await book.fill(pool, client, s.preset, progress)
+                await book.fill(pool, client, preset, progress)
         finally:
             book.save()
             fleet.stop()
-        self.timings["references_s"] = self.timeline.now() - started
-        self.say(f"soak: {book.asked} reference request(s) in {self.timings['references_s']:.1f} s")
+        self.timings[f"{label}_s"] = self.timeline.now() - started
+        self.say(f"soak: {book.asked} reference request(s) of {preset} in {self.timings[f'{label}_s']:.1f} s")
         return book
 
     async def _soak(
         self,
         fleet: LocalFleet,
-        pool: list[RequestSpec],
+        traffic: _Traffic,
         book: ReferenceBook,
         model: DeviceModel,
         packages: tuple[str, str],
         config: dict[str, Any],
+        switch: tuple[list[RequestSpec], ReferenceBook] | None = None,
     ) -> RunFacts:
         s = self.s
         audit = AuditBook()
         supervisor = Supervisor(fleet, audit, self.timeline, self.say, on_fatal=self.stop.set)
         capacity: SoakCapacity | None = None
         phase = _Phase()
-        async with _client(fleet.base_url, s.lost_timeout_s) as client:
+        async with _client(fleet.base_url, traffic.lost_timeout_s) as client:
             runner = TrafficRunner(
-                client, s.preset, pool, book, self.timeline, lost_timeout_s=s.lost_timeout_s, seed=s.seed
+                client, s.preset, traffic.main, book, self.timeline, lost_timeout_s=traffic.lost_timeout_s, seed=s.seed
             )
             try:
                 capacity = await self._capacity(runner, model)
@@ -230,7 +271,7 @@ class SoakRun:
             calibration, runner.tally = runner.tally, Tally()
             if capacity is not None and not self.stop.is_set():
                 runner.typical_e2e_s = capacity.typical_e2e_s
-                phase = await self._phase(fleet, runner, supervisor, packages, capacity)
+                phase = await self._phase(fleet, runner, supervisor, packages, capacity, traffic, switch)
             elif self.signals:
                 self.fatal.append("interrupted before the soak phase")
         boards_at_end = {b.name: b.serving and fleet.daemons[b.index].alive() for b in supervisor.boards}
@@ -260,7 +301,7 @@ class SoakRun:
         small host do not reach (0.8 of it measured on 2 cores), so 0.7 of it overloads them; it is
         reported beside the measurement."""
         s = self.s
-        seconds = s.calibration_s if s.calibration_s is not None else calibration_seconds(s.duration_s)
+        seconds = s.calibration_wall_s
         concurrency = s.boards * model.lanes
         self.say(f"soak: calibrating: a closed loop of {concurrency} clients for {seconds:g} s")
         measured = await runner.run_closed(concurrency, seconds)
@@ -283,35 +324,43 @@ class SoakRun:
         supervisor: Supervisor,
         packages: tuple[str, str],
         capacity: SoakCapacity,
+        traffic: _Traffic,
+        switch: tuple[list[RequestSpec], ReferenceBook] | None = None,
     ) -> _Phase:
         """The soak phase (module docstring, step 3)."""
         s = self.s
-        plan = plan_faults(s.duration_s, s.boards, s.cycle_s) if s.faults else []
+        kinds = cycle_kinds(switch is not None, s.boards)
+        plan = plan_faults(s.phase_s, s.boards, s.cycle_s, kinds) if s.faults else []
         sampler = UsageSampler(lambda: _running(fleet), self.timeline)
+        model_switch = None
+        if switch is not None and s.switch_model is not None:
+            specs, switch_book = switch
+            alias = s.switch_model
+            model_switch = SwitchFault(alias, lambda: runner.run_for(alias, switch_book, specs))
         chaos = Chaos(
             plan, supervisor, self.timeline, alias=s.preset, packages=packages, gateway_url=fleet.base_url,
-            log_dir=s.out / "logs", say=self.say,
+            log_dir=s.out / "logs", say=self.say, switch=model_switch,
         )  # fmt: skip
         watch_stop, chaos_stop = asyncio.Event(), asyncio.Event()
         self.timeline.start()
         self.say(
-            f"soak: {s.duration_s:g} s at {capacity.rate_per_s:.3f} arrivals/s, {len(plan)} fault(s) on a "
+            f"soak: {s.phase_s:g} wall-s at {capacity.rate_per_s:.3f} arrivals/s, {len(plan)} fault(s) on a "
             f"{s.cycle_s:g} s cycle, warm-up {s.warmup:g} s"
         )
         tasks = [
             asyncio.create_task(supervisor.run(watch_stop)),
-            asyncio.create_task(sampler.run(s.sample_interval_s, watch_stop)),
+            asyncio.create_task(sampler.run(s.sample_wall_s, watch_stop)),
             asyncio.create_task(self._progress(runner, supervisor, chaos, watch_stop)),
         ]
         chaos_task = asyncio.create_task(chaos.run(chaos_stop))
-        duration = s.duration_s
+        duration = s.phase_s
         try:
-            await runner.run_open(capacity.rate_per_s, s.duration_s, self.stop)
-            duration = min(s.duration_s, self.timeline.now())
+            await runner.run_open(capacity.rate_per_s, s.phase_s, self.stop, (traffic.long, traffic.long_rate))
+            duration = min(s.phase_s, self.timeline.now())
             chaos_stop.set()
             await chaos_task
             self.say(f"soak: arrivals ended at {duration:.1f} s; waiting for {runner.in_flight} request(s)")
-            left = await runner.wait_in_flight(self._hurry(s.lost_timeout_s + 30.0))
+            left = await runner.wait_in_flight(self._hurry(traffic.lost_timeout_s + 30.0))
             if left:
                 self.fatal.append(f"{left} request(s) still running long after the lost timeout")
             await chaos.finish(self._hurry(ROLLOUT_END_S))
@@ -331,7 +380,7 @@ class SoakRun:
         return _Phase(duration, sampler.series(), chaos.records)
 
     async def _progress(self, runner: TrafficRunner, supervisor: Supervisor, chaos: Chaos, stop: asyncio.Event) -> None:
-        every = max(10.0, min(60.0, self.s.duration_s / 20))
+        every = max(10.0, min(60.0, self.s.phase_s / 20))
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every)

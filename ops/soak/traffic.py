@@ -9,6 +9,13 @@
   previous one finished, for `seconds`; returns arrivals completed per second (the calibration
   at time scale 0, where the emulation is host-bound and the timing model says nothing).
 
+`run_open(..., side=(specs, rate))` also sends `specs` (the `long_context` kind) as Poisson
+arrivals of their own at `rate` per second, beside the main loop (`capacity.long_context_rate`).
+
+`run_for(model, book, specs)`: the given specs sent at once to another catalog model, answers
+judged against that model's references (a `model_switch` fault's burst; its points count as kind
+`switch`), waited for.
+
 Every request is judged on arrival of its end (`classify` against `ReferenceBook`) into a `Tally`.
 A `timeout` spec's client timeout is its fraction times `typical_e2e_s` (None: no timeout yet).
 """
@@ -30,6 +37,8 @@ from calculet.ops.soak.points import point_of
 from calculet.ops.soak.references import ReferenceBook
 from calculet.ops.soak.tally import Tally
 from calculet.ops.soak.timeline import Timeline
+
+SWITCH_KIND = "switch"  # the kind of a model switch's burst requests in the tally
 
 
 class TrafficRunner:
@@ -73,10 +82,29 @@ class TrafficRunner:
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    async def run_open(self, rate: float, until_s: float, stop: asyncio.Event) -> None:
+    async def run_open(
+        self,
+        rate: float,
+        until_s: float,
+        stop: asyncio.Event,
+        side: tuple[Sequence[RequestSpec], float] | None = None,
+    ) -> None:
         """Open-loop arrivals until `until_s` or `stop` (module docstring); does not wait for them."""
-        rng = random.Random(f"calctl-soak:{self.seed}:arrivals")
-        picks = random.Random(f"calctl-soak:{self.seed}:picks")
+        if side is not None and side[0] and side[1] > 0:
+            specs, side_rate = side
+            await asyncio.gather(
+                self._arrivals(self.pool, rate, until_s, stop, "arrivals"),
+                self._arrivals(list(specs), side_rate, until_s, stop, "side"),
+            )
+            return
+        await self._arrivals(self.pool, rate, until_s, stop, "arrivals")
+
+    async def _arrivals(
+        self, pool: Sequence[RequestSpec], rate: float, until_s: float, stop: asyncio.Event, name: str
+    ) -> None:
+        """Poisson arrivals of `pool`'s specs at `rate` until `until_s` or `stop`."""
+        rng = random.Random(f"calctl-soak:{self.seed}:{name}")
+        picks = random.Random(f"calctl-soak:{self.seed}:picks" + ("" if name == "arrivals" else f":{name}"))
         at = self.timeline.now()
         while True:
             at += gamma_gaps(1, rate, 1.0, rng)[0]
@@ -88,7 +116,7 @@ class TrafficRunner:
                     await asyncio.wait_for(stop.wait(), delay)
             if stop.is_set():
                 break
-            self._launch(self.pool[picks.randrange(len(self.pool))])
+            self._launch(pool[picks.randrange(len(pool))])
 
     async def run_closed(self, concurrency: int, seconds: float) -> float:
         """Closed loop for `seconds`; returns completed arrivals per second (module docstring)."""
@@ -117,15 +145,21 @@ class TrafficRunner:
         await asyncio.gather(*pending, return_exceptions=True)
         return len(pending)
 
+    async def run_for(self, model: str, book: ReferenceBook, specs: Sequence[RequestSpec]) -> int:
+        """Send `specs` to `model` at once and wait for them (module docstring); returns how many."""
+        await asyncio.gather(*(self._run_spec(spec, model, book) for spec in specs))
+        return len(specs)
+
     def _launch(self, spec: RequestSpec) -> None:
         task = asyncio.create_task(self._run_spec(spec))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_spec(self, spec: RequestSpec) -> None:
+    async def _run_spec(self, spec: RequestSpec, model: str | None = None, book: ReferenceBook | None = None) -> None:
         self.sent += 1
         number = self.sent
-        references = self.book.answers(spec)
+        references = (book or self.book).answers(spec)
+        kind = spec.kind if model is None else SWITCH_KIND
         answers: tuple[str, ...] = ()
         timeout = None
         if spec.move is ClientMove.TIMEOUT and self.typical_e2e_s is not None:
@@ -133,7 +167,7 @@ class TrafficRunner:
         for turn in range(spec.turns):
             got = await send(
                 self.client,
-                spec.body(self.model, turn, answers),
+                spec.body(model or self.model, turn, answers),
                 lost_timeout_s=self.lost_timeout_s,
                 disconnect_after=spec.disconnect_after,
                 client_timeout_s=timeout,
@@ -141,7 +175,7 @@ class TrafficRunner:
                 clock=self.timeline.clock,
             )
             judgement = classify(got, references[turn])
-            point = point_of(got, judgement, spec.kind, self.timeline.origin)
+            point = point_of(got, judgement, kind, self.timeline.origin)
             self.tally.add(point, judgement, got.request_id or spec.key, turn)
             if judgement.cls is not RequestClass.OK:
                 return

@@ -11,7 +11,9 @@
   the per-window p99 (last 10 % against the first 10 % after the warm-up) or by its trend
   (`drift`);
 - growth (runs of 10 minutes or more): RSS, fds or threads of a process that lived through the run
-  grew past `growth.GrowthBounds`.
+  grew past `growth.GrowthBounds`;
+- RSS slope (runs of 2 board-hours or more): the RSS of a process that lived through the run rose
+  by more than 1 MB per board-hour after its first board-hour (`growth`, the late slope).
 
 What is not judged is said in `notes` (short runs, too few samples, failed rollouts, skipped
 faults). Pure: `judge` takes the figures the run computed.
@@ -98,12 +100,20 @@ def judge(inputs: VerdictInputs) -> SoakVerdict:
             reasons.append(f"{what} (bound +{DRIFT_BOUND:.0%}; last 10 % against the first after the warm-up)")
         elif not figure.judged:
             notes.append(f"p99 {figure.metric.upper()} drift {figure.note}")
-    judged_any = False
+    judged_any = late_judged_any = False
     for label, metrics in sorted(inputs.growth.items()):
         for name, m in metrics.items():
             judged_any |= m.judged
+            late_judged_any |= m.late_judged
             if m.over and m.growth is not None and m.limit is not None:
                 reasons.append(f"{label}: {name} grew by {m.growth:,.0f} (bound {m.limit:,.0f})")
+            if m.late_over and m.late_slope_per_hour is not None and m.late_limit is not None:
+                reasons.append(
+                    f"{label}: {name} rose {m.late_slope_per_hour:,.0f} per board-hour after the first "
+                    f"board-hour (bound {m.late_limit:,.0f})"
+                )
     if not judged_any:
         notes.append("process growth not judged (run shorter than 10 minutes, or no process lived through it)")
+    if not late_judged_any:
+        notes.append("RSS slope after the first board-hour not judged (run shorter than 2 board-hours)")
     return SoakVerdict(tuple(reasons), tuple(notes))

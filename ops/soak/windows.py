@@ -5,7 +5,8 @@ ended after the traffic stopped, while the harness waited for them). Percentiles
 linear interpolation (`ops/bench/summary.LatencyStats`). Throughput counts the `ok` requests and
 their output tokens per second of the window.
 
-`window_count(duration)`: 20 windows, or one a minute for runs longer than 20 minutes.
+`window_count(duration)`: 20 windows, or one a minute for runs longer than 20 minutes; the soak
+passes its board time (`conclude`), so a board-day at time scale 0.1 has 1,440 windows of 6 s.
 Pure functions of `RequestPoint`s.
 """
 
