@@ -4,7 +4,7 @@ clean reference fleet for the oracle, the open loop, SIGKILLs, a lost device, a 
 streak, a rollout. Checked from the report: no request lost or crossed, failures within the
 policy, every board back SERVING, and the report has its windows, process samples, faults and
 restarts. Nothing here depends on the machine's speed: no wall-clock or latency figure is
-asserted (the soak calibrates its own rate, and runs at half its default load so that a machine
+asserted (the soak calibrates its own rate, and runs at under a third of its default load so that a machine
 slowed by other work after the calibration stays within it; drift and growth are not judged on a
 2-minute run).
 """
@@ -27,10 +27,12 @@ DEADLINE_S = 1500.0  # references, calibration, 2 minutes of soak and the wind-d
 @pytest.mark.timeout(DEADLINE_S + 60)
 def test_a_two_minute_soak_loses_nothing_and_reports_everything(tmp_path: Path) -> None:
     out = tmp_path / "soak"
-    # Load 0.35, not the default 0.7: the rate is calibrated once, and a test machine's speed moves
+    # Load 0.2, not the default 0.7: the rate is calibrated once, and a test machine's speed moves
     # under the other tests (a CI run saw 12 % OVERLOADED at 0.7 while a SIGKILL left one board
-    # to carry 1.4x its calibrated capacity). At 0.35 the survivor carries 0.7 of it.
-    argv = ["soak", "--duration", "2m", "--preset", "tiny", "--time-scale", "0", "--pool", "80", "--load", "0.35"]
+    # to carry 1.4x its calibrated capacity; at 0.2 the survivor carries 0.4 of it). The soak's CPU
+    # is this share of the machine for 2 minutes (0.35 took 88 s of CPU on a quiet machine), and
+    # hundreds of requests still meet every fault.
+    argv = ["soak", "--duration", "2m", "--preset", "tiny", "--time-scale", "0", "--pool", "80", "--load", "0.2"]
     argv += ["--out", str(out)]
     proc = run_calctl(*argv, timeout=DEADLINE_S)
     assert (out / "soak.json").exists(), f"no report; exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
