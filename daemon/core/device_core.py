@@ -300,9 +300,9 @@ class DeviceCore:
         before = self._audit_point()
         was = self.engine.resume()
         if was:
-            self.audit.record(
-                operator_entry("resume", "operator resume", before, self._audit_point(), "admitting again")
-            )
+            after = self._audit_point()
+            message = "admitting again" if after[0] else "drain ended; the board still does not serve (halted)"
+            self.audit.record(operator_entry("resume", "operator resume", before, after, message))
         return was
 
     def reset(self, kind: str, reason: str, model: str = "") -> tuple[bool, str]:
