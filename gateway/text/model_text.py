@@ -10,6 +10,8 @@ Python internals. Data flow: OpenAI request -> `render_chat` (chat) or the promp
 from __future__ import annotations
 
 import functools
+import hashlib
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +51,31 @@ RESERVED_TEMPLATE_VARIABLES = frozenset(
 )
 
 
+_TOKENIZERS: dict[str, Tokenizer] = {}  # SHA-256 of a tokenizer.json -> the one Tokenizer built from it
+_TOKENIZERS_LOCK = threading.Lock()  # packages are built on threads (`PackageCatalog._build`)
+
+
+def shared_tokenizer(alias: str, tokenizer_json: bytes) -> Tokenizer:
+    """The tokenizer of `tokenizer_json`, built once per distinct file and shared by every package
+    that ships it (models of one family do: a Qwen3 tokenizer takes some 70 MB, and a gateway that
+    met a second package of the family grew by that much). Kept as long as the gateway, as the
+    packages that use it are (`PackageCatalog`); a Tokenizer is only read once built.
+
+    Raises:
+        FailedPrecondition: the tokenizer does not load (a broken package).
+    """
+    digest = hashlib.sha256(tokenizer_json).hexdigest()
+    with _TOKENIZERS_LOCK:
+        tokenizer = _TOKENIZERS.get(digest)
+        if tokenizer is None:
+            try:
+                tokenizer = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
+            except Exception as err:  # the Rust side raises plain Exceptions
+                raise FailedPrecondition(f"model {alias!r}: its tokenizer.json does not load: {err}") from err
+            _TOKENIZERS[digest] = tokenizer
+        return tokenizer
+
+
 def _raise_exception(message: str) -> None:
     # Templates (Hugging Face convention) call raise_exception() to refuse a conversation.
     raise InvalidArgument(f"messages: the chat template refused them: {message}")
@@ -68,10 +95,7 @@ class ModelText:
 
     def __init__(self, facts: ModelFacts, tokenizer_json: bytes, chat_template: str) -> None:
         self.facts = facts
-        try:
-            self.tokenizer = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
-        except Exception as err:  # the Rust side raises plain Exceptions
-            raise FailedPrecondition(f"model {facts.alias!r}: its tokenizer.json does not load: {err}") from err
+        self.tokenizer = shared_tokenizer(facts.alias, tokenizer_json)
         self.tokenizer_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
         self._env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, autoescape=False)
         self._env.globals["raise_exception"] = _raise_exception
