@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import functools
 import importlib
 import pkgutil
 import sys
@@ -44,11 +45,11 @@ class CommandSpec:
     help: str  # HELP
 
 
-def command_specs() -> list[CommandSpec]:
+@functools.cache
+def command_specs() -> tuple[CommandSpec, ...]:
     """Every command module's COMMAND and HELP, in module name order, read from their sources: a
-    command's imports (the soak's and the bench's pull in the OpenAI SDK and more, about 1 s of CPU)
-    are paid only by the command that runs. A module whose COMMAND or HELP is not a literal is
-    imported to read them."""
+    command's imports (the soak's and the bench's pull in the OpenAI SDK and more) are paid only by
+    the command that runs. A module whose COMMAND or HELP is not a literal is imported to read them."""
     specs = []
     for info in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda i: i.name):
         name = f"{commands_pkg.__name__}.{info.name}"
@@ -59,7 +60,7 @@ def command_specs() -> list[CommandSpec]:
                 continue
             constants = {"COMMAND": mod.COMMAND, "HELP": mod.HELP}
         specs.append(CommandSpec(name, tuple(constants["COMMAND"]), str(constants["HELP"])))
-    return specs
+    return tuple(specs)
 
 
 def _literal_constants(path: Path) -> dict[str, Any]:
