@@ -179,20 +179,30 @@ def _entry(raw: Any) -> AuditEntry:
 AuditPoint = tuple[bool, tuple[str, ...]]  # (serving, the serving models) before or after an event
 
 
-def escalation_entry(
-    kind: str, reason: str, fault: str, jobs: int, before: AuditPoint, after: AuditPoint, ok: bool, message: str
+def entry_around(
+    before: AuditPoint,
+    after: AuditPoint,
+    *,
+    kind: str,
+    automatic: bool,
+    reason: str,
+    fault: str,
+    inflight_jobs: int,
+    recovered: int,
+    failed: int,
+    ok: bool,
+    message: str,
 ) -> AuditEntry:
-    """The entry of an escalation that is not an operator's reset: automatic, and the `jobs` it hit
-    all ended (resumed elsewhere: none recovered here)."""
+    """An entry that ends now, with the board's health and serving models `before` and `after` it."""
     return AuditEntry(
         at=now(),
         kind=kind,
-        automatic=True,
+        automatic=automatic,
         reason=reason,
         fault=fault,
-        inflight_jobs=jobs,
-        recovered=0,
-        failed=jobs,
+        inflight_jobs=inflight_jobs,
+        recovered=recovered,
+        failed=failed,
         generations_before=before[1],
         generations_after=after[1],
         serving_before=before[0],
@@ -200,6 +210,17 @@ def escalation_entry(
         ok=ok,
         message=message,
     )
+
+
+def escalation_entry(
+    kind: str, reason: str, fault: str, jobs: int, before: AuditPoint, after: AuditPoint, ok: bool, message: str
+) -> AuditEntry:
+    """The entry of an escalation that is not an operator's reset: automatic, and the `jobs` it hit
+    all ended (resumed elsewhere: none recovered here)."""
+    return entry_around(
+        before, after, kind=kind, automatic=True, reason=reason, fault=fault,
+        inflight_jobs=jobs, recovered=0, failed=jobs, ok=ok, message=message,
+    )  # fmt: skip
 
 
 OPERATOR_DRAIN = "operator drain"  # the reason of a drain an operator asked for (Drain, `calctl drain`)
@@ -210,22 +231,10 @@ def operator_entry(
 ) -> AuditEntry:
     """The entry of an operator's (or a shutdown's) drain or resume: not automatic, nothing reset;
     `jobs`: the jobs running when it acted; `ended`: those it ended (an interrupted drain's)."""
-    return AuditEntry(
-        at=now(),
-        kind=kind,
-        automatic=False,
-        reason=reason,
-        fault="operator",
-        inflight_jobs=jobs,
-        recovered=0,
-        failed=ended,
-        generations_before=before[1],
-        generations_after=after[1],
-        serving_before=before[0],
-        serving_after=after[0],
-        ok=True,
-        message=message,
-    )
+    return entry_around(
+        before, after, kind=kind, automatic=False, reason=reason, fault="operator",
+        inflight_jobs=jobs, recovered=0, failed=ended, ok=True, message=message,
+    )  # fmt: skip
 
 
 def now() -> float:

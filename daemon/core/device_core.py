@@ -226,11 +226,13 @@ class DeviceCore:
     def stop_admitting(self, reason: str = "") -> None:
         """Stop admitting (a drain, until `resume`). `reason`: who drains and why, for the audit trail
         (an operator's drain, a shutdown); "": not audited (a drain already recorded)."""
+        if not reason:
+            self.engine.stop_admitting()
+            return
         before = self._audit_point()
         jobs = self.engine.stop_admitting()
-        if reason:
-            message = f"admission stopped with {jobs} jobs running"
-            self.audit.record(operator_entry("drain", reason, before, self._audit_point(), message, jobs=jobs))
+        message = f"admission stopped with {jobs} jobs running"
+        self.audit.record(operator_entry("drain", reason, before, self._audit_point(), message, jobs=jobs))
 
     def wait_drained(self, timeout_s: float | None = None, interrupt: bool = False) -> tuple[bool, int, int]:
         """Wait until no job is left; optionally cancel what remains after the timeout.

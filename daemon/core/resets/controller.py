@@ -50,8 +50,7 @@ from dataclasses import dataclass, replace
 
 from calculet.common.errors import CalculetError, FailedPrecondition, Unavailable
 from calculet.common.lifecycle import Lifecycle
-from calculet.daemon.core.audit import AuditEntry, BoardAudit, escalation_entry
-from calculet.daemon.core.audit import now as reset_audit_now
+from calculet.daemon.core.audit import AuditEntry, AuditPoint, BoardAudit, entry_around, escalation_entry
 from calculet.daemon.core.engine_types import EngineConfig
 from calculet.daemon.core.errors import BoardHalted, MemoryNotBack
 from calculet.daemon.core.executor import DeviceJob, Executor
@@ -294,26 +293,14 @@ class ResetController:
             if gated:
                 self.end()
 
-    def _record_automatic_locked(self, reason: str, hit: int, before: tuple[bool, tuple[str, ...]], ok: bool,
+    def _record_automatic_locked(self, reason: str, hit: int, before: AuditPoint, ok: bool,
                                  message: str, fault: str = "hang", kind: str = "ccu") -> None:  # fmt: skip
-        self._record_locked(
-            AuditEntry(
-                at=reset_audit_now(),
-                kind=kind,
-                automatic=True,
-                reason=reason,
-                fault=fault,
-                inflight_jobs=hit,
-                recovered=0,
-                failed=0,
-                generations_before=before[1],
-                generations_after=self._host.serving_generations(),
-                serving_before=before[0],
-                serving_after=not self.halted,
-                ok=ok,
-                message=message,
-            )
-        )
+        after = (not self.halted, self._host.serving_generations())
+        entry = entry_around(
+            before, after, kind=kind, automatic=True, reason=reason, fault=fault,
+            inflight_jobs=hit, recovered=0, failed=0, ok=ok, message=message,
+        )  # fmt: skip
+        self._audit.record(entry)  # its own lock, taken under the engine's
 
     # ---- an escalation's reset, step by step (`automatic.py` orders them) -------------------
 
@@ -539,10 +526,7 @@ class ResetController:
         generations = self._host.serving_generations()
         message = f"{jobs} unfinished jobs ended UNAVAILABLE (resume elsewhere); calctl resume brings it back"
         before, after = (True, generations), (False, generations)
-        self._record_locked(escalation_entry(kind, reason, fault, jobs, before, after, True, message))
-
-    def _record_locked(self, entry: AuditEntry) -> None:
-        self._audit.record(entry)  # its own lock, taken under the engine's
+        self._audit.record(escalation_entry(kind, reason, fault, jobs, before, after, True, message))
 
     def _quarantine_abandoned_locked(self, job: DeviceJob) -> bool:
         """A job given up while the device still held it (the reset budget was used up), ended on

@@ -19,12 +19,11 @@ What it needs from outside the engine (the model manager, the board's health) co
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from calculet.common.errors import CalculetError, FailedPrecondition, InvalidArgument, NotFound
-from calculet.daemon.core.audit import AuditEntry
+from calculet.daemon.core.audit import AuditEntry, AuditPoint, entry_around
 from calculet.daemon.core.errors import MemoryNotBack
 from calculet.daemon.core.resets.budget import SETTLE_TIMEOUT_S, ResetReport, ResetTally
 from calculet.daemon.core.resets.controller import ResetController
@@ -172,26 +171,14 @@ def rewarm_all(hooks: OperatorHooks, dropped: list[ModelRuntime]) -> CalculetErr
 def reset_entry(
     report: ResetReport,
     reason: str,
-    before: tuple[bool, tuple[str, ...]],
-    after: tuple[bool, tuple[str, ...]],
+    before: AuditPoint,
+    after: AuditPoint,
     fault: str = "operator",
 ) -> AuditEntry:
     """The audit entry of an operator reset (`fault` "operator") or an escalation's (the fault that
     escalated)."""
     c = report.counts
-    return AuditEntry(
-        at=time.time(),
-        kind=report.kind,
-        automatic=fault != "operator",
-        reason=reason,
-        fault=fault,
-        inflight_jobs=c.inflight,
-        recovered=c.recovered,
-        failed=c.failed,
-        generations_before=before[1],
-        generations_after=after[1],
-        serving_before=before[0],
-        serving_after=after[0],
-        ok=report.ok,
-        message=report.message,
-    )
+    return entry_around(
+        before, after, kind=report.kind, automatic=fault != "operator", reason=reason, fault=fault,
+        inflight_jobs=c.inflight, recovered=c.recovered, failed=c.failed, ok=report.ok, message=report.message,
+    )  # fmt: skip
