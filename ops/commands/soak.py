@@ -100,6 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sample-interval", type=duration, default=5.0, metavar="D", help="process usage sampling period (5s)"
     )
     parser.add_argument(
+        "--calibration",
+        type=duration,
+        metavar="D",
+        help="the capacity calibration's closed loop, wall time (5%% of the run in board time, 15-120 s)",
+    )
+    parser.add_argument(
         "--lost-timeout", type=duration, default=300.0, metavar="D", help="no complete answer by then: lost (300s)"
     )
     parser.add_argument(
@@ -132,6 +138,7 @@ def settings_from(args: argparse.Namespace) -> SoakSettings:
         sample_interval_s=args.sample_interval,
         lost_timeout_s=args.lost_timeout,
         models_root=args.models_root,
+        calibration_s=args.calibration,
     )
 
 

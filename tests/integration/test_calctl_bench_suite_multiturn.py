@@ -4,14 +4,11 @@ prefix routing), runs the multi-turn bench on each and writes the suite JSON, th
 19's targets and the plot. Checked: structure and counts (every configuration started with its
 flags, every turn of every user completed with exactly its answer tokens, every target present with
 a verdict or a reason), the outputs, no fleet left behind. Whether the targets are met is not this
-test's business, nor any wall-clock figure. Skipped until the daemon has `--prefix-reuse` and the
-gateway `--routing` (issue 19 lands them)."""
+test's business, nor any wall-clock figure."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,18 +23,6 @@ USERS_PER_BOARD, TURNS, ANSWER = 2, 3, 6
 CONFIGS = ["mt-x1-off-load", "mt-x1-on-load", "mt-x2-off-load", "mt-x2-on-load", "mt-x2-on-prefix"]
 
 
-def _knows(module: str, flag: str) -> bool:
-    help_text = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
-    return flag in help_text.stdout
-
-
-needs_issue_19 = pytest.mark.skipif(
-    not (_knows("calculet.daemon.main", "--prefix-reuse") and _knows("calculet.gateway.main", "--routing")),
-    reason="the daemon's --prefix-reuse or the gateway's --routing has not landed",
-)
-
-
-@needs_issue_19
 def test_mt_suite(tmp_path: Path) -> None:
     """(Short names: the boards' Unix socket paths must stay under 108 bytes.)"""
     out = tmp_path / "s"

@@ -13,9 +13,9 @@ their demand alternates, within its bounds, and two gateways never switch one bo
 - Compare-and-swap: two gateways, each with a request for a different model no board serves, and
   one board: exactly one switch happens; the other gateway's placer lost the race.
 
-The boards run at calsim time scale 0.4, so a burst of long qwen requests stays in flight for
-seconds whatever the machine's speed, and the placer sees it (128 tokens at 0.4 are as long in wall
-time as 256 at 0.2, for half the sampling and streaming CPU).
+The boards run at calsim time scale 0.8, so a burst of long qwen requests stays in flight for
+seconds whatever the machine's speed, and the placer sees it (64 tokens at 0.8 are as long in wall
+time as 256 at 0.2, for a quarter of the sampling and streaming CPU).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from tests.integration.helpers import assert_idle_soon, process_usage, usage_bac
 pytestmark = pytest.mark.integration
 StartDaemon = Callable[..., DaemonProcess]
 StartGateway = Callable[..., GatewayProcess]
-PACED = ("--time-scale", "0.4")
+PACED = ("--time-scale", "0.8")
 MESSAGES = [{"role": "user", "content": "Name a prime number."}]
 QWEN_BURST = 10  # over the qwen package's 4 lanes: requests wait beyond them (pressure)
-QWEN_TOKENS = 128  # three waves on 4 lanes: about a second each at time scale 0.4
+QWEN_TOKENS = 64  # three waves on 4 lanes: about a second each at time scale 0.8
 DENSE_TOKENS = 6
 
 

@@ -270,6 +270,18 @@ def test_the_command_takes_two_models_or_a_preset_and_a_policy() -> None:
     s = soak_command.settings_from(parse("--preset", "tiny", "--time-scale", "0.1"))
     assert (s.preset, s.switch_model, s.policy, s.phase_s) == ("tiny", None, "continuous", pytest.approx(8640.0))
     assert soak_command.settings_from(parse()).preset == soak_command.DEFAULT_PRESET
+
+
+def test_the_calibration_is_5_percent_of_the_run_unless_given() -> None:
+    assert soak_command.settings_from(parse("--time-scale", "0.1")).calibration_wall_s == 15.0
+    assert soak_command.settings_from(parse("--time-scale", "1")).calibration_wall_s == 120.0
+    assert soak_command.settings_from(parse("--calibration", "5s")).calibration_wall_s == 5.0
+    for bad in (("--calibration", "soon"), ("--calibration", "-3s")):
+        with pytest.raises(SystemExit):
+            parse(*bad)
+
+
+def test_the_command_refuses_bad_models_and_policies() -> None:
     for bad in (("--models", "tiny"), ("--models", "tiny,tiny"), ("--policy", "fifo")):
         with pytest.raises(SystemExit):
             parse(*bad)
