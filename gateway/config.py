@@ -47,8 +47,9 @@ from typing import Any
 from calculet.client import TlsConfig
 from calculet.client.channel import call_metadata, check_server_name, read_pem_file
 from calculet.common.errors import InvalidArgument
+from calculet.common.secret_files import read_secret_lines
 from calculet.common.telemetry.logs import LOG_FORMATS
-from calculet.gateway.api.auth import read_api_keys, read_secret_lines
+from calculet.gateway.api.auth import read_api_keys
 from calculet.gateway.api.thinking import DEFAULT_BUDGETS, EFFORTS, MAX_BUDGET
 from calculet.gateway.fleet.catalog import CatalogModel, catalog_from
 from calculet.gateway.placement.policy import PlacementPolicy

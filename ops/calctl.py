@@ -54,6 +54,8 @@ def command_specs() -> tuple[CommandSpec, ...]:
     for info in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda i: i.name):
         name = f"{commands_pkg.__name__}.{info.name}"
         constants = _literal_constants(Path(commands_pkg.__path__[0]) / f"{info.name}.py")
+        if constants is None:  # a helper module (no COMMAND): nothing to import
+            continue
         if "COMMAND" not in constants or "HELP" not in constants:
             mod = importlib.import_module(name)
             if not hasattr(mod, "COMMAND"):
@@ -63,21 +65,28 @@ def command_specs() -> tuple[CommandSpec, ...]:
     return tuple(specs)
 
 
-def _literal_constants(path: Path) -> dict[str, Any]:
-    """The module-level `COMMAND = ...` and `HELP = ...` of `path` that are literals (ast)."""
+def _literal_constants(path: Path) -> dict[str, Any] | None:
+    """The module-level `COMMAND = ...` and `HELP = ...` of `path` that are literals (ast); None when
+    the module assigns no COMMAND at all (a helper of the commands). A source that cannot be read or
+    parsed gives {}, so the module is imported and its error shows."""
     found: dict[str, Any] = {}
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError):
         return found
+    assigned = False
     for node in tree.body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            name, value = node.target.id, node.value
+        else:
             continue
-        name = node.targets[0].id
+        assigned = assigned or name == "COMMAND"
         if name in ("COMMAND", "HELP"):
             with contextlib.suppress(ValueError):  # not a literal: the module is imported instead
-                found[name] = ast.literal_eval(node.value)
-    return found
+                found[name] = ast.literal_eval(value)
+    return found if assigned else None
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

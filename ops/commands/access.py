@@ -26,7 +26,7 @@ from pathlib import Path
 from calculet.client import DaemonClient, TlsConfig
 from calculet.client.channel import call_metadata, read_tls
 from calculet.common.errors import InvalidArgument
-from calculet.gateway.api.auth import read_secret_lines
+from calculet.common.secret_files import read_secret_lines
 
 ENV_TOKEN = "CALCULET_TOKEN"
 # dest -> (flag, environment variable)

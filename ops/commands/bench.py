@@ -37,7 +37,7 @@ from typing import Any
 
 from calculet.client import AsyncDaemonClient
 from calculet.common.errors import CalculetError, InvalidArgument
-from calculet.gateway.api.auth import read_secret_lines
+from calculet.common.secret_files import read_secret_lines
 from calculet.ops.bench.arg_types import count_arg, non_negative_arg, positive_arg, typed_arg
 from calculet.ops.bench.backend import BenchBackend, BenchSampling
 from calculet.ops.bench.daemon_backend import DaemonBackend

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from calculet.common.errors import Unavailable
-from calculet.gateway.api.auth import read_secret_lines
+from calculet.common.secret_files import read_secret_lines
 
 UNIX_BASE_URL = "http://gateway"
 DEFAULT_TIMEOUT_S = 10.0
