@@ -178,7 +178,7 @@ class SoakRun:
             limit, window = reset_budget(s.cycle_s)
             long_specs = [spec for spec in pool if spec.kind == LONG_CONTEXT_KIND]
             long_rate = long_context_rate(model, long_specs, s.boards, s.wall_per_board)
-            lost_timeout = lost_timeout_for(model, pool, s.time_scale, s.lost_timeout_s)
+            lost_timeout = lost_timeout_for(model, pool, s.time_scale, s.lost_timeout_s, job_timeout)
             daemon_args = soak_daemon_args(job_timeout, limit, window)
             config = soak_fleet_config(
                 s.out, s.models, s.presets, s.boards, s.time_scale, daemon_args, free_port(), s.policy

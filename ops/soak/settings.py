@@ -167,14 +167,21 @@ def cycle_floor_for(job_timeout_s: float) -> float:
     return max(MIN_CYCLE_S, HANG_CYCLE_FACTOR * job_timeout_s)
 
 
-def lost_timeout_for(model: DeviceModel, pool: Sequence[RequestSpec], time_scale: float, flag_s: float) -> float:
+def lost_timeout_for(
+    model: DeviceModel, pool: Sequence[RequestSpec], time_scale: float, flag_s: float, job_timeout_s: float
+) -> float:
     """The lost timeout the traffic uses: `--lost-timeout`, or more where the pool's slowest request
     (by the timing model, alone on a board, at the time scale) could not finish within it: twice
-    that, plus the flag (a `long_context` request's TTFT alone is minutes of board time)."""
+    that (its own run, and its run again on another board after a fault cut it), plus the daemons'
+    job timeout (a hang holds the request that long before its board is reset), plus the flag (queues
+    and the gateway's failover waits). A `long_context` request's TTFT alone is minutes of board
+    time: on the board-day run of 2026-12-06 one met a hang after 106 s of prefill, waited out the
+    222 s job timeout, and was still prefilling on its third board when the lost timeout of
+    2 x 110 + 300 s, which did not count the hang, gave it up."""
     if time_scale <= 0:
         return flag_s
     slowest = max(sum(request_floor(model, shape, 1).e2e for shape in request_shapes(spec)) for spec in pool)
-    return max(flag_s, math.ceil(JOB_TIMEOUT_FACTOR * slowest * time_scale + flag_s))
+    return max(flag_s, math.ceil(JOB_TIMEOUT_FACTOR * slowest * time_scale + job_timeout_s + flag_s))
 
 
 def job_timeout_for(model: DeviceModel, pool: Sequence[RequestSpec], time_scale: float) -> float:

@@ -33,6 +33,7 @@ from calculet.ops.soak.mix import (
     build_pool,
     burst_specs,
     mix_shape,
+    request_shapes,
 )
 from calculet.ops.soak.policy import allowed_rule
 from calculet.ops.soak.settings import (
@@ -40,6 +41,7 @@ from calculet.ops.soak.settings import (
     MIN_SAMPLE_WALL_S,
     SoakSettings,
     cycle_floor_for,
+    job_timeout_for,
     lost_timeout_for,
 )
 from calculet.ops.soak.timeline import Timeline
@@ -153,9 +155,20 @@ def test_the_long_context_stream_takes_its_share_of_board_time_at_any_scale() ->
 def test_the_lost_timeout_grows_to_cover_the_slowest_request() -> None:
     model = device_model(batches=(1,), lanes=1)
     pool = [spec(), spec(("w " * 400,), (400,), max_tokens=16)]
-    assert lost_timeout_for(model, pool, 0.0, 300.0) == 300.0
-    assert lost_timeout_for(model, pool, 1.0, 1.0) > 1.0
-    assert lost_timeout_for(model, pool, 1e-6, 300.0) == pytest.approx(301.0, abs=1.0)
+    assert lost_timeout_for(model, pool, 0.0, 300.0, 3.0) == 300.0
+    assert lost_timeout_for(model, pool, 1.0, 1.0, 3.0) > 1.0
+    assert lost_timeout_for(model, pool, 1e-6, 300.0, 0.0) == pytest.approx(301.0, abs=1.0)
+
+
+def test_the_lost_timeout_waits_out_a_hang_and_a_second_run_of_the_slowest_request() -> None:
+    model = device_model(batches=(1,), lanes=1)
+    long = spec(("w " * 400,), (400,), max_tokens=16)
+    slowest = sum(request_floor(model, shape, 1).e2e for shape in request_shapes(long)) * 0.1
+    job_timeout = job_timeout_for(model, [spec(), long], 0.1)
+    lost = lost_timeout_for(model, [spec(), long], 0.1, 300.0, job_timeout)
+    # its run, a hang's job timeout, its run again elsewhere, and the flag's 300 s for queues
+    assert lost >= slowest + job_timeout + slowest + 300.0
+    assert lost - lost_timeout_for(model, [spec(), long], 0.1, 300.0, 0.0) == pytest.approx(job_timeout, abs=1.0)
 
 
 # ---------------------------------------------------------------- the model-switch fault
