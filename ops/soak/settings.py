@@ -175,9 +175,7 @@ def lost_timeout_for(
     that (its own run, and its run again on another board after a fault cut it), plus the daemons'
     job timeout (a hang holds the request that long before its board is reset), plus the flag (queues
     and the gateway's failover waits). A `long_context` request's TTFT alone is minutes of board
-    time: on the board-day run of 2026-12-06 one met a hang after 106 s of prefill, waited out the
-    222 s job timeout, and was still prefilling on its third board when the lost timeout of
-    2 x 110 + 300 s, which did not count the hang, gave it up."""
+    time; docs/reliability.md ("Board-day run") has the requests a bound without the hang gave up."""
     if time_scale <= 0:
         return flag_s
     slowest = max(sum(request_floor(model, shape, 1).e2e for shape in request_shapes(spec)) for spec in pool)
