@@ -21,7 +21,7 @@ device jobs; between them the sequence is PARTIAL and no token is sampled. A jum
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum, auto
 
 import numpy as np
@@ -113,6 +113,24 @@ class ClientJob:
         self.t_admit: float | None = None
         self.t_first: float | None = None
         self.deadline = now + request.deadline_s if request.deadline_s is not None else None
+
+    def release_inputs(self) -> None:
+        """Drop what only a running job reads, once it is DONE and retained (`JobTable.retire`).
+
+        A retained job answers Wait from its log, Cancel and `job_generation` from its ids, a
+        Submit retry from its request's seed, and a warm-up probe from `generated` and
+        `first_logits`; all of these stay. Its prompt (a tuple of ints: a long prompt's is most of
+        what retention would keep, for the retention age), the prefix caches, the penalties'
+        history, the grammar matcher and the thinking tracker go. Keeping them made a board's
+        memory follow the largest set of prompts it had retained (docs/reliability.md).
+        """
+        assert self.state is SeqState.DONE, f"job {self.job_id}: inputs released while {self.state.name}"
+        self.request = replace(self.request, prompt_tokens=(), resume_tokens=())
+        self._block_hashes = []
+        self._array = None
+        self.history = None
+        self.grammar = None
+        self.thinking = None
 
     @property
     def state(self) -> SeqState:

@@ -87,10 +87,9 @@ Event = TokenChunk | FinalEvent
 Listener = Callable[[], None]
 
 # What a finished job holds, estimated from tracemalloc measurements of finished calsim jobs (its
-# penalty history dropped; tests/unit/core/test_dedup_retention.py checks the estimate against a
-# measurement). Each figure is rounded up: the estimate is a bound, not an average.
+# inputs released: `ClientJob.release_inputs`; tests/unit/core/test_dedup_retention.py checks the
+# estimate against a measurement). Each figure is rounded up: the estimate is a bound, not an average.
 JOB_BYTES = 6 * 1024  # ClientJob, EventLog, lifecycle, request, Final, table slots, with headroom
-PROMPT_TOKEN_BYTES = 40  # prompt/resume token: a tuple slot + an int object (~36 B)
 TOKEN_BYTES = 224  # streamed token: its TokenChunk event, tuple, int, `generated` slot (~184 B)
 LOGPROB_BYTES = 192  # its TokenLogprob (~176 B)
 TOP_LOGPROB_BYTES = 128  # each top alternative: a (token, logprob) tuple (~113 B)
@@ -196,17 +195,17 @@ class EventLog:
             raise RuntimeError(f"job {self.job_id}: event log already finished")
 
 
-def job_bytes(log: EventLog, input_tokens: int) -> int:
-    """Estimated memory a finished job holds while it is retained.
+def job_bytes(log: EventLog) -> int:
+    """Estimated memory a finished job holds while it is retained (its inputs released:
+    `ClientJob.release_inputs`).
 
     Args:
         log: its event log.
-        input_tokens: len(prompt_tokens) + len(resume_tokens) of its request.
 
     Returns:
-        Bytes: a fixed cost per job, plus its input tokens, plus its events.
+        Bytes: a fixed cost per job plus its events.
     """
-    return JOB_BYTES + PROMPT_TOKEN_BYTES * input_tokens + log.approx_bytes
+    return JOB_BYTES + log.approx_bytes
 
 
 T = TypeVar("T")

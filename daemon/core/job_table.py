@@ -57,10 +57,9 @@ class JobTable:
         """Move a finished job to retention. Returns False when it was not live (finished twice)."""
         if self._live.pop(seq.job_id, None) is None:
             return False
-        seq.history = None  # only sampling reads it, and it costs ~100 B per distinct token
-        inputs = len(seq.request.prompt_tokens) + len(seq.request.resume_tokens)
+        seq.release_inputs()
         logits = seq.first_logits.nbytes if seq.first_logits is not None else 0  # warm-up probes: a vocab row
-        self._forget(self._retained.add(seq.job_id, seq, job_bytes(seq.log, inputs) + logits))
+        self._forget(self._retained.add(seq.job_id, seq, job_bytes(seq.log) + logits))
         return True
 
     def deduplicate(self, client_id: str, digest: bytes) -> ClientJob | None:

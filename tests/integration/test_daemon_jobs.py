@@ -99,15 +99,15 @@ def test_job_ids_are_random_and_fit_the_protocol(start_daemon: Any, stub_for: An
 # ---- item 4 ------------------------------------------------------------------------------------
 
 
-def _estimate(tokens: int, prompt: int) -> int:
+def _estimate(tokens: int) -> int:
     log = EventLog("estimate")
     for t in range(tokens):
         log.append_tokens((t,))
-    return job_bytes(log, prompt)
+    return job_bytes(log)
 
 
 def test_finished_jobs_are_kept_within_the_byte_bound_oldest_first(start_daemon: Any, stub_for: Any) -> None:
-    room = 10 * _estimate(40, 3)  # ten finished 40-token jobs
+    room = 10 * _estimate(40)  # ten finished 40-token jobs
     stub = stub_for(start_daemon("--model", "tiny=tiny", "--retention-bytes", str(room)))
     ids = []
     for i in range(40):

@@ -167,7 +167,7 @@ def test_job_ids_are_random_url_safe_and_fit_the_protocol(models: Path) -> None:
 
 
 def test_retention_holds_its_byte_bound_and_evicts_the_oldest_jobs(models: Path) -> None:
-    one_job = job_bytes(_log_of(40), 3)
+    one_job = job_bytes(_log_of(40))
     bound = 10 * one_job  # room for ten finished jobs of 40 tokens
     with running_core(models, retention_bytes=bound) as core:
         ids = []
@@ -240,8 +240,40 @@ def test_the_byte_estimate_bounds_what_finished_jobs_really_hold(models: Path) -
         finally:
             tracemalloc.stop()
         measured = sum(d.size_diff for d in after.compare_to(before, "filename"))
-        estimated = sum(job_bytes(core.event_log(j, for_wait=False), 40) for j in ids)
+        estimated = sum(job_bytes(core.event_log(j, for_wait=False)) for j in ids)
         assert measured <= estimated <= 3 * measured, (measured, estimated)
+
+
+def _retained_bytes(core: DeviceCore, prompt_len: int, jobs: int) -> int:
+    """What `jobs` finished jobs hold once retained (tracemalloc); each has a prompt of its own, as
+    each Submit does."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        ids = [core.submit(request(tuple(range(300, 300 + prompt_len)), 8, seed=i)).job_id for i in range(jobs)]
+        for job_id in ids:
+            finish(core, job_id)
+        assert _poll(lambda: core.engine.idle())
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    return sum(d.size_diff for d in after.compare_to(before, "filename"))
+
+
+def test_a_retained_job_holds_no_prompt(models: Path) -> None:
+    """Retention keeps a finished job for minutes: its prompt goes at its Final, so what a board
+    holds does not follow the prompts it served (a long prompt's ints would be ~36 B a token)."""
+    with running_core(models) as core:
+        finish(core, core.submit(request((1, 2, 3), 4, seed=1)).job_id)
+        short = _retained_bytes(core, 3, 20)
+        long = _retained_bytes(core, 200, 20)
+        assert long - short < 20 * 200 * 4, (short, long)  # under 4 B a prompt token: none of them kept
+        retried = core.submit(_with_id(request(tuple(range(300, 500)), 8, seed=77), "kept"))
+        finish(core, retried.job_id)
+        again = core.submit(_with_id(request(tuple(range(300, 500)), 8, seed=77), "kept"))
+        assert again.deduplicated and again.job_id == retried.job_id and again.seed == 77, "a retry still finds it"
 
 
 def test_retention_settings_are_checked() -> None:
