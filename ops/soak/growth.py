@@ -12,7 +12,7 @@ reported.
 
 | metric | bound on growth |
 | --- | --- |
-| open fds | +16 |
+| open fds, less the inbound client connections (`UsageSample`) | +16 |
 | threads | +8 |
 | RSS | +10 % of the first median or +64 MiB, whichever is larger |
 | RSS slope after the first board-hour | at most 1 MB (10^6 bytes) per board-hour |
@@ -62,14 +62,23 @@ class GrowthBounds:
 
 @dataclass(frozen=True, slots=True)
 class UsageSample:
-    """One sample of one process, `t_s` seconds into the soak phase."""
+    """One sample of one process, `t_s` seconds into the soak phase.
+
+    `inbound`: its established TCP connections on a port it listens on (the clients' HTTP
+    connections to the gateway). The judged `fds` leaves them out: a backlog holds one per request
+    in flight, which is load, not a leak. A socket the process fails to close still counts once its
+    peer has gone (it is no longer ESTABLISHED), and so does every other fd.
+    """
 
     t_s: float
     rss_bytes: int
     fds: int
     threads: int
+    inbound: int = 0
 
     def value(self, metric: str) -> float:
+        if metric == "fds":
+            return float(self.fds - self.inbound)
         return float(getattr(self, metric))
 
 

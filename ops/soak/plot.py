@@ -3,12 +3,14 @@
 
 Panels: TTFT and TPOT p50/p99 per window (ms, log scale) with a marker line at every fault acted
 on (one colour per kind); requests per second per window, ok and not ok, with output tokens/s on
-a second axis; and RSS (MiB), open fds and threads per process over time (one line per pid).
+a second axis; and RSS (MiB), open fds less inbound client connections (the judged figure:
+`growth.UsageSample`) and threads per process over time (one line per pid).
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ def plot_available() -> bool:
 
 def write_plot(path: Path, report: dict[str, Any], series: list[dict[str, Any]]) -> None:
     """Draw the report into `path` (PNG). `series` are the processes' sample lists
-    (`[t_s, rss_bytes, fds, threads]` rows, with `name` and `pid`).
+    (`[t_s, rss_bytes, fds, threads, inbound]` rows, with `name` and `pid`).
 
     Raises:
         ImportError: matplotlib is missing.
@@ -61,10 +63,15 @@ def write_plot(path: Path, report: dict[str, Any], series: list[dict[str, Any]])
     twin.set_ylabel("output tokens/s")
     rate.legend(loc="upper left", fontsize=7)
     _fault_lines(rate, report["faults"])
-    for ax, column, scale, title in ((rss, 1, MIB, "RSS (MiB)"), (fds, 2, 1, "open fds"), (threads, 3, 1, "threads")):
+    panels: tuple[tuple[Any, Callable[[list[float]], float], str], ...] = (
+        (rss, lambda r: r[1] / MIB, "RSS (MiB)"),
+        (fds, lambda r: r[2] - (r[4] if len(r) > 4 else 0), "open fds less inbound connections"),
+        (threads, lambda r: r[3], "threads"),
+    )
+    for ax, value, title in panels:
         for s in series:
             rows = s["samples"]
-            ax.plot([r[0] for r in rows], [r[column] / scale for r in rows], label=f"{s['name']} {s['pid']}")
+            ax.plot([r[0] for r in rows], [value(r) for r in rows], label=f"{s['name']} {s['pid']}")
         ax.set_title(f"{title} per process")
         ax.legend(loc="upper left", fontsize=6, ncol=2)
     for ax in axes.flat:

@@ -5,7 +5,7 @@ warm-up, daemon and gateway flags, the pool's mix), `versions`, `capacity` (meth
 rate and how it was computed), `references`, `requests` (per phase: totals by class and kind,
 allowed failures by rule and their rate, bounded examples with messages), `windows`, `drift`,
 `processes` (per pid: whether it lived through the run, growth and slope of each metric, and its
-samples `[t_s, rss_bytes, fds, threads]`, thinned to at most `MAX_SAMPLES_KEPT`), `faults` (every
+samples `[t_s, rss_bytes, fds, threads, inbound]`, thinned to at most `MAX_SAMPLES_KEPT`), `faults` (every
 fault: planned and acted time, board, pid, job indices, outcome) and `fault_counts`, `restarts`
 (every board exit: status, cause, restart and back-to-serving times), `operator_actions`,
 `audit` (per process: resets, budget, counters; every audit-trail entry seen, and counts by kind),
@@ -67,7 +67,7 @@ def thin(rows: Sequence[Any], keep: int = MAX_SAMPLES_KEPT) -> list[Any]:
 
 
 def process_json(series: ProcessSeries, growth: Mapping[str, MetricGrowth], warmup_s: float) -> dict[str, Any]:
-    samples = [[round(s.t_s, 3), s.rss_bytes, s.fds, s.threads] for s in series.samples]
+    samples = [[round(s.t_s, 3), s.rss_bytes, s.fds, s.threads, s.inbound] for s in series.samples]
     return {
         "name": series.name,
         "role": series.role,

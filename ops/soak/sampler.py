@@ -1,5 +1,5 @@
-"""Process usage samples: RSS, open file descriptors and threads of the gateway and of every
-board process, every few seconds, with psutil.
+"""Process usage samples: RSS, open file descriptors, threads and inbound client connections of the
+gateway and of every board process, every few seconds, with psutil.
 
 Each pid is its own `ProcessSeries` (a restarted board starts a new one; the old one is marked
 ended). `processes` is asked at every sample for what runs now, so restarts are followed. A
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import psutil
 
@@ -19,6 +20,14 @@ from calculet.ops.soak.timeline import Timeline
 
 Running = Callable[[], list[tuple[str, str, int]]]
 """() -> (name, role, pid) of every process to sample now."""
+
+
+def inbound_connections(connections: Iterable[Any]) -> int:
+    """Established TCP connections on a port the process listens on (psutil `sconn`s of one
+    process): its clients' connections, as opposed to the ones it opened itself."""
+    conns = list(connections)
+    listening = {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr}
+    return sum(1 for c in conns if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port in listening)
 
 
 class UsageSampler:
@@ -42,7 +51,9 @@ class UsageSampler:
             try:
                 proc = self._procs.setdefault(pid, psutil.Process(pid))
                 with proc.oneshot():
-                    sample = UsageSample(now, proc.memory_info().rss, proc.num_fds(), proc.num_threads())
+                    rss, fds, threads = proc.memory_info().rss, proc.num_fds(), proc.num_threads()
+                    inbound = inbound_connections(proc.net_connections(kind="tcp"))
+                sample = UsageSample(now, rss, fds, threads, inbound)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 series.ended = True
                 continue

@@ -55,7 +55,10 @@ def test_a_two_minute_soak_loses_nothing_and_reports_everything(tmp_path: Path) 
 
     assert len(report["windows"]) == 20 and all("ttft_ms" in w and "counts" in w for w in report["windows"])
     assert {p["role"] for p in report["processes"]} == {"gateway", "daemon"}
-    assert all(p["samples"] and len(p["samples"][0]) == 4 for p in report["processes"])
+    assert all(p["samples"] and len(p["samples"][0]) == 5 for p in report["processes"])
+    gateway_rows = next(p["samples"] for p in report["processes"] if p["role"] == "gateway")
+    assert all(0 <= row[4] <= row[2] for row in gateway_rows), "inbound connections are some of its fds"
+    assert max(row[4] for row in gateway_rows) > 0, "the clients' connections to the gateway are seen"
     injected = [f for f in report["faults"] if f["outcome"] in ("injected", "killed", "rolled out")]
     assert {f["kind"] for f in injected} >= {"ccu_exception", "nan_logits", "submit_error", "hang", "sigkill"}, report[
         "faults"

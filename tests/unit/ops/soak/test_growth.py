@@ -3,9 +3,14 @@ processes are judged."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+
+import psutil
 import pytest
 
 from calculet.ops.soak.growth import MIB, GrowthBounds, ProcessSeries, UsageSample, series_growth, slope_per_hour
+from calculet.ops.soak.sampler import inbound_connections
 
 
 def series(values: list[tuple[float, int, int, int]], ended: bool = False, name: str = "gateway") -> ProcessSeries:
@@ -49,3 +54,35 @@ def test_growth_is_reported_but_not_judged_on_short_runs_or_replaced_processes()
     assert not series_growth(gone, 60.0, 1200.0, GrowthBounds())["fds"].judged
     late = series([(float(t), MIB, 99, 1) for t in range(100, 1201, 10)], name="board0")
     assert not series_growth(late, 60.0, 1200.0, GrowthBounds())["fds"].judged  # started after the warm-up
+
+
+def test_a_backlogs_inbound_connections_are_not_judged_as_fds_but_a_leak_is() -> None:
+    """The gateway holds one socket per request in flight: a backlog in the last span raises its fds
+    and its inbound connections alike, and only what is left beyond them is judged."""
+    early = [UsageSample(float(t), 100 * MIB, 30, 10, 3) for t in range(0, 300, 10)]
+    backlog = [UsageSample(float(t), 100 * MIB, 30 + 200, 10, 3 + 200) for t in range(300, 1201, 10)]
+    busy = ProcessSeries("gateway", "gateway", 42, samples=early + backlog)
+    judged = series_growth(busy, 60.0, 1200.0, GrowthBounds())["fds"]
+    assert judged.judged and judged.growth == 0 and not judged.over
+    leaking = [UsageSample(float(t), 100 * MIB, 30 + 17, 10, 3) for t in range(300, 1201, 10)]
+    leak = series_growth(ProcessSeries("gateway", "gateway", 42, samples=early + leaking), 60.0, 1200.0, GrowthBounds())
+    assert leak["fds"].growth == 17 and leak["fds"].over
+
+
+def test_inbound_connections_count_the_clients_of_a_listening_port_only() -> None:
+    """Real sockets in this process: the accepted side of each connection is inbound, the connecting
+    side (an ephemeral port) and a connection to a port it does not listen on are not."""
+    before = inbound_connections(psutil.Process().net_connections(kind="tcp"))  # other tests' servers
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+        outside = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+        port = server.getsockname()[1]
+        for _ in range(3):
+            stack.enter_context(socket.create_connection(("127.0.0.1", port)))
+            stack.enter_context(server.accept()[0])
+        # A connection this process makes to a listener it then closes: outgoing, never inbound.
+        stack.enter_context(socket.create_connection(outside.getsockname()))
+        accepted_elsewhere = outside.accept()[0]
+        outside.close()
+        stack.enter_context(accepted_elsewhere)
+        assert inbound_connections(psutil.Process().net_connections(kind="tcp")) - before == 3
