@@ -1,13 +1,18 @@
 """The fault schedule: one cycle, repeated, in which every fault kind happens once.
 
 The cycle is a tenth of the run (`cycle_length`: at least `MIN_CYCLE_S`), so the run's first and
-last tenth see the same mix of faults and their latencies compare (`drift`). Inside a cycle the
+last tenth see the same mix of faults and their latencies compare (`drift`). A cycle raised above
+a tenth (a floor) is stretched so that the run holds a whole number of them (`whole_cycle`): the
+last span of `drift` is then the last cycle, and the first span holds the first cycle's faults.
+The last cycle puts its faults on the boards the first cycle did, so the two spans compare like
+for like: the same kinds, on the same boards, at the same offsets. Inside a cycle the
 kinds (`CYCLE`) sit at evenly spread offsets, slot k at `(k + 0.5) x cycle / kinds`; the kinds that
 may take a board out of service (`DISRUPTIVE`: a SIGKILL, a lost device, a submit-error streak
 that drains the board, a rollout, and the bursts the daemon escalates) are played one at a time
-(`chaos`), so the other board carries the traffic. Per-board faults rotate over the boards, except
-that the faults that end a process (`RESTARTING`) spare the last board: it lives through the run,
-so a daemon's growth over hours is judged too.
+(`chaos`), so the other board carries the traffic. Per-board faults rotate over the boards from
+one cycle to the next (but the last, above), except that the faults that end a process
+(`RESTARTING`) spare the last board: it lives through the run, so a daemon's growth over hours is
+judged too.
 
 | kind | what is done | what the daemon does |
 | --- | --- | --- |
@@ -31,6 +36,7 @@ Pure: `plan_faults` returns the whole schedule; `chaos` plays it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -101,8 +107,16 @@ def cycle_kinds(switching: bool, boards: int) -> tuple[SoakFault, ...]:
 
 
 def cycle_length(duration_s: float) -> float:
-    """A tenth of the run, at least `MIN_CYCLE_S`."""
-    return max(duration_s / 10.0, MIN_CYCLE_S)
+    """A tenth of the run, at least `MIN_CYCLE_S`, stretched to divide the run (`whole_cycle`)."""
+    return whole_cycle(duration_s, max(duration_s / 10.0, MIN_CYCLE_S))
+
+
+def whole_cycle(duration_s: float, cycle_s: float) -> float:
+    """`cycle_s` stretched (never shortened) so that `duration_s` holds a whole number of cycles, at
+    least one: `duration_s / floor(duration_s / cycle_s)`."""
+    if not (duration_s > 0 and cycle_s > 0):
+        raise ValueError(f"fault cycle: needs a positive duration and cycle, got {duration_s}, {cycle_s}")
+    return duration_s / max(1, math.floor(duration_s / cycle_s + 1e-9))
 
 
 @dataclass(frozen=True)
@@ -140,14 +154,16 @@ def plan_faults(
     if not duration_s > 0 or not cycle > 0 or boards < 1 or not kinds:
         raise ValueError(f"fault plan: needs positive duration, cycle and boards and some kinds, got {duration_s}")
     slot = cycle / len(kinds)
+    last = math.ceil(duration_s / cycle - 1e-9) - 1
     out = []
     number = 0
     while number * cycle < duration_s:
+        turn = 0 if number == last else number  # the last cycle repeats the first one's boards
         for k, kind in enumerate(kinds):
             at = number * cycle + (k + 0.5) * slot
             if at >= duration_s:
                 break
-            board = None if kind in FLEET_WIDE else (number + k) % _targets(kind, boards)
+            board = None if kind in FLEET_WIDE else (turn + k) % _targets(kind, boards)
             out.append(PlannedFault(at, kind, board, number))
         number += 1
     return out

@@ -22,7 +22,7 @@ from calculet.ops.bench.device_model import DeviceModel
 from calculet.ops.bench.limit import request_floor
 from calculet.ops.soak.capacity import MIN_CALIBRATION_S, calibration_seconds
 from calculet.ops.soak.durations import format_duration
-from calculet.ops.soak.fault_plan import MIN_CYCLE_S
+from calculet.ops.soak.fault_plan import MIN_CYCLE_S, whole_cycle
 from calculet.ops.soak.fleets import MIN_JOB_TIMEOUT_S
 from calculet.ops.soak.mix import RequestSpec, request_shapes
 
@@ -109,8 +109,9 @@ class SoakSettings:
     @property
     def cycle_s(self) -> float:
         """The fault cycle in wall seconds: a tenth of the run, at least `cycle_floor_s` of wall time
-        (its board outages take host seconds each whatever the scale, and a hang the job timeout)."""
-        return max(self.wall(self.duration_s / 10.0), self.cycle_floor_s)
+        (its board outages take host seconds each whatever the scale, and a hang the job timeout),
+        stretched so that the run holds a whole number of cycles (`fault_plan.whole_cycle`)."""
+        return whole_cycle(self.phase_s, max(self.wall(self.duration_s / 10.0), self.cycle_floor_s))
 
     @property
     def sample_wall_s(self) -> float:

@@ -304,4 +304,5 @@ def test_a_long_job_timeout_stretches_the_fault_cycle() -> None:
     s = SoakSettings(duration_s=3 * BOARD_HOUR, out=Path("x"), preset="tiny", time_scale=0.1)
     assert cycle_floor_for(3.0) == 120.0 and s.cycle_s == 120.0
     slow = replace(s, cycle_floor_s=cycle_floor_for(230.0))  # a serial 30,000-token prefill at 0.1
-    assert slow.cycle_s == HANG_CYCLE_FACTOR * 230.0
+    # Four job timeouts (920 s) fit once in the 1,080 s run: the one cycle is the whole run.
+    assert HANG_CYCLE_FACTOR * 230.0 == 920.0 and slow.cycle_s == 1080.0
