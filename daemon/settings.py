@@ -117,7 +117,7 @@ FLAGS: tuple[Flag, ...] = (
     ),
     _flag("--fault-plan", type=Path, help="device option fault_plan (calsim: JSON fault plan file)"),
     _flag("--fault-injection", action="store_true", default=None, help="enable the InjectFault RPC"),
-    _flag("--policy", choices=POLICIES, help="continuous (default) or serial (today's product)"),
+    _flag("--policy", choices=POLICIES, help="continuous (default) or serial (one device job at a time)"),
     _flag("--max-inflight", type=int, choices=(1, 2), help="jobs in flight (default 2)"),
     _flag("--job-timeout", type=float, help="seconds to wait for one device job before a reset"),
     _flag(

@@ -9,8 +9,8 @@ Pure functions over parsed manifests and the time scale; nothing starts or reads
   one backing vector for all slots, docs/sources.md 001 §9), whose decode steps each wait for the
   previous token: there is nothing to batch, and a prompt may be chunked only where the prefill
   declares `prefill_at_offset` (docs/sources.md 000 §5.3). So when every package served has one
-  lane the default is `serial`, today's product path (one device job at a time, never chunked,
-  docs/sources.md 001 §4); otherwise `continuous`.
+  lane the default is `serial`, the path the llama.cpp integration takes today (one device job
+  at a time, never chunked, docs/sources.md 001 §4); otherwise `continuous`.
 - Job timeout. The daemon resets the device when one job outlasts `--job-timeout` (wall seconds,
   30 by default). Unchunked, a prompt is one job: a 30,000-token prefill is about 1,030 s on the
   modelled clock of the qwen packages (docs/performance.md), so at a time scale of 1 the default

@@ -1,7 +1,7 @@
 """Model placement by demand: which board to switch to which model, as a pure decision over a snapshot.
 
 Owns the rules of docs/models.md ("Placement by demand") and nothing else: no I/O, no clock of its
-own, no switching. A placement loop (to come) snapshots the fleet (`BoardSlot` per one-model
+own, no switching. The placement loop (`placer.py`) snapshots the fleet (`BoardSlot` per one-model
 board), the demand per catalog model (`Demand`) and the catalog, asks `next_switch`, and carries
 the answer out as a compare-and-swap switch on the board (`Load` with `switch_from`), so two
 gateway replicas deciding at once switch a board at most once.

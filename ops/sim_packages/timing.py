@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from calculet.daemon.package.manifest import DecodePoint, TimingDecl
 
-# docs/sources.md 001 §10, first-round measurement of today's product (batch 1, short context).
+# docs/sources.md 001 §10, first-round measurement of the llama.cpp integration on today's calbin (batch 1,
+# short context).
 MEASURED_DECODE_TOK_PER_S = 58.25  # 246-token decode
 MEASURED_PREFILL_TOK_PER_S = 184.27
 MEASURED_PREFILL_TOKENS = 27
