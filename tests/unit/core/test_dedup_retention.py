@@ -227,31 +227,20 @@ def test_the_byte_estimate_bounds_what_finished_jobs_really_hold(models: Path) -
     with running_core(models) as core:
         warm = request((1, 2, 3), 4, seed=1, logprobs=2)
         finish(core, core.submit(warm).job_id)
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.take_snapshot()
-            ids = [core.submit(request(tuple(range(300, 340)), 60, seed=i, logprobs=2)).job_id for i in range(20)]
-            for job_id in ids:
-                finish(core, job_id)
-            assert _poll(lambda: core.engine.idle())
-            gc.collect()
-            after = tracemalloc.take_snapshot()
-        finally:
-            tracemalloc.stop()
-        measured = sum(d.size_diff for d in after.compare_to(before, "filename"))
+        ids, measured = _retained(core, 20, lambda i: request(tuple(range(300, 340)), 60, seed=i, logprobs=2))
         estimated = sum(job_bytes(core.event_log(j, for_wait=False)) for j in ids)
         assert measured <= estimated <= 3 * measured, (measured, estimated)
 
 
-def _retained_bytes(core: DeviceCore, prompt_len: int, jobs: int) -> int:
-    """What `jobs` finished jobs hold once retained (tracemalloc); each has a prompt of its own, as
-    each Submit does."""
+def _retained(core: DeviceCore, jobs: int, make: Callable[[int], GenerationRequest]) -> tuple[list[str], int]:
+    """Submit and finish `jobs` requests `make(i)`; their job ids, and the bytes they hold once
+    retained (tracemalloc). Each request is built inside the trace, with a prompt of its own as each
+    Submit has, so a prompt the retained job kept would count."""
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()
-        ids = [core.submit(request(tuple(range(300, 300 + prompt_len)), 8, seed=i)).job_id for i in range(jobs)]
+        ids = [core.submit(make(i)).job_id for i in range(jobs)]
         for job_id in ids:
             finish(core, job_id)
         assert _poll(lambda: core.engine.idle())
@@ -259,7 +248,12 @@ def _retained_bytes(core: DeviceCore, prompt_len: int, jobs: int) -> int:
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    return sum(d.size_diff for d in after.compare_to(before, "filename"))
+    return ids, sum(d.size_diff for d in after.compare_to(before, "filename"))
+
+
+def _retained_bytes(core: DeviceCore, prompt_len: int, jobs: int) -> int:
+    """What `jobs` finished jobs with prompts of `prompt_len` tokens hold once retained."""
+    return _retained(core, jobs, lambda i: request(tuple(range(300, 300 + prompt_len)), 8, seed=i))[1]
 
 
 def test_a_retained_job_holds_no_prompt(models: Path) -> None:
