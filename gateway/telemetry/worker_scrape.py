@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import httpx
-
 from calculet.gateway.telemetry.metrics_merge import merge_expositions
 from calculet.gateway.workers.identity import WorkerIdentity
 
@@ -48,6 +46,10 @@ class WorkerScrape:
 
     async def _fetch(self, index: int) -> str | None:
         """Worker `index`'s own metrics, or None if it did not answer them in time."""
+        # Imported here: httpx pulls in its command-line extras (rich, click, pygments), a cost every
+        # gateway start would pay while only a multi-worker gateway's scrape uses it.
+        import httpx
+
         transport = httpx.AsyncHTTPTransport(uds=str(self.worker.socket_of(index)))
         try:
             async with (
