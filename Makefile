@@ -19,8 +19,8 @@ run: $(STAMP)
 # stealing balances what is left. Lint runs beside the tests, niced, on the CPU the workers leave idle
 # while they wait on daemons (after them it added its whole time); its output follows the tests', and
 # either failing fails the target. Its .mypy-src is made in its first second, long before a worker has
-# collected. Five workers on 2 cores: while some wait on their processes the others have work (docs/
-# performance.md, "The test suite's time": 192 % of CPU against 186 % with four, one more collection).
+# collected. Five workers on 2 cores: while some wait on their processes the others have work
+# (docs/performance.md, "The test suite's time": 192 % of CPU against 186 % with four, one more collection).
 TEST_WORKERS ?= 5
 # Every test starts hundreds of daemon, gateway and calctl processes; with PYTHONDONTWRITEBYTECODE set
 # (as on these machines) each would compile our sources again (0.36 s of CPU a start): compile them once.

@@ -39,8 +39,8 @@ def _free_port() -> int:
 
 
 def _chat(port: int, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
-    # Greedy: an unseeded sampled answer may draw the stop token before `max_tokens` (seen once in
-    # about a hundred runs), and the first test counts the tokens it asked for.
+    # Greedy: an unseeded sampled answer may draw the stop token before `max_tokens` (seen once), and
+    # the first test counts the tokens it asked for.
     body = {"model": PRESET, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/chat/completions",
