@@ -31,7 +31,7 @@ import numpy as np
 from calculet.daemon.calsim.kernel import DecodeRow, Kernel
 from calculet.daemon.calsim.kernels.errors import KernelConfigError
 from calculet.daemon.calsim.kernels.ops import KV_DTYPES, rms_norm, route, row_matmul
-from calculet.daemon.calsim.kernels.shard import ChipShard, Segment
+from calculet.daemon.calsim.kernels.shard import ChipShard, RowLayout, Segment
 from calculet.daemon.calsim.kernels.validation import Bounds, check_decode, check_lane, check_prefill
 from calculet.daemon.calsim.kernels.weights import (
     CHIPS,
@@ -122,10 +122,11 @@ class NumericKernel(Kernel):
     ) -> np.ndarray:
         """Residual stream after the last layer, float32 [T, H]; writes KV of every row."""
         eps = self.arch.rms_norm_eps
+        rows = RowLayout.of(positions, slots, segments, self.arch)  # the same for every layer and chip
         x = self._embed[tokens]  # chip 0's embedding, sent to chip 1
         for layer, ((attn_norm, ffn_norm), router) in enumerate(zip(self._norms, self._routers, strict=True)):
             h = rms_norm(x, attn_norm, eps)
-            x = x + _all_reduce([c.attention(layer, h, positions, slots, segments) for c in self.chips])
+            x = x + _all_reduce([c.attention(layer, h, rows) for c in self.chips])
             h = rms_norm(x, ffn_norm, eps)
             experts, gates = route(row_matmul(h, router), self.arch.experts_per_token)
             x = x + _all_reduce([c.moe(layer, h, experts, gates) for c in self.chips])

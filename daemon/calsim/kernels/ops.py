@@ -131,13 +131,23 @@ def rope(x: np.ndarray, positions: np.ndarray, theta: float) -> np.ndarray:
     Returns:
         float32 [T, heads, D].
     """
-    d = x.shape[-1]
-    half = d // 2
-    inv_freq = theta ** (-np.arange(0, half, dtype=np.float64) * 2.0 / d)
+    return rotate(x, rope_tables(positions, x.shape[-1], theta))
+
+
+def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of every (token, frequency) angle, float32 [T, 1, D/2] each: what `rotate` needs,
+    computed once for every layer and chip of a call (they depend on the positions only)."""
+    half = head_dim // 2
+    inv_freq = theta ** (-np.arange(0, half, dtype=np.float64) * 2.0 / head_dim)
     # Angles in float64: positions up to 40960 times frequencies near 1 lose phase in float32.
     angles = positions.astype(np.float64)[:, None] * inv_freq[None, :]
-    cos = np.cos(angles).astype(_F32)[:, None, :]
-    sin = np.sin(angles).astype(_F32)[:, None, :]
+    return np.cos(angles).astype(_F32)[:, None, :], np.sin(angles).astype(_F32)[:, None, :]
+
+
+def rotate(x: np.ndarray, tables: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """`rope` of float32 x [T, heads, D] with its positions' `rope_tables`."""
+    cos, sin = tables
+    half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 

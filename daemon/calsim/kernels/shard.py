@@ -27,7 +27,8 @@ from calculet.daemon.calsim.kernels.ops import (
     decode_attention,
     moe_experts,
     rms_norm,
-    rope,
+    rope_tables,
+    rotate,
     row_matmul,
 )
 from calculet.daemon.calsim.kernels.weights import CHIPS
@@ -44,6 +45,43 @@ class Segment:
     start: int
     first: int
     count: int
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Where a call's rows go, worked out once for every layer and chip of the call (`of`).
+
+    Attributes:
+        slots: int64 [T] KV slot of each row.
+        segments: how rows map to lanes; rows of one segment are consecutive slots.
+        lanes: int64 [T] lane of each row.
+        rope: the rows' `rope_tables`.
+        decode_rows, decode_lengths, decode_lanes: int64 [n] of the single-row segments (decode
+            rows): their row, the slots each attends over (its slot + 1) and its lane; empty when
+            there are none.
+    """
+
+    slots: np.ndarray
+    segments: Sequence[Segment]
+    lanes: np.ndarray
+    rope: tuple[np.ndarray, np.ndarray]
+    decode_rows: np.ndarray
+    decode_lengths: np.ndarray
+    decode_lanes: np.ndarray
+
+    @classmethod
+    def of(cls, positions: np.ndarray, slots: np.ndarray, segments: Sequence[Segment], arch: Architecture) -> RowLayout:
+        """The layout of rows at RoPE `positions` [T] and KV `slots` [T] split into `segments`."""
+        singles = [s for s in segments if s.count == 1]
+        return cls(
+            slots=slots,
+            segments=segments,
+            lanes=np.concatenate([np.full(s.count, s.lane, dtype=np.int64) for s in segments]),
+            rope=rope_tables(positions, arch.head_dim, arch.rope_theta),
+            decode_rows=np.array([s.first for s in singles], dtype=np.int64),
+            decode_lengths=np.array([s.start + 1 for s in singles], dtype=np.int64),
+            decode_lanes=np.array([s.lane for s in singles], dtype=np.int64),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,22 +136,18 @@ class ChipShard:
             w_down=block[p + "w_down"],
         )
 
-    def attention(
-        self, layer: int, h: np.ndarray, positions: np.ndarray, slots: np.ndarray, segments: Sequence[Segment]
-    ) -> np.ndarray:
+    def attention(self, layer: int, h: np.ndarray, rows: RowLayout) -> np.ndarray:
         """This chip's partial attention output for normed activations `h`.
 
-        Writes k/v of every row into this chip's cache first (row i at `slots[i]` of its segment's
-        lane), then attends: single-row segments (decode rows) together, each over its own lane
-        up to its slot; a longer segment (a prefill) over its lane, each query up to its own
-        slot (exactly what a decode step at that slot attends over).
+        Writes k/v of every row into this chip's cache first (row i at `rows.slots[i]` of its
+        segment's lane), then attends: single-row segments (decode rows) together, each over its
+        own lane up to its slot; a longer segment (a prefill) over its lane, each query up to its
+        own slot (exactly what a decode step at that slot attends over).
 
         Args:
             layer: layer index.
             h: float32 [T, H], attn-normed residual stream.
-            positions: int64 [T] RoPE positions.
-            slots: int64 [T] KV slot of each row.
-            segments: how rows map to lanes; rows of one segment are consecutive slots.
+            rows: the call's rows: slots, segments, lanes and RoPE tables (`RowLayout.of`).
 
         Returns:
             float32 [T, H], to be summed over chips.
@@ -125,31 +159,26 @@ class ChipShard:
         q = qkv[:, :nq].reshape(t, self.q_heads, d)
         k = qkv[:, nq : nq + nkv].reshape(t, self.kv_heads, d)
         v = qkv[:, nq + nkv :].reshape(t, self.kv_heads, d)
-        q = rope(rms_norm(q, w.q_norm, eps), positions, self.arch.rope_theta)
-        k = rope(rms_norm(k, w.k_norm, eps), positions, self.arch.rope_theta)
-        lanes = np.concatenate([np.full(s.count, s.lane, dtype=np.int64) for s in segments])
+        q = rotate(rms_norm(q, w.q_norm, eps), rows.rope)
+        k = rotate(rms_norm(k, w.k_norm, eps), rows.rope)
         # Advanced indices around a slice put the row axis first: target shape [T, kv_heads, D].
-        self.k_cache[lanes, layer, :, slots] = k
-        self.v_cache[lanes, layer, :, slots] = v
+        self.k_cache[rows.lanes, layer, :, rows.slots] = k
+        self.v_cache[rows.lanes, layer, :, rows.slots] = v
         out = np.empty((t, self.q_heads, d), dtype=np.float32)
-        singles = [s for s in segments if s.count == 1]
-        if singles:
+        if rows.decode_rows.size:
             # Decode rows: one query per lane, all lanes in one padded call (exact per row).
-            rows = np.array([s.first for s in singles], dtype=np.int64)
-            lengths = np.array([s.start + 1 for s in singles], dtype=np.int64)
-            end = int(lengths.max())
-            lane_ids = np.array([s.lane for s in singles], dtype=np.int64)
-            kc = self.k_cache[lane_ids, layer, :, :end].astype(np.float32, copy=False)
-            vc = self.v_cache[lane_ids, layer, :, :end].astype(np.float32, copy=False)
-            out[rows] = decode_attention(q[rows], kc, vc, lengths)
-        for s in segments:
+            end = int(rows.decode_lengths.max())
+            kc = self.k_cache[rows.decode_lanes, layer, :, :end].astype(np.float32, copy=False)
+            vc = self.v_cache[rows.decode_lanes, layer, :, :end].astype(np.float32, copy=False)
+            out[rows.decode_rows] = decode_attention(q[rows.decode_rows], kc, vc, rows.decode_lengths)
+        for s in rows.segments:
             if s.count == 1:
                 continue
             end = s.start + s.count
             kc = self.k_cache[s.lane, layer, :, :end].astype(np.float32, copy=False)
             vc = self.v_cache[s.lane, layer, :, :end].astype(np.float32, copy=False)
             span = slice(s.first, s.first + s.count)
-            out[span] = causal_attention(q[span], kc, vc, slots[span])
+            out[span] = causal_attention(q[span], kc, vc, rows.slots[span])
         return row_matmul(out.reshape(t, nq), w.wo)
 
     def moe(self, layer: int, h: np.ndarray, experts: np.ndarray, weights: np.ndarray) -> np.ndarray:
