@@ -2,9 +2,11 @@
 
 Data flow per layer (driven by numeric.py): the kernel hands every chip the same normed
 activations; each chip computes q/k/v for ITS heads, writes k/v into ITS cache, attends, and
-returns a partial o-projection; each chip runs every routed expert over ITS slice of the
-intermediate dimension and returns a partial MoE output; each chip returns logits for ITS half of
-the vocab. The kernel sums partials (all-reduce) and concatenates vocab halves (gather).
+returns a partial o-projection (`attention_partials` does this for all chips at once, their heads
+side by side, with each element's arithmetic its chip's own); each chip runs every routed expert
+over ITS slice of the intermediate dimension and returns a partial MoE output; each chip returns
+logits for ITS half of the vocab. The kernel sums partials (all-reduce) and concatenates vocab
+halves (gather).
 
 Every product is ops.py's `row_matmul` and every attention goes through ops.py, so a row's
 result does not depend on the other rows (see numeric.py, "Exactness").
@@ -136,51 +138,6 @@ class ChipShard:
             w_down=block[p + "w_down"],
         )
 
-    def attention(self, layer: int, h: np.ndarray, rows: RowLayout) -> np.ndarray:
-        """This chip's partial attention output for normed activations `h`.
-
-        Writes k/v of every row into this chip's cache first (row i at `rows.slots[i]` of its
-        segment's lane), then attends: single-row segments (decode rows) together, each over its
-        own lane up to its slot; a longer segment (a prefill) over its lane, each query up to its
-        own slot (exactly what a decode step at that slot attends over).
-
-        Args:
-            layer: layer index.
-            h: float32 [T, H], attn-normed residual stream.
-            rows: the call's rows: slots, segments, lanes and RoPE tables (`RowLayout.of`).
-
-        Returns:
-            float32 [T, H], to be summed over chips.
-        """
-        w = self.layers[layer]
-        t, d, eps = h.shape[0], self.arch.head_dim, self.arch.rms_norm_eps
-        qkv = row_matmul(h, w.w_qkv)
-        nq, nkv = self.q_heads * d, self.kv_heads * d
-        q = qkv[:, :nq].reshape(t, self.q_heads, d)
-        k = qkv[:, nq : nq + nkv].reshape(t, self.kv_heads, d)
-        v = qkv[:, nq + nkv :].reshape(t, self.kv_heads, d)
-        q = rotate(rms_norm(q, w.q_norm, eps), rows.rope)
-        k = rotate(rms_norm(k, w.k_norm, eps), rows.rope)
-        # Advanced indices around a slice put the row axis first: target shape [T, kv_heads, D].
-        self.k_cache[rows.lanes, layer, :, rows.slots] = k
-        self.v_cache[rows.lanes, layer, :, rows.slots] = v
-        out = np.empty((t, self.q_heads, d), dtype=np.float32)
-        if rows.decode_rows.size:
-            # Decode rows: one query per lane, all lanes in one padded call (exact per row).
-            end = int(rows.decode_lengths.max())
-            kc = self.k_cache[rows.decode_lanes, layer, :, :end].astype(np.float32, copy=False)
-            vc = self.v_cache[rows.decode_lanes, layer, :, :end].astype(np.float32, copy=False)
-            out[rows.decode_rows] = decode_attention(q[rows.decode_rows], kc, vc, rows.decode_lengths)
-        for s in rows.segments:
-            if s.count == 1:
-                continue
-            end = s.start + s.count
-            kc = self.k_cache[s.lane, layer, :, :end].astype(np.float32, copy=False)
-            vc = self.v_cache[s.lane, layer, :, :end].astype(np.float32, copy=False)
-            span = slice(s.first, s.first + s.count)
-            out[span] = causal_attention(q[span], kc, vc, rows.slots[span])
-        return row_matmul(out.reshape(t, nq), w.wo)
-
     def moe(self, layer: int, h: np.ndarray, experts: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """This chip's partial MoE output over its slice of every expert's intermediate dim.
 
@@ -206,3 +163,72 @@ class ChipShard:
     @property
     def kv_bytes(self) -> int:
         return int(self.k_cache.nbytes + self.v_cache.nbytes)
+
+
+def fused_qkv(chips: Sequence[ChipShard], layer: int) -> np.ndarray:
+    """The chips' q | k | v projections of `layer` side by side, chip by chip: [H, chips * (q + 2 kv) * D].
+    A column's products and tree are its chip's own, so one `row_matmul` gives every chip's q/k/v."""
+    return np.concatenate([c.layers[layer].w_qkv for c in chips], axis=1)
+
+
+def attention_partials(
+    chips: Sequence[ChipShard], w_qkv: np.ndarray, layer: int, h: np.ndarray, rows: RowLayout
+) -> list[np.ndarray]:
+    """Each chip's partial attention output for normed activations `h`, in chip order.
+
+    Each chip writes k/v of every row into its own cache (row i at `rows.slots[i]` of its segment's
+    lane), attends with its own heads over its own cache, and projects its heads' output with its
+    own `wo`. The chips' heads go side by side through one projection, one q/k norm and rotation and
+    one attention call per segment kind: query head h of chip c reads kv head h // group of chip c
+    either way, and every element sees the same operations in the same order as a chip alone.
+    Decode rows (single-row segments) attend together, each over its own lane up to its slot; a
+    longer segment (a prefill) over its lane, each query up to its own slot (exactly what a decode
+    step at that slot attends over).
+
+    Args:
+        chips: the shards, in chip order.
+        w_qkv: `fused_qkv(chips, layer)`.
+        layer: layer index.
+        h: float32 [T, H], attn-normed residual stream.
+        rows: the call's rows: slots, segments, lanes and RoPE tables (`RowLayout.of`).
+
+    Returns:
+        float32 [T, H] per chip, to be summed over chips.
+    """
+    first = chips[0]
+    w0 = first.layers[layer]  # q_norm and k_norm are replicated: every chip holds the same
+    t, d, eps = h.shape[0], first.arch.head_dim, first.arch.rms_norm_eps
+    qh, kvh = first.q_heads, first.kv_heads
+    nq, nkv = qh * d, kvh * d
+    qkv = row_matmul(h, w_qkv).reshape(t, len(chips), nq + 2 * nkv)
+    q = rotate(rms_norm(qkv[..., :nq].reshape(t, len(chips) * qh, d), w0.q_norm, eps), rows.rope)
+    k = rotate(rms_norm(qkv[..., nq : nq + nkv].reshape(t, len(chips) * kvh, d), w0.k_norm, eps), rows.rope)
+    v = qkv[..., nq + nkv :].reshape(t, len(chips) * kvh, d)
+    heads = [slice(c * kvh, (c + 1) * kvh) for c in range(len(chips))]
+    for chip, own in zip(chips, heads, strict=True):
+        # Advanced indices around a slice put the row axis first: target shape [T, kv_heads, D].
+        chip.k_cache[rows.lanes, layer, :, rows.slots] = k[:, own]
+        chip.v_cache[rows.lanes, layer, :, rows.slots] = v[:, own]
+    out = np.empty((t, len(chips) * qh, d), dtype=np.float32)
+    if rows.decode_rows.size:
+        # Decode rows: one query per lane, all lanes in one padded call (exact per row).
+        end = int(rows.decode_lengths.max())
+        kc = np.concatenate([c.k_cache[rows.decode_lanes, layer, :, :end] for c in chips], axis=1)
+        vc = np.concatenate([c.v_cache[rows.decode_lanes, layer, :, :end] for c in chips], axis=1)
+        out[rows.decode_rows] = decode_attention(
+            q[rows.decode_rows], kc.astype(np.float32, copy=False), vc.astype(np.float32, copy=False),
+            rows.decode_lengths,
+        )  # fmt: skip
+    for s in rows.segments:
+        if s.count == 1:
+            continue
+        end = s.start + s.count
+        kc = np.concatenate([c.k_cache[s.lane, layer, :, :end] for c in chips], axis=0)
+        vc = np.concatenate([c.v_cache[s.lane, layer, :, :end] for c in chips], axis=0)
+        span = slice(s.first, s.first + s.count)
+        out[span] = causal_attention(
+            q[span], kc.astype(np.float32, copy=False), vc.astype(np.float32, copy=False), rows.slots[span]
+        )
+    return [
+        row_matmul(out[:, c * qh : (c + 1) * qh].reshape(t, nq), chip.layers[layer].wo) for c, chip in enumerate(chips)
+    ]
