@@ -17,7 +17,8 @@ exactly their own slots, and a prefill position attends over exactly the slots a
 that position would, so a prefill of n tokens writes the KV and yields the last logits that n
 decode steps would (ops.py's module docstring has the argument).
 
-Ownership: the kernel owns its two `ChipShard`s and through them all KV memory. It trusts
+Ownership: the kernel owns its two `ChipShard`s and through them all KV memory, and each layer's
+`FusedLayer` (the chips' weights side by side, read-only after load). It trusts
 `past_kv_len` like the device does. One caller at a time (calsim's compute unit); not thread-safe.
 """
 
@@ -31,7 +32,14 @@ import numpy as np
 from calculet.daemon.calsim.kernel import DecodeRow, Kernel
 from calculet.daemon.calsim.kernels.errors import KernelConfigError
 from calculet.daemon.calsim.kernels.ops import KV_DTYPES, rms_norm, route, row_matmul
-from calculet.daemon.calsim.kernels.shard import ChipShard, RowLayout, Segment, attention_partials, fused_qkv
+from calculet.daemon.calsim.kernels.shard import (
+    ChipShard,
+    FusedLayer,
+    RowLayout,
+    Segment,
+    attention_partials,
+    moe_partials,
+)
 from calculet.daemon.calsim.kernels.validation import Bounds, check_decode, check_lane, check_prefill
 from calculet.daemon.calsim.kernels.weights import (
     CHIPS,
@@ -88,7 +96,7 @@ class NumericKernel(Kernel):
         self._final_norm = blocks[0]["final_norm"]
         kv_dtype = KV_DTYPES[manifest.kv.dtype]
         self.chips = [ChipShard(c, blocks[c], arch, lanes, lane_context, kv_dtype) for c in range(CHIPS)]
-        self._w_qkv = [fused_qkv(self.chips, layer) for layer in range(arch.layers)]
+        self._fused = [FusedLayer.of(self.chips, layer) for layer in range(arch.layers)]
 
     def _load_block(self, package_dir: Path, chip: int) -> dict[str, np.ndarray]:
         path = package_dir / param_block_name(chip)
@@ -127,10 +135,10 @@ class NumericKernel(Kernel):
         x = self._embed[tokens]  # chip 0's embedding, sent to chip 1
         for layer, ((attn_norm, ffn_norm), router) in enumerate(zip(self._norms, self._routers, strict=True)):
             h = rms_norm(x, attn_norm, eps)
-            x = x + _all_reduce(attention_partials(self.chips, self._w_qkv[layer], layer, h, rows))
+            x = x + _all_reduce(attention_partials(self.chips, self._fused[layer], layer, h, rows))
             h = rms_norm(x, ffn_norm, eps)
             experts, gates = route(row_matmul(h, router), self.arch.experts_per_token)
-            x = x + _all_reduce([c.moe(layer, h, experts, gates) for c in self.chips])
+            x = x + _all_reduce(moe_partials(self.chips, self._fused[layer], layer, h, experts, gates))
         return x
 
     def _logits(self, x: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ KV_DTYPES: dict[str, np.dtype] = {"fp32": np.dtype(np.float32), "bf16": np.dtype
 _ATTENTION_CHUNK_ELEMENTS = 1 << 18
 # moe_experts gathers expert slices per (token, expert) pair up to this many tokens, and goes
 # expert by expert above (both the same arithmetic; the faster for the size).
-_MOE_GATHER_MAX_TOKENS = 16
+MOE_GATHER_MAX_TOKENS = 16
 
 
 def kv_storage_dtype(name: str) -> np.dtype:
@@ -283,20 +283,45 @@ def moe_experts(
     Returns:
         float32 [T, H].
     """
+    if h.shape[0] <= MOE_GATHER_MAX_TOKENS:
+        return moe_gathered(h, experts, weights, w_gate_up, w_down[None])[0]
     inter = w_down.shape[1]
     out = np.zeros_like(h)
-    if h.shape[0] <= _MOE_GATHER_MAX_TOKENS:
-        # Products [H, T, k, 2I] and [I, T, k, H]: one row per (token, expert) pair.
-        gu = tree_sum(h.T[:, :, None, None] * w_gate_up.transpose(1, 0, 2)[:, experts])  # [T, k, 2I]
-        act = silu(gu[..., :inter]) * gu[..., inter:]  # [T, k, I]
-        y = tree_sum(act.transpose(2, 0, 1)[..., None] * w_down.transpose(1, 0, 2)[:, experts])  # [T, k, H]
-        for j in range(experts.shape[1]):
-            out += weights[:, j, None] * y[:, j]
-        return out
     for e in np.unique(experts):
         # Each token picks an expert at most once, so `rows` has no repeats and += is exact.
         rows, slot = np.nonzero(experts == e)
         gu = row_matmul(h[rows], w_gate_up[e])
         y = row_matmul(silu(gu[:, :inter]) * gu[:, inter:], w_down[e])
         out[rows] += weights[rows, slot, None] * y
+    return out
+
+
+def moe_gathered(
+    h: np.ndarray, experts: np.ndarray, weights: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray
+) -> np.ndarray:
+    """`moe_experts` for few tokens, for C chips at once: each chip's partial output over its slices.
+
+    Each (token, expert) pair gathers its expert's slices (products [H, T, k, C*2I] and
+    [I, C, T, k, H]: one row per pair and chip), and each chip's terms are added into zeros in the
+    token's expert order; a chip's elements see the same operations in the same order as that chip
+    alone.
+
+    Args:
+        h: float32 [T, H].
+        experts, weights: from `route`, [T, k], experts ascending in each row.
+        w_gate_up: float32 [E, H, C*2*I]: chip by chip, each chip's gate columns then up columns.
+        w_down: float32 [C, E, I, H].
+
+    Returns:
+        float32 [C, T, H].
+    """
+    chips, _, inter, _ = w_down.shape
+    gu = tree_sum(h.T[:, :, None, None] * w_gate_up.transpose(1, 0, 2)[:, experts])  # [T, k, C*2I]
+    gu = gu.reshape(*gu.shape[:2], chips, 2 * inter).transpose(2, 0, 1, 3)  # [C, T, k, 2I]
+    act = silu(gu[..., :inter]) * gu[..., inter:]  # [C, T, k, I]
+    down = w_down.transpose(2, 0, 1, 3)[:, :, experts]  # [I, C, T, k, H]
+    y = tree_sum(act.transpose(3, 0, 1, 2)[..., None] * down)  # [C, T, k, H]
+    out = np.zeros((chips, *h.shape), dtype=h.dtype)
+    for j in range(experts.shape[1]):
+        out += weights[None, :, j, None] * y[:, :, j]
     return out

@@ -25,9 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from calculet.daemon.calsim.kernels.ops import (
+    MOE_GATHER_MAX_TOKENS,
     causal_attention,
     decode_attention,
     moe_experts,
+    moe_gathered,
     rms_norm,
     rope_tables,
     rotate,
@@ -165,14 +167,35 @@ class ChipShard:
         return int(self.k_cache.nbytes + self.v_cache.nbytes)
 
 
-def fused_qkv(chips: Sequence[ChipShard], layer: int) -> np.ndarray:
-    """The chips' q | k | v projections of `layer` side by side, chip by chip: [H, chips * (q + 2 kv) * D].
-    A column's products and tree are its chip's own, so one `row_matmul` gives every chip's q/k/v."""
-    return np.concatenate([c.layers[layer].w_qkv for c in chips], axis=1)
+@dataclass(frozen=True)
+class FusedLayer:
+    """One layer's weights of every chip side by side, for the passes that serve all chips at once
+    (copies of the shards' own, made at load).
+
+    Attributes:
+        w_qkv: [H, chips * (q + 2 kv) * D]: each chip's q | k | v columns, chip by chip.
+        w_gate_up: [E, H, chips * 2 * I/2]: each chip's gate | up columns, chip by chip.
+        w_down: [chips, E, I/2, H].
+    """
+
+    w_qkv: np.ndarray
+    w_gate_up: np.ndarray
+    w_down: np.ndarray
+
+    @classmethod
+    def of(cls, chips: Sequence[ChipShard], layer: int) -> FusedLayer:
+        """`layer`'s weights of `chips`, in chip order. A column's products and tree are its chip's
+        own, so one product over the side-by-side columns gives every chip's result."""
+        own = [c.layers[layer] for c in chips]
+        return cls(
+            w_qkv=np.concatenate([w.w_qkv for w in own], axis=1),
+            w_gate_up=np.concatenate([w.w_gate_up for w in own], axis=2),
+            w_down=np.stack([w.w_down for w in own]),
+        )
 
 
 def attention_partials(
-    chips: Sequence[ChipShard], w_qkv: np.ndarray, layer: int, h: np.ndarray, rows: RowLayout
+    chips: Sequence[ChipShard], fused: FusedLayer, layer: int, h: np.ndarray, rows: RowLayout
 ) -> list[np.ndarray]:
     """Each chip's partial attention output for normed activations `h`, in chip order.
 
@@ -187,7 +210,7 @@ def attention_partials(
 
     Args:
         chips: the shards, in chip order.
-        w_qkv: `fused_qkv(chips, layer)`.
+        fused: `FusedLayer.of(chips, layer)`.
         layer: layer index.
         h: float32 [T, H], attn-normed residual stream.
         rows: the call's rows: slots, segments, lanes and RoPE tables (`RowLayout.of`).
@@ -200,7 +223,7 @@ def attention_partials(
     t, d, eps = h.shape[0], first.arch.head_dim, first.arch.rms_norm_eps
     qh, kvh = first.q_heads, first.kv_heads
     nq, nkv = qh * d, kvh * d
-    qkv = row_matmul(h, w_qkv).reshape(t, len(chips), nq + 2 * nkv)
+    qkv = row_matmul(h, fused.w_qkv).reshape(t, len(chips), nq + 2 * nkv)
     q = rotate(rms_norm(qkv[..., :nq].reshape(t, len(chips) * qh, d), w0.q_norm, eps), rows.rope)
     k = rotate(rms_norm(qkv[..., nq : nq + nkv].reshape(t, len(chips) * kvh, d), w0.k_norm, eps), rows.rope)
     v = qkv[..., nq + nkv :].reshape(t, len(chips) * kvh, d)
@@ -232,3 +255,13 @@ def attention_partials(
     return [
         row_matmul(out[:, c * qh : (c + 1) * qh].reshape(t, nq), chip.layers[layer].wo) for c, chip in enumerate(chips)
     ]
+
+
+def moe_partials(
+    chips: Sequence[ChipShard], fused: FusedLayer, layer: int, h: np.ndarray, experts: np.ndarray, weights: np.ndarray
+) -> list[np.ndarray]:
+    """Each chip's partial MoE output (`ChipShard.moe`), in chip order: few tokens for all chips in
+    one gathered pass (`ops.moe_gathered`, each chip's arithmetic its own), many chip by chip."""
+    if h.shape[0] <= MOE_GATHER_MAX_TOKENS:
+        return list(moe_gathered(h, experts, weights, fused.w_gate_up, fused.w_down))
+    return [c.moe(layer, h, experts, weights) for c in chips]
