@@ -94,6 +94,8 @@ class NumericKernel(Kernel):
         ]
         self._routers = [blocks[0][f"layers.{i}.router"] for i in range(arch.layers)]
         self._final_norm = blocks[0]["final_norm"]
+        # Both chips' vocab halves side by side, in chip order (the gather): each column its chip's own.
+        self._lm_head_t = np.ascontiguousarray(np.concatenate([b["lm_head"] for b in blocks]).T)  # [H, V]
         kv_dtype = KV_DTYPES[manifest.kv.dtype]
         self.chips = [ChipShard(c, blocks[c], arch, lanes, lane_context, kv_dtype) for c in range(CHIPS)]
         self._fused = [FusedLayer.of(self.chips, layer) for layer in range(arch.layers)]
@@ -143,7 +145,7 @@ class NumericKernel(Kernel):
 
     def _logits(self, x: np.ndarray) -> np.ndarray:
         h = rms_norm(x, self._final_norm, self.arch.rms_norm_eps)
-        return np.concatenate([c.logits(h) for c in self.chips], axis=-1)  # gather vocab halves
+        return row_matmul(h, self._lm_head_t)
 
     def clear_lane(self, lane: int) -> None:
         check_lane(self._bounds, lane, "clear_lane")

@@ -4,9 +4,9 @@ Data flow per layer (driven by numeric.py): the kernel hands every chip the same
 activations; each chip computes q/k/v for ITS heads, writes k/v into ITS cache, attends, and
 returns a partial o-projection (`attention_partials` does this for all chips at once, their heads
 side by side, with each element's arithmetic its chip's own); each chip runs every routed expert
-over ITS slice of the intermediate dimension and returns a partial MoE output; each chip returns
-logits for ITS half of the vocab. The kernel sums partials (all-reduce) and concatenates vocab
-halves (gather).
+over ITS slice of the intermediate dimension and returns a partial MoE output (`moe_partials`: few
+tokens for all chips at once, the same way); the kernel sums partials (all-reduce), and computes
+each chip's half of the vocab with that chip's `lm_head` rows, side by side in one product (gather).
 
 Every product is ops.py's `row_matmul` and every attention goes through ops.py, so a row's
 result does not depend on the other rows (see numeric.py, "Exactness").
@@ -123,7 +123,6 @@ class ChipShard:
         self.q_heads = arch.q_heads // CHIPS
         self.kv_heads = arch.kv_heads // CHIPS
         self.embed = block.get("embed")  # chip 0 only
-        self.lm_head_t = np.ascontiguousarray(block["lm_head"].T)  # [H, V/2]
         self.layers = [self._layer(block, f"layers.{i}.") for i in range(arch.layers)]
         shape = (lanes, arch.layers, self.kv_heads, lane_context, arch.head_dim)
         self.k_cache = np.zeros(shape, dtype=kv_dtype)
@@ -148,10 +147,6 @@ class ChipShard:
         """
         w = self.layers[layer]
         return moe_experts(h, experts, weights, w.w_gate_up, w.w_down)
-
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        """Logits for this chip's vocab rows: float32 [T, V/2], to be concatenated in chip order."""
-        return row_matmul(x, self.lm_head_t)
 
     def clear_lane(self, lane: int) -> None:
         self.k_cache[lane] = 0
