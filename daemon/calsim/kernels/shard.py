@@ -34,6 +34,7 @@ from calculet.daemon.calsim.kernels.ops import (
     rope_tables,
     rotate,
     row_matmul,
+    tree_sum,
 )
 from calculet.daemon.calsim.kernels.weights import CHIPS
 from calculet.daemon.package.manifest import Architecture
@@ -169,11 +170,13 @@ class FusedLayer:
 
     Attributes:
         w_qkv: [H, chips * (q + 2 kv) * D]: each chip's q | k | v columns, chip by chip.
+        wo: [chips, q * D, H]: each chip's o-projection.
         w_gate_up: [E, H, chips * 2 * I/2]: each chip's gate | up columns, chip by chip.
         w_down: [chips, E, I/2, H].
     """
 
     w_qkv: np.ndarray
+    wo: np.ndarray
     w_gate_up: np.ndarray
     w_down: np.ndarray
 
@@ -184,6 +187,7 @@ class FusedLayer:
         own = [c.layers[layer] for c in chips]
         return cls(
             w_qkv=np.concatenate([w.w_qkv for w in own], axis=1),
+            wo=np.stack([w.wo for w in own]),
             w_gate_up=np.concatenate([w.w_gate_up for w in own], axis=2),
             w_down=np.stack([w.w_down for w in own]),
         )
@@ -247,9 +251,9 @@ def attention_partials(
         out[span] = causal_attention(
             q[span], kc.astype(np.float32, copy=False), vc.astype(np.float32, copy=False), rows.slots[span]
         )
-    return [
-        row_matmul(out[:, c * qh : (c + 1) * qh].reshape(t, nq), chip.layers[layer].wo) for c, chip in enumerate(chips)
-    ]
+    # Each chip's o-projection of its own heads: one tree over its q * D inputs per (chip, row, column).
+    heads_out = out.reshape(t, len(chips), nq).transpose(2, 1, 0)[..., None]  # [q * D, chips, T, 1]
+    return list(tree_sum(heads_out * fused.wo.transpose(1, 0, 2)[:, :, None, :]))  # [chips, T, H]
 
 
 def moe_partials(
