@@ -1,4 +1,5 @@
-"""One chip of the numeric kernel: its tensor-parallel weight block and its share of the KV cache.
+"""One chip of the numeric kernel: its tensor-parallel weight block and its share of the KV cache;
+and the passes that run every chip's share at once.
 
 Data flow per layer (driven by numeric.py): the kernel hands every chip the same normed
 activations; each chip computes q/k/v for ITS heads, writes k/v into ITS cache, attends, and
@@ -8,8 +9,9 @@ over ITS slice of the intermediate dimension and returns a partial MoE output (`
 tokens for all chips at once, the same way); the kernel sums partials (all-reduce), and computes
 each chip's half of the vocab with that chip's `lm_head` rows, side by side in one product (gather).
 
-Every product is ops.py's `row_matmul` and every attention goes through ops.py, so a row's
-result does not depend on the other rows (see numeric.py, "Exactness").
+Every product is summed by ops.py's trees (`row_matmul`, or the same tree with a chip axis) and
+every attention goes through ops.py, so a row's result does not depend on the other rows, nor a
+chip's on the other chip (see numeric.py, "Exactness").
 
 Ownership: a `ChipShard` owns its weight arrays (read-only after load) and its KV arrays
 `k_cache` / `v_cache` [lanes, layers, kv_heads_on_chip, lane_context, head_dim] (emulated device
