@@ -23,10 +23,17 @@ SIGHUP re-reads `--config` (`reload_config`: the log level and new startup model
 
 from __future__ import annotations
 
+import gc
+
+# The imports below build tens of thousands of objects that live as long as the process, and the
+# collector's passes over them while they are built free nothing: it pauses for the imports
+# (docs/performance.md, "The test suite's time").
+_COLLECTING = gc.isenabled()
+gc.disable()
+
 import argparse
 import asyncio
 import dataclasses
-import gc
 import logging
 import os
 import sys
@@ -66,6 +73,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from calculet.daemon.telemetry.daemon_metrics import MetricsEndpoint
+
+if _COLLECTING:
+    gc.enable()
 
 log = logging.getLogger("calculet.daemon")
 

@@ -20,8 +20,15 @@ daemons dialled on `host:port` (Unix-socket daemons are dialled in plaintext).
 
 from __future__ import annotations
 
-import argparse
 import gc
+
+# The imports below build tens of thousands of objects that live as long as the process, and the
+# collector's passes over them while they are built free nothing: it pauses for the imports
+# (docs/performance.md, "The test suite's time").
+_COLLECTING = gc.isenabled()
+gc.disable()
+
+import argparse
 import logging
 import os
 import socket
@@ -55,6 +62,9 @@ from calculet.gateway.workers.serve import serve_with_workers
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
+
+if _COLLECTING:
+    gc.enable()
 
 log = logging.getLogger("calculet.gateway")
 

@@ -20,6 +20,7 @@ import argparse
 import ast
 import contextlib
 import functools
+import gc
 import importlib
 import pkgutil
 import sys
@@ -126,7 +127,16 @@ def _named(words: tuple[str, ...], argv: Sequence[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = hoist_global_flags(sys.argv[1:] if argv is None else argv, (spec.words for spec in command_specs()))
-    parser = build_parser(argv)
+    # The command's imports build objects that live as long as the process, and the collector's passes
+    # over them while they are built free nothing: it pauses for them (docs/performance.md, "The test
+    # suite's time").
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        parser = build_parser(argv)
+    finally:
+        if collecting:
+            gc.enable()
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] | None = getattr(args, "_run", None)
     if run is None:

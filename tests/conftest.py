@@ -13,8 +13,9 @@ a test that starts a daemon process gives it an `XDG_RUNTIME_DIR` of its own, as
 Under pytest-xdist each worker reorders the collected tests so that the long ones start first on
 every worker (tests/xdist_order.py); a run without workers keeps file order.
 
-After collection each process freezes what it holds (`gc.freeze`), as the daemon and the gateway do
-after start-up: the full collections that follow walk only what the tests made.
+The collector pauses while a process collects, as the daemon's and the gateway's imports do, and after
+collection each process freezes what it holds (`gc.freeze`), as they do after start-up: the full
+collections that follow walk only what the tests made.
 
 Hypothesis runs without its per-example deadline (200 ms by default): no test asserts a wall-clock
 time, and a busy CI machine can stall any example that long.
@@ -53,11 +54,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reorder(items, workers, read_durations())
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A process that collects (not an xdist controller) builds tens of thousands of objects that live
+    # for the whole run; the collector's passes over them while they are built free nothing.
+    if not session.config.pluginmanager.has_plugin("dsession"):
+        gc.disable()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # The collected modules, fixtures' definitions and Hypothesis strategies live for the whole run:
     # out of the collector's way, so each full collection in a worker walks only what tests made.
     gc.collect()
     gc.freeze()
+    gc.enable()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
