@@ -26,8 +26,8 @@ from __future__ import annotations
 import gc
 
 # The imports below build tens of thousands of objects that live as long as the process, and the
-# collector's passes over them while they are built free nothing: it pauses for the imports
-# (docs/performance.md, "The test suite's time").
+# collector's passes over them free nothing: it pauses for the imports, and what they built leaves
+# every later pass (`gc.freeze`) (docs/performance.md, "The test suite's time").
 _COLLECTING = gc.isenabled()
 gc.disable()
 
@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from calculet.daemon.telemetry.daemon_metrics import MetricsEndpoint
 
 if _COLLECTING:
+    gc.freeze()
     gc.enable()
 
 log = logging.getLogger("calculet.daemon")

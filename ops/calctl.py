@@ -20,7 +20,6 @@ import argparse
 import ast
 import contextlib
 import functools
-import gc
 import importlib
 import pkgutil
 import sys
@@ -127,16 +126,7 @@ def _named(words: tuple[str, ...], argv: Sequence[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = hoist_global_flags(sys.argv[1:] if argv is None else argv, (spec.words for spec in command_specs()))
-    # The command's imports build objects that live as long as the process, and the collector's passes
-    # over them while they are built free nothing: it pauses for them (docs/performance.md, "The test
-    # suite's time").
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        parser = build_parser(argv)
-    finally:
-        if collecting:
-            gc.enable()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] | None = getattr(args, "_run", None)
     if run is None:
