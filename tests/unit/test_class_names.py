@@ -10,6 +10,7 @@ The one deliberate exception is the client's mirrors of the daemon's wire-level 
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -49,7 +50,8 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def class_definitions() -> dict[str, set[str]]:
+@functools.cache  # one parse of the tree for the module's tests (they only read the result)
+def class_definitions() -> dict[str, frozenset[str]]:
     """Class name -> the modules that define a class of that name."""
     defined: dict[str, set[str]] = defaultdict(set)
     for module, path in _modules().items():
@@ -57,7 +59,7 @@ def class_definitions() -> dict[str, set[str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 defined[node.name].add(module)
-    return dict(defined)
+    return {name: frozenset(modules) for name, modules in defined.items()}
 
 
 def test_source_tree_found() -> None:
@@ -82,7 +84,7 @@ def test_client_mirror_allow_list_is_not_stale() -> None:
     defined = class_definitions()
     stale = []
     for name, client_module in sorted(CLIENT_MIRRORS):
-        modules = defined.get(name, set())
+        modules = defined.get(name, frozenset())
         daemon_modules = [m for m in modules if m.startswith("calculet.daemon.")]
         in_client = client_module.startswith("calculet.client.") and client_module in modules
         if not in_client or len(daemon_modules) != 1:
