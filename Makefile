@@ -28,9 +28,10 @@ BYTECODE := $(PY) -m compileall -q daemon common client gateway ops protos tests
 # pytest rewrites the asserts of each test module it imports and caches the result as a .pyc, but not
 # under PYTHONDONTWRITEBYTECODE: then each worker rewrote every module again (10 s of CPU a worker, 60 %
 # of its collection). One collection per test directory, at once, writes that cache; the workers read it.
-# (It waits for its own collections only: `test` runs lint in the background meanwhile.)
-REWRITTEN = pids=; for dir in $(1); do PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q --collect-only -p no:cacheprovider \
-	$$dir >/dev/null 2>&1 & pids="$$pids $$!"; done; wait $$pids
+# (It waits for its own collections only: `test` runs lint in the background meanwhile.) A tree whose cache
+# is fresh skips them (tests/rewrite_cache.py).
+REWRITTEN = $(PY) -m tests.rewrite_cache $(1) || { pids=; for dir in $(1); do PYTHONDONTWRITEBYTECODE= $(PY) -m pytest \
+	-q --collect-only -p no:cacheprovider $$dir >/dev/null 2>&1 & pids="$$pids $$!"; done; wait $$pids; }
 
 test: $(STAMP)
 	@$(BYTECODE) >/dev/null
