@@ -10,6 +10,7 @@ passes the same `env` to both, or `--runtime-dir`). Packages are built once per 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -108,6 +109,20 @@ class DaemonProcess:
         code = terminate(self.proc)
         self._log.close()
         return code
+
+
+@contextlib.contextmanager
+def shared_daemon(workdir: Path, models_root: Path, *args: str) -> Iterator[DaemonProcess]:
+    """A SERVING daemon for all of a module's tests (the body of a module-scoped fixture): the tests
+    that share it leave it idle and assert nothing only a fresh board shows (counters, audit trail).
+    Stopped after them; one that does not exit cleanly fails the fixture with its log."""
+    daemon = DaemonProcess(workdir, models_root, list(args))
+    try:
+        daemon.wait_serving()
+        yield daemon
+    finally:
+        code = daemon.stop()
+        assert code in (0, -signal.SIGTERM), f"exit {code}\n{daemon.log()}"
 
 
 @pytest.fixture

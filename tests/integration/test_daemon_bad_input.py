@@ -27,14 +27,11 @@ TINY_CONTEXT = 256
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, models_root) -> Iterator[object]:
-    from .conftest import DaemonProcess
+    from .conftest import shared_daemon
 
-    workdir = tmp_path_factory.mktemp("bad-input")
-    proc = DaemonProcess(workdir, models_root, ["--model", "tiny=tiny", "--max-message-bytes", str(1 << 20)])
-    proc.wait_serving()
-    yield proc
-    code = proc.stop()
-    assert code in (0, -15), proc.log()
+    flags = ("--model", "tiny=tiny", "--max-message-bytes", str(1 << 20))
+    with shared_daemon(tmp_path_factory.mktemp("bad-input"), models_root, *flags) as board:
+        yield board
 
 
 @pytest.fixture

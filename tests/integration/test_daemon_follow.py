@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import queue
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,6 +19,7 @@ import pytest
 from calculet.client import AsyncDaemonClient, DaemonClient
 from calculet.v1 import common_pb2, daemon_pb2_grpc, inference_pb2
 
+from .conftest import DaemonProcess, shared_daemon
 from .helpers import assert_idle_soon
 from .oracle import Req, make_requests, run_sequential
 
@@ -39,8 +41,15 @@ async def _generate_all(target: str, reqs: list[Req]) -> list[list[int]]:
         return await asyncio.gather(*(one(r) for r in reqs))
 
 
-def test_concurrent_generations_on_one_follow_call_match_the_sequential_run(start_daemon: Any) -> None:
-    daemon = start_daemon("--model", "tiny=tiny")
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterator[DaemonProcess]:
+    """One plain tiny board for the module's tests at time scale 0 (the paced one has its own): each
+    test leaves it idle, and asserts so."""
+    with shared_daemon(tmp_path_factory.mktemp("follow"), models_root, "--model", "tiny=tiny") as board:
+        yield board
+
+
+def test_concurrent_generations_on_one_follow_call_match_the_sequential_run(daemon: DaemonProcess) -> None:
     reqs = make_requests(12, vocab=512, seed=22)
     expected = run_sequential(daemon.target, "tiny", reqs)
     assert asyncio.run(_generate_all(daemon.target, reqs)) == expected
@@ -78,8 +87,8 @@ def _serve(daemon: Any) -> Iterator[tuple[Any, Any]]:
 
 
 @pytest.fixture
-def stub(start_daemon: Any) -> Iterator[tuple[Any, Any]]:
-    yield from _serve(start_daemon("--model", "tiny=tiny"))
+def stub(daemon: DaemonProcess) -> Iterator[tuple[Any, Any]]:
+    yield from _serve(daemon)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -15,6 +16,8 @@ import pytest
 
 from calculet.daemon.core.events import EventLog, job_bytes
 from calculet.v1 import daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
+
+from .conftest import DaemonProcess, shared_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -67,10 +70,17 @@ def _expired(stub: Any, job_id: str) -> bool:
 # ---- item 1 ------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory, models_root: Path) -> Iterator[DaemonProcess]:
+    """A plain tiny board for the tests below that need nothing of a fresh one (no counter, no bound)."""
+    with shared_daemon(tmp_path_factory.mktemp("jobs"), models_root, "--model", "tiny=tiny") as board:
+        yield board
+
+
 def test_a_reused_client_request_id_gets_failed_precondition_not_the_other_callers_job(
-    start_daemon: Any, stub_for: Any
+    plain: DaemonProcess, stub_for: Any
 ) -> None:
-    stub = stub_for(start_daemon("--model", "tiny=tiny"))
+    stub = stub_for(plain)
     first = stub.Submit(_submit_pb([1, 2, 3], "shared-key"), timeout=TIMEOUT_S)
     other = _submit_pb([9, 9, 9], "shared-key")
     with pytest.raises(grpc.RpcError) as info:
@@ -87,8 +97,8 @@ def test_a_reused_client_request_id_gets_failed_precondition_not_the_other_calle
     assert _code(lambda: stub.Submit(named_seed, timeout=TIMEOUT_S)) is grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_job_ids_are_random_and_fit_the_protocol(start_daemon: Any, stub_for: Any) -> None:
-    stub = stub_for(start_daemon("--model", "tiny=tiny"))
+def test_job_ids_are_random_and_fit_the_protocol(plain: DaemonProcess, stub_for: Any) -> None:
+    stub = stub_for(plain)
     ids = [stub.Submit(_submit_pb([1, 2, 3], max_tokens=2), timeout=TIMEOUT_S).job_id for _ in range(8)]
     for job_id in ids:
         assert re.fullmatch(r"[A-Za-z0-9_-]{22,64}", job_id), f"guessable or too short: {job_id!r}"

@@ -221,13 +221,12 @@ def _rpcs() -> Iterator[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def junk_daemon(tmp_path_factory: pytest.TempPathFactory, models_root) -> Iterator[object]:
-    from .conftest import DaemonProcess
+    from .conftest import shared_daemon
 
-    proc = DaemonProcess(tmp_path_factory.mktemp("junk"), models_root, ["--model", "tiny=tiny", "--fault-injection"])
-    proc.wait_serving()
-    yield proc
-    code = proc.stop()
-    assert code in (0, -signal.SIGTERM), proc.log()
+    with shared_daemon(
+        tmp_path_factory.mktemp("junk"), models_root, "--model", "tiny=tiny", "--fault-injection"
+    ) as board:
+        yield board
 
 
 @pytest.mark.parametrize("junk", list(JUNK.values()), ids=list(JUNK))
