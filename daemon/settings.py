@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,6 +233,8 @@ def read_config(path: Path) -> dict[str, Any]:
     Raises:
         InvalidArgument: unreadable file, bad TOML, `daemon` not a table, an unknown key.
     """
+    import tomllib  # only a daemon given --config reads TOML (every daemon start imports this module)
+
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

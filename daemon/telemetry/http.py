@@ -13,9 +13,12 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
 from calculet.common.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from http.server import BaseHTTPRequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,9 @@ class MetricsServer:
     """
 
     def __init__(self, listen: str, render: Callable[[], tuple[bytes, str]]) -> None:
+        # Here, not at the top: every daemon parses --metrics-listen (`parse_listen`), few serve it.
+        from http.server import ThreadingHTTPServer
+
         host, port = parse_listen(listen)
         handler = _handler(render)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -85,6 +91,8 @@ class MetricsServer:
 
 
 def _handler(render: Callable[[], tuple[bytes, str]]) -> type[BaseHTTPRequestHandler]:
+    from http.server import BaseHTTPRequestHandler
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != METRICS_PATH:
