@@ -20,16 +20,18 @@ from __future__ import annotations
 import os
 import time
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from calculet.common.errors import InvalidArgument
 from calculet.common.telemetry.tracing_env import ENV_EXPORTER, exporter_names
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 EXPORTER_GROUP = "opentelemetry_traces_exporter"
 TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
@@ -48,6 +50,11 @@ def tracer_provider_from_env(service: str) -> TracerProvider | None:
     names = exporter_names(os.environ.get(ENV_EXPORTER))
     if not names:
         return None
+    # The SDK's tracing only here: every gateway imports this module (propagation), few trace.
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     exporters = [_exporter(name) for name in names]
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}))
     for exporter in exporters:

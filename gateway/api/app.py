@@ -30,11 +30,10 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request
-from opentelemetry.sdk.trace import TracerProvider
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 
@@ -56,6 +55,9 @@ from calculet.gateway.telemetry.middleware import MetricsMiddleware
 from calculet.gateway.telemetry.request_context import RequestContextMiddleware
 from calculet.gateway.telemetry.worker_scrape import SCOPE_PARAM, WORKER_SCOPE, WorkerScrape
 from calculet.gateway.workers.identity import WorkerIdentity
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger("calculet.gateway.http")
 

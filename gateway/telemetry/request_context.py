@@ -19,9 +19,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,6 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from calculet.common.telemetry.tracing import trace_headers
 from calculet.gateway.serving.tracing import REQUEST_ID_METADATA, AttemptScope, PlainScope, RequestScope
 from calculet.gateway.telemetry.middleware import COMPLETION_ROUTES
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger("calculet.gateway.requests")
 
