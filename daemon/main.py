@@ -24,6 +24,12 @@ SIGHUP re-reads `--config` (`reload_config`: the log level and new startup model
 from __future__ import annotations
 
 import gc
+import os
+
+# The daemon makes no BLAS call (the calsim kernels and the sampler are elementwise numpy), and
+# OpenBLAS starts a thread per core when numpy loads it, which spins a while, on every start: one
+# thread, unless the environment says otherwise (docs/performance.md, "The test suite's time").
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # The imports below build tens of thousands of objects that live as long as the process, and the
 # collector's passes over them free nothing: it pauses for the imports, and what they built leaves
@@ -35,7 +41,6 @@ import argparse
 import asyncio
 import dataclasses
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
