@@ -21,6 +21,7 @@ import ast
 import contextlib
 import functools
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Callable, Sequence
@@ -125,6 +126,9 @@ def _named(words: tuple[str, ...], argv: Sequence[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # No command makes a BLAS call, and numpy's OpenBLAS (which `up`, `bench`, `soak` and `package`
+    # import) starts a thread per core at load that spins a while: one, as calculet-daemon does.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     argv = hoist_global_flags(sys.argv[1:] if argv is None else argv, (spec.words for spec in command_specs()))
     parser = build_parser(argv)
     args = parser.parse_args(argv)
