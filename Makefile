@@ -16,11 +16,12 @@ run: $(STAMP)
 	$(PY) -m calculet.ops.run_local --dir $(RUN_DIR)
 
 # Workers for pytest-xdist; each hands out the longest tests first (tests/xdist_order.py) and work
-# stealing balances what is left. Lint runs beside the tests, niced, on the CPU the workers leave idle
-# while they wait on daemons (after them it added its whole time); its output follows the tests', and
-# either failing fails the target. Its .mypy-src is made in its first second, long before a worker has
-# collected. Five workers on 2 cores: while some wait on their processes the others have work
-# (docs/performance.md, "The test suite's time": 192 % of CPU against 186 % with four, one more collection).
+# stealing balances what is left. Lint runs beside the tests (after them it added its whole time), at
+# their priority: niced, a cold mypy (a clean clone, or sources changed) got so little CPU that it
+# finished on one core after them. Its output follows the tests', and either failing fails the target.
+# Its .mypy-src is made in its first second, long before a worker has collected. Five workers on 2 cores:
+# while some wait on their processes the others have work (docs/performance.md, "The test suite's time":
+# 192 % of CPU against 186 % with four, one more collection).
 TEST_WORKERS ?= 5
 # Every test starts hundreds of daemon, gateway and calctl processes; with PYTHONDONTWRITEBYTECODE set
 # (as on these machines) each would compile our sources again (0.36 s of CPU a start): compile them once.
@@ -36,7 +37,7 @@ REWRITTEN = $(PY) -m tests.rewrite_cache $(1) || { pids=; for dir in $(1); do PY
 test: $(STAMP)
 	@$(BYTECODE) >/dev/null
 	@lint_log=$$(mktemp); \
-	nice -n 10 $(MAKE) --no-print-directory lint >$$lint_log 2>&1 & lint_pid=$$!; \
+	$(MAKE) --no-print-directory lint >$$lint_log 2>&1 & lint_pid=$$!; \
 	$(call REWRITTEN,tests/unit tests/integration); \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal; tests=$$?; \
 	wait $$lint_pid; linted=$$?; cat $$lint_log; rm -f $$lint_log; \
