@@ -14,6 +14,7 @@ cover, as a daemon reusing a parked lane would (`calculet.common.prefix`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ CHAT_TEMPLATE = (
 )
 
 
+@functools.cache  # the same bytes for every fake board and test: built once a process
 def byte_tokenizer_json() -> bytes:
     """A byte-level tokenizer without merges: id b = byte b; specials at 256.. ."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet(), key=lambda ch: _byte_of(ch))
