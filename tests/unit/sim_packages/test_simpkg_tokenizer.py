@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -24,6 +25,7 @@ def trained() -> TrainedTokenizer:
     return train_tokenizer()
 
 
+@functools.cache  # a package's file is read once (Qwen3's is 5 MB): the tests only encode and look up
 def _shipped(pkg: Path) -> Tokenizer:
     return Tokenizer.from_file(str(pkg / load_manifest(pkg).tokenizer.path))
 
