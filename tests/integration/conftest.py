@@ -120,9 +120,9 @@ def shared_daemon(workdir: Path, models_root: Path, *args: str) -> Iterator[Daem
     try:
         daemon.wait_serving()
         yield daemon
-    finally:
+    finally:  # also after a failed start: no daemon left behind (the failure is the one reported)
         code = daemon.stop()
-        assert code in (0, -signal.SIGTERM), f"exit {code}\n{daemon.log()}"
+    assert code in (0, -signal.SIGTERM), f"exit {code}\n{daemon.log()}"
 
 
 @pytest.fixture
