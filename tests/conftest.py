@@ -4,7 +4,8 @@ Every pytest process (each xdist worker too) gets a private runtime directory: `
 points at a fresh temp dir, so the default board locks (`$XDG_RUNTIME_DIR/calculet/`) and calsim's
 device locks (`.../calculet/calsim/`) of the daemons and devices the tests open never meet another
 worker's, a real daemon's or `/run/calculet`. `$RUNTIME_DIRECTORY` and `$CALSIM_STATE_DIR` of the
-caller are dropped for the same reason (`calculet.daemon.runtime_paths`).
+caller are dropped for the same reason (`calculet.daemon.runtime_paths`). `$OPENBLAS_NUM_THREADS`
+defaults to 1, as the daemon and calctl set it for themselves.
 
 This process itself opens calsim boards (unit tests) under that directory, and may keep one held, so
 a test that starts a daemon process gives it an `XDG_RUNTIME_DIR` of its own, as `DaemonProcess`
@@ -46,6 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_RUNTIME_DIR"] = path
     for name in DROPPED_ENV:
         os.environ.pop(name, None)
+    # As calculet-daemon and calctl run (docs/operations.md): the workers, which run cores in-process,
+    # and every process a test starts load numpy's OpenBLAS on one thread.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
