@@ -13,4 +13,5 @@ the generated `calculet.v1` messages are the only other calculet package it may 
     parent_death.py     die_with_parent: a child of `calctl up` goes when its parent does
     prefix.py           chained token-block hashes: the daemon advertises them, the gateway matches
     phase_clock.py      PhaseClock: seconds per switch phase, from either side's ModelState progress
+    process_start.py    what an entry module sets before its imports: one OpenBLAS thread, no collector passes
 """

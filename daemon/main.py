@@ -23,24 +23,18 @@ SIGHUP re-reads `--config` (`reload_config`: the log level and new startup model
 
 from __future__ import annotations
 
-import gc
-import os
+from calculet.common import process_start
 
-# The daemon makes no BLAS call (the calsim kernels and the sampler are elementwise numpy), and
-# OpenBLAS starts a thread per core when numpy loads it, which spins a while, on every start: one
-# thread, unless the environment says otherwise (docs/performance.md, "The test suite's time").
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-# The imports below build tens of thousands of objects that live as long as the process, and the
-# collector's passes over them free nothing: it pauses for the imports, and what they built leaves
-# every later pass (`gc.freeze`) (docs/performance.md, "The test suite's time").
-_COLLECTING = gc.isenabled()
-gc.disable()
+# Before the imports below: one OpenBLAS thread, and no collector passes over what they build.
+process_start.one_blas_thread()
+_PAUSED = process_start.pause_collector()
 
 import argparse
 import asyncio
 import dataclasses
+import gc
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -79,9 +73,7 @@ if TYPE_CHECKING:
 
     from calculet.daemon.telemetry.daemon_metrics import MetricsEndpoint
 
-if _COLLECTING:
-    gc.freeze()
-    gc.enable()
+process_start.resume_collector(_PAUSED)
 
 log = logging.getLogger("calculet.daemon")
 

@@ -20,15 +20,13 @@ daemons dialled on `host:port` (Unix-socket daemons are dialled in plaintext).
 
 from __future__ import annotations
 
-import gc
+from calculet.common import process_start
 
-# The imports below build tens of thousands of objects that live as long as the process, and the
-# collector's passes over them free nothing: it pauses for the imports, and what they built leaves
-# every later pass (`gc.freeze`) (docs/performance.md, "The test suite's time").
-_COLLECTING = gc.isenabled()
-gc.disable()
+# Before the imports below: no collector passes over what they build.
+_PAUSED = process_start.pause_collector()
 
 import argparse
+import gc
 import logging
 import os
 import socket
@@ -63,9 +61,7 @@ from calculet.gateway.workers.serve import serve_with_workers
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-if _COLLECTING:
-    gc.freeze()
-    gc.enable()
+process_start.resume_collector(_PAUSED)
 
 log = logging.getLogger("calculet.gateway")
 

@@ -21,7 +21,6 @@ import ast
 import contextlib
 import functools
 import importlib
-import os
 import pkgutil
 import sys
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import calculet.ops.commands as commands_pkg
+from calculet.common import process_start
 from calculet.common.errors import CalculetError
 from calculet.ops.commands.daemon_cmds import UsageError
 from calculet.ops.commands.global_flags import hoist_global_flags
@@ -126,9 +126,7 @@ def _named(words: tuple[str, ...], argv: Sequence[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # No command makes a BLAS call, and numpy's OpenBLAS (which `up`, `bench`, `soak` and `package`
-    # import) starts a thread per core at load that spins a while: one, as calculet-daemon does.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    process_start.one_blas_thread()  # before a command's imports: `up`, `bench`, `soak` and `package` load numpy
     argv = hoist_global_flags(sys.argv[1:] if argv is None else argv, (spec.words for spec in command_specs()))
     parser = build_parser(argv)
     args = parser.parse_args(argv)

@@ -32,6 +32,7 @@ import tempfile
 import pytest
 from hypothesis import settings
 
+from calculet.common import process_start
 from tests.xdist_order import read_durations, reorder, xdist_workers
 
 settings.register_profile("calculet", deadline=None)
@@ -47,9 +48,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_RUNTIME_DIR"] = path
     for name in DROPPED_ENV:
         os.environ.pop(name, None)
-    # As calculet-daemon and calctl run (docs/operations.md): the workers, which run cores in-process,
-    # and every process a test starts load numpy's OpenBLAS on one thread.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # As calculet-daemon and calctl run: the workers, which run cores in-process, and every process a
+    # test starts load numpy's OpenBLAS on one thread.
+    process_start.one_blas_thread()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

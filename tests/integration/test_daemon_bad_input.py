@@ -18,6 +18,7 @@ from calculet.common.errors import (
 )
 from calculet.v1 import daemon_pb2_grpc, inference_pb2
 
+from .conftest import shared_daemon
 from .helpers import assert_idle_soon
 
 pytestmark = pytest.mark.integration
@@ -27,8 +28,6 @@ TINY_CONTEXT = 256
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, models_root) -> Iterator[object]:
-    from .conftest import shared_daemon
-
     flags = ("--model", "tiny=tiny", "--max-message-bytes", str(1 << 20))
     with shared_daemon(tmp_path_factory.mktemp("bad-input"), models_root, *flags) as board:
         yield board

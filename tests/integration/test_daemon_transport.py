@@ -31,6 +31,7 @@ from grpc_health.v1 import health_pb2
 from calculet.daemon.server import app
 from calculet.v1 import daemon_pb2, daemon_pb2_grpc, inference_pb2, observe_pb2, operate_pb2
 
+from .conftest import shared_daemon
 from .helpers import assert_idle_soon
 
 pytestmark = pytest.mark.integration
@@ -221,8 +222,6 @@ def _rpcs() -> Iterator[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def junk_daemon(tmp_path_factory: pytest.TempPathFactory, models_root) -> Iterator[object]:
-    from .conftest import shared_daemon
-
     with shared_daemon(
         tmp_path_factory.mktemp("junk"), models_root, "--model", "tiny=tiny", "--fault-injection"
     ) as board:
